@@ -1,0 +1,197 @@
+//! Canonical JSON (RFC 8785) and the values derived from it: input hashes, idempotency keys and
+//! redaction hashes. Key order and number spelling never change a hash; any value change does.
+
+use std::fmt;
+
+use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The RFC 8785 canonical form of a JSON value.
+pub fn canonical(value: &Value) -> String {
+    // Serialising a `serde_json::Value` cannot fail: its keys are strings and numbers finite.
+    serde_json_canonicalizer::to_string(value).expect("a JSON value always canonicalises")
+}
+
+fn sha256_hex(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p);
+    }
+    hex::encode(h.finalize())
+}
+
+macro_rules! hash_newtype {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Wraps a value already in `sha256:<hex>` form (read back from storage).
+            pub fn from_stored(s: impl Into<String>) -> Self {
+                $name(s.into())
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+hash_newtype!(
+    /// `sha256:<hex>` of the canonical inputs of a call: what an approval binds to.
+    InputHash
+);
+hash_newtype!(
+    /// A derived idempotency key. Never minted at random, never chosen by the model.
+    IdempotencyKey
+);
+
+impl InputHash {
+    /// Hashes the canonical form of `inputs`.
+    pub fn of(inputs: &Value) -> Self {
+        let mut h = Sha256::new();
+        h.update(canonical(inputs).as_bytes());
+        InputHash(format!("sha256:{}", hex::encode(h.finalize())))
+    }
+}
+
+impl IdempotencyKey {
+    /// The key of a planned step: the run, the step's position in the plan and its inputs.
+    /// A re-planned step with different inputs gets a different key; a retry gets the same one.
+    pub fn for_step(run_id: &str, seq: u32, inputs: &Value) -> Self {
+        let canon = canonical(inputs);
+        IdempotencyKey(format!(
+            "sha256:{}",
+            sha256_hex(&[
+                b"toolgate/step/v1",
+                run_id.as_bytes(),
+                &seq.to_be_bytes(),
+                canon.as_bytes()
+            ])
+        ))
+    }
+
+    /// The key of a direct call: the run, the tool and only the fields that identify the
+    /// operation, so rewording free text on a retry does not change the key. A tool without
+    /// declared identity fields is identified by all of its inputs.
+    pub fn for_call(run_id: &str, tool: &str, identity: &[String], inputs: &Value) -> Self {
+        let identified = identity_subset(identity, inputs);
+        let canon = canonical(&identified);
+        IdempotencyKey(format!(
+            "sha256:{}",
+            sha256_hex(&[
+                b"toolgate/call/v1",
+                run_id.as_bytes(),
+                tool.as_bytes(),
+                canon.as_bytes()
+            ])
+        ))
+    }
+}
+
+/// The object made of only the identity fields of `inputs` (absent fields are `null`).
+pub fn identity_subset(identity: &[String], inputs: &Value) -> Value {
+    if identity.is_empty() {
+        return inputs.clone();
+    }
+    let mut out = serde_json::Map::new();
+    for field in identity {
+        let v = lookup_path(inputs, field).cloned().unwrap_or(Value::Null);
+        out.insert(field.clone(), v);
+    }
+    Value::Object(out)
+}
+
+/// Follows a dotted path (`supplier.iban`) into a JSON value.
+pub fn lookup_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(value, |v, seg| v.get(seg))
+}
+
+/// Keyed hashing of the fields a tool marks as sensitive. Two redacted IBANs that are equal
+/// produce the same hash, so a reviewer can still see "same account as last time".
+#[derive(Clone)]
+pub struct Redactor {
+    key: Vec<u8>,
+}
+
+impl fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Redactor(..)")
+    }
+}
+
+impl Redactor {
+    pub fn new(key: impl Into<Vec<u8>>) -> Self {
+        Redactor { key: key.into() }
+    }
+
+    /// The keyed hash that replaces a redacted value: `hmac:<first 16 bytes hex>`.
+    pub fn hash(&self, value: &Value) -> String {
+        let mut mac =
+            <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key).expect("HMAC takes any key size");
+        mac.update(canonical(value).as_bytes());
+        let out = mac.finalize().into_bytes();
+        format!("hmac:{}", hex::encode(&out[..16]))
+    }
+
+    /// Returns `value` with each listed path replaced by its keyed hash, and the paths that were
+    /// present (and so redacted).
+    pub fn redact(&self, value: &Value, paths: &[String]) -> (Value, Vec<String>) {
+        let mut out = value.clone();
+        let mut done = Vec::new();
+        for path in paths {
+            if redact_path(&mut out, path, &|v| Value::String(self.hash(v))) {
+                done.push(path.clone());
+            }
+        }
+        (out, done)
+    }
+}
+
+fn redact_path(value: &mut Value, path: &str, f: &dyn Fn(&Value) -> Value) -> bool {
+    let (head, rest) = match path.split_once('.') {
+        Some((h, r)) => (h, Some(r)),
+        None => (path, None),
+    };
+    match value {
+        Value::Object(map) => match (map.get_mut(head), rest) {
+            (Some(v), None) => {
+                *v = f(v);
+                true
+            }
+            (Some(v), Some(rest)) => redact_path(v, rest, f),
+            (None, _) => false,
+        },
+        // A list of records: redact the field in each.
+        Value::Array(items) => {
+            let mut any = false;
+            for item in items {
+                any |= redact_path(item, path, f);
+            }
+            any
+        }
+        _ => false,
+    }
+}
+
+/// `sha256:<hex>` of arbitrary bytes; the hash used by the audit chain and the lockfile.
+pub fn sha256_tagged(bytes: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(bytes);
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+#[path = "canon_tests.rs"]
+mod tests;

@@ -1,0 +1,382 @@
+//! The registry as the user writes it: one folder of YAML and Cedar files, reviewable in a pull
+//! request. These types mirror the files exactly and refuse unknown fields; `registry` turns them
+//! into checked types.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{Effect, Gate, PrincipalKind, Sensitivity, Tier};
+
+/// `toolgate.yaml`: the server, the store and the upstream servers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayFile {
+    /// A human label for this registry; recorded with its content hash in every decision.
+    #[serde(default)]
+    pub label: Option<String>,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub upstreams: BTreeMap<String, UpstreamConfig>,
+    #[serde(default)]
+    pub approvals: ApprovalConfig,
+    #[serde(default)]
+    pub idempotency: IdempotencyConfig,
+    /// Where the key for redaction hashes comes from.
+    #[serde(default)]
+    pub redaction: RedactionConfig,
+    /// The typed ontology of the domain, if it has one (a path relative to the folder).
+    #[serde(default)]
+    pub ontology: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address for streamable HTTP; loopback unless the operator says otherwise.
+    #[serde(default = "default_http")]
+    pub http: String,
+    /// Public base URL of the MCP endpoint, used in OAuth protected-resource metadata.
+    #[serde(default)]
+    pub public_url: Option<String>,
+}
+
+fn default_http() -> String {
+    "127.0.0.1:8480".to_string()
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            http: default_http(),
+            public_url: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite://path` (the embedded default) or `postgres://…`.
+    #[serde(default = "default_store_url")]
+    pub url: String,
+}
+
+fn default_store_url() -> String {
+    "sqlite://toolgate.db".to_string()
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: default_store_url(),
+        }
+    }
+}
+
+/// An upstream MCP server: a child process over stdio, or a streamable-HTTP URL.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Names of environment variables passed through to the child; values are never in the file.
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The exact package version this upstream is pinned to (`name@1.2.3`).
+    pub package: String,
+    /// Seconds before a call to this upstream is a timeout.
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: f64,
+}
+
+fn default_timeout() -> f64 {
+    30.0
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalConfig {
+    /// How long an approval request stays open (hours).
+    #[serde(default = "default_expiry")]
+    pub expiry_hours: i64,
+    /// The id of the current MAC key; tokens name it so keys can rotate.
+    #[serde(default = "default_key_id")]
+    pub key_id: String,
+    /// Environment variable holding the current key (hex or any string of ≥ 32 bytes).
+    #[serde(default = "default_key_env")]
+    pub key_env: String,
+}
+
+fn default_expiry() -> i64 {
+    72
+}
+fn default_key_id() -> String {
+    "k1".to_string()
+}
+fn default_key_env() -> String {
+    "TOOLGATE_APPROVAL_KEY".to_string()
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        ApprovalConfig {
+            expiry_hours: default_expiry(),
+            key_id: default_key_id(),
+            key_env: default_key_env(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdempotencyConfig {
+    /// How long a completed key is replayed (hours); never shorter than the approval expiry.
+    #[serde(default = "default_retention")]
+    pub retention_hours: i64,
+}
+
+fn default_retention() -> i64 {
+    24
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        IdempotencyConfig {
+            retention_hours: default_retention(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactionConfig {
+    /// Environment variable holding the key for redaction hashes.
+    #[serde(default = "default_redaction_env")]
+    pub key_env: String,
+}
+
+fn default_redaction_env() -> String {
+    "TOOLGATE_REDACTION_KEY".to_string()
+}
+
+impl Default for RedactionConfig {
+    fn default() -> Self {
+        RedactionConfig {
+            key_env: default_redaction_env(),
+        }
+    }
+}
+
+/// `tools/*.yaml`: one file per tool family.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsFile {
+    pub tools: Vec<ToolConfig>,
+}
+
+/// One tool as declared. Every field is part of the contract and reviewed as such.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    pub name: String,
+    /// Bumped on any change of behaviour (`toolgate registry diff` enforces it).
+    pub version: String,
+    /// Who reviews changes: a CODEOWNERS handle such as `@acme/billing-platform`.
+    pub owner: String,
+    pub description: String,
+    pub effect: Effect,
+    pub tier: Tier,
+    pub sensitivity: Sensitivity,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The purposes this tool may be used for at all; a call naming another purpose is refused.
+    pub purposes: Vec<String>,
+    /// The roles whose `tools/list` shows this tool.
+    pub roles: Vec<String>,
+    #[serde(default)]
+    pub gate: Gate,
+    /// How many distinct people must approve a gated call (1 or 2).
+    #[serde(default = "one")]
+    pub approvers: u8,
+    /// Calls of this tool allowed per run.
+    #[serde(default)]
+    pub rate_limit: Option<u32>,
+    /// Input fields that identify the operation; they, not free text, derive a direct call's key.
+    #[serde(default)]
+    pub identity: Vec<String>,
+    #[serde(default)]
+    pub destinations: Vec<DestinationConfig>,
+    /// Input or output fields stored as keyed hashes in the audit log.
+    #[serde(default)]
+    pub redact: Vec<String>,
+    /// The tool that undoes a `write`.
+    #[serde(default)]
+    pub compensate: Option<String>,
+    /// The read tool that asks the target, by idempotency key, whether an `irreversible` call landed.
+    #[serde(default)]
+    pub reconcile: Option<String>,
+    pub handler: HandlerConfig,
+    pub input_schema: Value,
+    #[serde(default)]
+    pub output_schema: Option<Value>,
+    /// MCP annotations, if the author sets them; checked against the effect, never trusted over it.
+    #[serde(default)]
+    pub annotations: Option<AnnotationsConfig>,
+}
+
+fn one() -> u8 {
+    1
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AnnotationsConfig {
+    #[serde(default)]
+    pub read_only_hint: Option<bool>,
+    #[serde(default)]
+    pub destructive_hint: Option<bool>,
+    #[serde(default)]
+    pub idempotent_hint: Option<bool>,
+    #[serde(default)]
+    pub open_world_hint: Option<bool>,
+}
+
+/// Where a handler call goes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerConfig {
+    /// An upstream server named in `toolgate.yaml`.
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// The tool's name on that upstream (defaults to the registry name).
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// A built-in handler: `plan.submit`, `step.approve`, `step.reject`, `run.status`.
+    #[serde(default)]
+    pub builtin: Option<String>,
+}
+
+/// A constraint on an input that chooses where data or money goes, enforced against data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationConfig {
+    /// The input field holding the destination (a top-level property name).
+    pub field: String,
+    /// What part of the value is compared.
+    pub kind: DestinationKind,
+    /// A static allowlist.
+    #[serde(default)]
+    pub allowed: Vec<String>,
+    /// Or: the allowed values are looked up through a read tool at call time.
+    #[serde(default)]
+    pub lookup: Option<DestinationLookup>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DestinationKind {
+    /// The domain after `@` of an email address.
+    EmailDomain,
+    /// The host of a URL.
+    UrlHost,
+    /// The whole value (an account number, a channel).
+    Exact,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationLookup {
+    /// A read tool whose structured result carries the allowed values.
+    pub tool: String,
+    /// Input fields of this call passed to the lookup tool under the same names.
+    pub with: Vec<String>,
+    /// The field of the lookup result holding the list of allowed values.
+    pub result: String,
+}
+
+/// `principals.yaml`: roles, then agents and people with their credentials and grants.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalsFile {
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleConfig>,
+    pub principals: Vec<PrincipalConfig>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleConfig {
+    #[serde(default)]
+    pub description: Option<String>,
+    /// A plan-bound role may only call what a submitted plan assigned to it.
+    #[serde(default)]
+    pub plan_bound: bool,
+    /// People in this role may approve gated calls.
+    #[serde(default)]
+    pub approver: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalConfig {
+    pub id: String,
+    pub kind: PrincipalKind,
+    pub role: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// API keys, stored as hashes only.
+    #[serde(default)]
+    pub credentials: Vec<CredentialConfig>,
+    #[serde(default)]
+    pub grants: Vec<GrantConfig>,
+    /// Daily budgets per tier (read is never budgeted).
+    #[serde(default)]
+    pub budgets: BudgetsConfig,
+    /// The principal whose budget this one also draws from.
+    #[serde(default)]
+    pub parent: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialConfig {
+    /// A name for the key, so it can be revoked on its own.
+    pub id: String,
+    /// `sha256:<hex>` of the API key.
+    pub sha256: String,
+    /// The subject of an OAuth access token that maps to this principal.
+    #[serde(default)]
+    pub oauth_subject: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantConfig {
+    pub scopes: Vec<String>,
+    pub purposes: Vec<String>,
+    pub max_tier: Tier,
+    #[serde(default = "default_sensitivity")]
+    pub max_sensitivity: Sensitivity,
+}
+
+fn default_sensitivity() -> Sensitivity {
+    Sensitivity::Internal
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsConfig {
+    #[serde(default)]
+    pub act: Option<u32>,
+    #[serde(default)]
+    pub spend: Option<u32>,
+}

@@ -1,0 +1,903 @@
+//! The decision engine: one call in, one [`Decision`] out, with every check of the ordered list
+//! evaluated and recorded, passed or failed, not only up to the first failure. The first failing
+//! check in order is the reason. Nothing here mutates state: reserving budget and keys and
+//! consuming approvals belong to the store, after an `Allow`.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use cedar_policy::RestrictedExpression;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canon::InputHash;
+use crate::config::{DestinationKind, GrantConfig};
+use crate::model::{PrincipalKind, Tier, Timestamp};
+use crate::policy::{PolicyVerdict, RunCounts};
+use crate::registry::{Registry, Tool};
+use crate::token::{ApprovalClaims, ApprovalKeys, ApprovalToken, Expected};
+
+/// The checks, in the order DESIGN.md gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckName {
+    Credential,
+    Listed,
+    Schema,
+    Destination,
+    Purpose,
+    TierSensitivity,
+    RateLimit,
+    Policy,
+    Budget,
+    Idempotency,
+    Gate,
+}
+
+impl CheckName {
+    pub const ALL: [CheckName; 11] = [
+        CheckName::Credential,
+        CheckName::Listed,
+        CheckName::Schema,
+        CheckName::Destination,
+        CheckName::Purpose,
+        CheckName::TierSensitivity,
+        CheckName::RateLimit,
+        CheckName::Policy,
+        CheckName::Budget,
+        CheckName::Idempotency,
+        CheckName::Gate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckName::Credential => "credential",
+            CheckName::Listed => "listed",
+            CheckName::Schema => "schema",
+            CheckName::Destination => "destination",
+            CheckName::Purpose => "purpose",
+            CheckName::TierSensitivity => "tier_sensitivity",
+            CheckName::RateLimit => "rate_limit",
+            CheckName::Policy => "policy",
+            CheckName::Budget => "budget",
+            CheckName::Idempotency => "idempotency",
+            CheckName::Gate => "gate",
+        }
+    }
+}
+
+impl fmt::Display for CheckName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How one check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Pass,
+    Fail,
+    /// Gated: passes only with approval.
+    Gate,
+    /// Could not be evaluated (the tool does not exist, or the inputs are not valid).
+    Skip,
+}
+
+/// One check's record, kept in the trace and the audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: CheckName,
+    pub outcome: Outcome,
+    pub detail: String,
+    /// The rule that decided this check (`grant.purpose`, a policy id, `schema.maximum`…).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rule: Option<String>,
+}
+
+/// What the engine decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    Deny {
+        check: CheckName,
+        rule: String,
+        reason: String,
+    },
+    NeedsApproval {
+        rule: String,
+        reason: String,
+        /// Distinct approvers still needed.
+        approvers_needed: u8,
+        /// Approvers whose approvals verified already (two-person rule).
+        approved_by: Vec<String>,
+    },
+}
+
+/// The decision with every check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub checks: Vec<Check>,
+    pub input_hash: InputHash,
+    /// Approvals that verified and authorise this call (to be consumed by the store).
+    pub approvals: Vec<ApprovalClaims>,
+    /// Shadow policies that would have refused or gated this call.
+    pub shadow: Vec<String>,
+    /// The registry version the decision was taken under.
+    pub registry_version: String,
+}
+
+impl Decision {
+    pub fn is_allow(&self) -> bool {
+        matches!(self.verdict, Verdict::Allow)
+    }
+
+    pub fn check(&self, name: CheckName) -> &Check {
+        self.checks
+            .iter()
+            .find(|c| c.name == name)
+            .expect("every decision records every check")
+    }
+
+    /// The rule that decided, if not a plain allow.
+    pub fn rule(&self) -> Option<&str> {
+        match &self.verdict {
+            Verdict::Allow => None,
+            Verdict::Deny { rule, .. } | Verdict::NeedsApproval { rule, .. } => Some(rule),
+        }
+    }
+}
+
+/// One earlier decision in the run, as policies and rate limits see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorCall {
+    pub tool: String,
+    pub tier: Tier,
+    pub outcome: PriorOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PriorOutcome {
+    Allowed,
+    Denied,
+    Gated,
+}
+
+/// The run so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunHistory {
+    pub calls: Vec<PriorCall>,
+}
+
+impl RunHistory {
+    pub fn counts(&self, tool: &str) -> RunCounts {
+        let mut c = RunCounts {
+            steps: self.calls.len() as i64,
+            ..RunCounts::default()
+        };
+        for call in &self.calls {
+            match call.outcome {
+                PriorOutcome::Denied => c.denials += 1,
+                PriorOutcome::Allowed => {
+                    match call.tier {
+                        Tier::Act => c.act_steps += 1,
+                        Tier::Spend => c.spend_steps += 1,
+                        Tier::Read => {}
+                    }
+                    if call.tool == tool {
+                        c.tool_calls += 1;
+                    }
+                }
+                PriorOutcome::Gated => {}
+            }
+        }
+        c
+    }
+}
+
+/// Today's budget use, per principal and tier, as the store's ledger sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetView {
+    pub used: HashMap<String, HashMap<Tier, u32>>,
+}
+
+impl BudgetView {
+    pub fn used(&self, principal: &str, tier: Tier) -> u32 {
+        self.used
+            .get(principal)
+            .and_then(|m| m.get(&tier))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn set(&mut self, principal: &str, tier: Tier, used: u32) {
+        self.used
+            .entry(principal.to_string())
+            .or_default()
+            .insert(tier, used);
+    }
+}
+
+/// What the idempotency store knows about this call's key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyState {
+    /// Never seen: the call may run.
+    #[default]
+    Fresh,
+    /// Done before: the stored outcome will be replayed.
+    Done,
+    /// Another attempt holds the key now.
+    InFlight,
+    /// The key was used with different canonical inputs.
+    InputsDiffer,
+}
+
+/// Allowed destination values looked up at call time, by input field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationFacts {
+    pub allowed: HashMap<String, Vec<String>>,
+}
+
+fn never_used(_: &str) -> bool {
+    false
+}
+
+/// One call to decide.
+#[derive(Clone, Copy)]
+pub struct CallRequest<'a> {
+    pub principal: &'a str,
+    pub tool: &'a str,
+    pub purpose: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub inputs: &'a Value,
+    /// The step id (planned) or call id (direct) an approval binds to.
+    pub subject: &'a str,
+    pub run: &'a RunHistory,
+    pub budgets: &'a BudgetView,
+    pub idempotency: IdempotencyState,
+    pub approvals: &'a [ApprovalToken],
+    pub destinations: &'a DestinationFacts,
+    /// The pinned upstream definition hash of the tool, when it has one.
+    pub definition_hash: Option<&'a str>,
+    /// Whether an approval nonce was consumed already (the store's ledger).
+    pub nonce_used: &'a dyn Fn(&str) -> bool,
+}
+
+impl<'a> CallRequest<'a> {
+    /// A request with an empty run, no budget use, no approvals and no looked-up facts.
+    pub fn new(principal: &'a str, tool: &'a str, inputs: &'a Value) -> Self {
+        static EMPTY_RUN: RunHistory = RunHistory { calls: Vec::new() };
+        static EMPTY_BUDGETS: std::sync::LazyLock<BudgetView> =
+            std::sync::LazyLock::new(BudgetView::default);
+        static EMPTY_FACTS: std::sync::LazyLock<DestinationFacts> =
+            std::sync::LazyLock::new(DestinationFacts::default);
+        CallRequest {
+            principal,
+            tool,
+            purpose: None,
+            reason: None,
+            inputs,
+            subject: "",
+            run: &EMPTY_RUN,
+            budgets: &EMPTY_BUDGETS,
+            idempotency: IdempotencyState::Fresh,
+            approvals: &[],
+            destinations: &EMPTY_FACTS,
+            definition_hash: None,
+            nonce_used: &never_used,
+        }
+    }
+}
+
+/// The engine: a registry and the approval keys. Cheap to construct, `Sync`, no interior state.
+pub struct Engine<'r> {
+    pub registry: &'r Registry,
+    pub keys: &'r ApprovalKeys,
+}
+
+struct Recorder {
+    checks: Vec<Check>,
+}
+
+impl Recorder {
+    fn push(&mut self, name: CheckName, outcome: Outcome, detail: String, rule: Option<String>) {
+        self.checks.push(Check {
+            name,
+            outcome,
+            detail,
+            rule,
+        });
+    }
+    fn pass(&mut self, name: CheckName, detail: String) {
+        self.push(name, Outcome::Pass, detail, None);
+    }
+    fn fail(&mut self, name: CheckName, rule: &str, detail: String) {
+        self.push(name, Outcome::Fail, detail, Some(rule.to_string()));
+    }
+    fn skip(&mut self, name: CheckName, detail: &str) {
+        self.push(name, Outcome::Skip, detail.to_string(), None);
+    }
+}
+
+/// The answer for a tool that is not there, identical whether it does not exist or is not
+/// listed for the caller's role.
+pub fn unknown_tool_message(tool: &str) -> String {
+    format!("unknown tool '{tool}'")
+}
+
+impl<'r> Engine<'r> {
+    pub fn new(registry: &'r Registry, keys: &'r ApprovalKeys) -> Self {
+        Engine { registry, keys }
+    }
+
+    /// Decides one call at time `now`.
+    pub fn decide(&self, req: &CallRequest<'_>, now: Timestamp) -> Decision {
+        let mut rec = Recorder {
+            checks: Vec::with_capacity(11),
+        };
+        let input_hash = InputHash::of(req.inputs);
+        let version = self.registry.version.hash.clone();
+
+        // 1. credential → principal, role (authentication happened at the edge).
+        let Some(principal) = self.registry.principal(req.principal) else {
+            rec.fail(
+                CheckName::Credential,
+                "credential",
+                format!("no principal '{}'", req.principal),
+            );
+            return self.finish_early(rec, CheckName::Credential, input_hash, version);
+        };
+        rec.pass(
+            CheckName::Credential,
+            format!("principal '{}' (role {})", principal.id(), principal.role()),
+        );
+
+        // 2. the tool exists and is listed for the role; otherwise it does not exist.
+        let tool = match self.registry.tool(req.tool) {
+            Some(t) if t.is_listed_for(principal.role()) => t,
+            _ => {
+                rec.fail(
+                    CheckName::Listed,
+                    "tool.unknown",
+                    unknown_tool_message(req.tool),
+                );
+                return self.finish_early(rec, CheckName::Listed, input_hash, version);
+            }
+        };
+        rec.pass(
+            CheckName::Listed,
+            format!("'{}' v{} is listed for role {}", tool.name(), tool.config.version, principal.role()),
+        );
+        let cfg = &tool.config;
+
+        // 3. inputs against the closed schema.
+        let inputs_valid = match tool.schema.validate(req.inputs) {
+            Ok(()) => {
+                rec.pass(CheckName::Schema, "inputs match the schema".into());
+                true
+            }
+            Err(errors) => {
+                let rule = format!("schema.{}", errors[0].constraint);
+                let detail = errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                rec.fail(CheckName::Schema, &rule, detail);
+                false
+            }
+        };
+
+        // 4. destination constraints, against data.
+        self.check_destinations(&mut rec, tool, req, inputs_valid);
+
+        // 5. purpose (and reason, for anything that changes state) granted for the scopes.
+        let covering = self.check_purpose(&mut rec, tool, principal.config.grants.as_slice(), req);
+
+        // 6. tier and sensitivity within the grant.
+        let candidates: Vec<&GrantConfig> = if covering.is_empty() {
+            principal.config.grants.iter().collect()
+        } else {
+            covering
+        };
+        let fits = |g: &&GrantConfig| g.max_tier >= cfg.tier && g.max_sensitivity >= cfg.sensitivity;
+        if candidates.iter().any(fits) {
+            rec.pass(
+                CheckName::TierSensitivity,
+                format!("tier {} and sensitivity {} within the grant", cfg.tier, cfg.sensitivity),
+            );
+        } else if !candidates.iter().any(|g| g.max_tier >= cfg.tier) {
+            let max = candidates.iter().map(|g| g.max_tier).max();
+            rec.fail(
+                CheckName::TierSensitivity,
+                "grant.tier",
+                format!(
+                    "tier {} exceeds the grant's max tier {}",
+                    cfg.tier,
+                    max.map_or("(no grant)".to_string(), |t| t.to_string())
+                ),
+            );
+        } else {
+            let max = candidates.iter().map(|g| g.max_sensitivity).max();
+            rec.fail(
+                CheckName::TierSensitivity,
+                "grant.sensitivity",
+                format!(
+                    "sensitivity {} exceeds the grant's max sensitivity {}",
+                    cfg.sensitivity,
+                    max.map_or("(no grant)".to_string(), |s| s.to_string())
+                ),
+            );
+        }
+
+        // 7. per-run rate limit.
+        let counts = req.run.counts(tool.name());
+        match cfg.rate_limit {
+            Some(limit) if counts.tool_calls >= limit as i64 => rec.fail(
+                CheckName::RateLimit,
+                "rate_limit",
+                format!(
+                    "rate limit: '{}' allows {limit} call(s) per run and {} were made",
+                    tool.name(),
+                    counts.tool_calls
+                ),
+            ),
+            Some(limit) => rec.pass(
+                CheckName::RateLimit,
+                format!("{} of {limit} calls per run used", counts.tool_calls),
+            ),
+            None => rec.pass(CheckName::RateLimit, "no per-run limit".into()),
+        }
+
+        // 8. policies, over the call and the run so far.
+        let verdict = if inputs_valid {
+            Some(self.evaluate_policies(principal, tool, req, counts))
+        } else {
+            None
+        };
+        match &verdict {
+            None => rec.skip(CheckName::Policy, "not evaluated: the inputs are not valid"),
+            Some(v) if !v.errors.is_empty() => rec.fail(
+                CheckName::Policy,
+                "policy.error",
+                format!("policy evaluation failed, so the call is refused: {}", v.errors.join("; ")),
+            ),
+            Some(v) if !v.forbidden_by.is_empty() => {
+                let id = &v.forbidden_by[0];
+                let why = self
+                    .registry
+                    .policies
+                    .info(id)
+                    .and_then(|p| p.reason.clone())
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                rec.fail(CheckName::Policy, id, format!("policy '{id}' objects{why}"));
+            }
+            Some(v) if !v.gated_by.is_empty() => rec.push(
+                CheckName::Policy,
+                Outcome::Gate,
+                format!("policy '{}' asks for approval", v.gated_by[0]),
+                Some(v.gated_by[0].clone()),
+            ),
+            Some(_) => rec.pass(CheckName::Policy, "no policy objects".into()),
+        }
+
+        // 9. daily budget, for the principal and every ancestor it draws from.
+        self.check_budget(&mut rec, principal, cfg.tier, req.budgets, now);
+
+        // 10. idempotency, as the store sees this call's key.
+        match req.idempotency {
+            IdempotencyState::Fresh => rec.pass(CheckName::Idempotency, "new key".into()),
+            IdempotencyState::Done => rec.pass(
+                CheckName::Idempotency,
+                "this key is done: the stored outcome is replayed, nothing runs again".into(),
+            ),
+            IdempotencyState::InFlight => rec.fail(
+                CheckName::Idempotency,
+                "idempotency.in_progress",
+                "the same call is in progress; check its status instead of retrying".into(),
+            ),
+            IdempotencyState::InputsDiffer => rec.fail(
+                CheckName::Idempotency,
+                "idempotency.inputs_differ",
+                "this idempotency key was used with different inputs; a changed call is a new step".into(),
+            ),
+        }
+
+        // 11. the gate: a tool that always needs a person, or a @gate policy that matched.
+        let gate_rule = if cfg.gate == crate::model::Gate::Always {
+            Some("gate.always".to_string())
+        } else {
+            verdict.as_ref().and_then(|v| v.gated_by.first().cloned())
+        };
+        let (approvals, gate_passed) =
+            self.check_gate(&mut rec, tool, req, &input_hash, gate_rule.as_deref(), now);
+
+        let shadow = verdict.map(|v| v.shadow_matched).unwrap_or_default();
+        let verdict = self.verdict(&rec, tool, &approvals);
+        let approvals = if gate_passed { approvals } else { Vec::new() };
+        Decision {
+            verdict,
+            checks: rec.checks,
+            input_hash,
+            approvals,
+            shadow,
+            registry_version: version,
+        }
+    }
+
+    fn finish_early(
+        &self,
+        mut rec: Recorder,
+        failed: CheckName,
+        input_hash: InputHash,
+        registry_version: String,
+    ) -> Decision {
+        for name in CheckName::ALL {
+            if !rec.checks.iter().any(|c| c.name == name) {
+                rec.skip(name, &format!("not evaluated: the {failed} check failed"));
+            }
+        }
+        let first = &rec.checks.iter().find(|c| c.name == failed).expect("recorded");
+        Decision {
+            verdict: Verdict::Deny {
+                check: failed,
+                rule: first.rule.clone().unwrap_or_default(),
+                reason: first.detail.clone(),
+            },
+            checks: rec.checks,
+            input_hash,
+            approvals: Vec::new(),
+            shadow: Vec::new(),
+            registry_version,
+        }
+    }
+
+    fn verdict(&self, rec: &Recorder, tool: &Tool, approved: &[ApprovalClaims]) -> Verdict {
+        if let Some(c) = rec.checks.iter().find(|c| c.outcome == Outcome::Fail) {
+            return Verdict::Deny {
+                check: c.name,
+                rule: c.rule.clone().unwrap_or_default(),
+                reason: c.detail.clone(),
+            };
+        }
+        let gate = rec
+            .checks
+            .iter()
+            .find(|c| c.name == CheckName::Gate && c.outcome == Outcome::Gate);
+        match gate {
+            Some(c) => Verdict::NeedsApproval {
+                rule: c.rule.clone().unwrap_or_default(),
+                reason: c.detail.clone(),
+                approvers_needed: tool.config.approvers.saturating_sub(approved.len() as u8),
+                approved_by: approved.iter().map(|c| c.approver.clone()).collect(),
+            },
+            None => Verdict::Allow,
+        }
+    }
+
+    fn check_destinations(
+        &self,
+        rec: &mut Recorder,
+        tool: &Tool,
+        req: &CallRequest<'_>,
+        inputs_valid: bool,
+    ) {
+        let cfg = &tool.config;
+        if cfg.destinations.is_empty() {
+            rec.pass(CheckName::Destination, "no destination constraints".into());
+            return;
+        }
+        if !inputs_valid {
+            rec.skip(CheckName::Destination, "not evaluated: the inputs are not valid");
+            return;
+        }
+        let mut passed = Vec::new();
+        for d in &cfg.destinations {
+            let Some(value) = req.inputs.get(&d.field) else {
+                continue; // optional and absent: nothing goes anywhere through it
+            };
+            let values: Vec<&str> = match value {
+                Value::String(s) => vec![s.as_str()],
+                Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+                _ => vec![],
+            };
+            let allowed: Vec<String> = if d.lookup.is_some() {
+                match req.destinations.allowed.get(&d.field) {
+                    Some(list) => list.clone(),
+                    None => {
+                        rec.fail(
+                            CheckName::Destination,
+                            &format!("destination.{}", d.field),
+                            format!(
+                                "the allowed values for '{}' could not be looked up, so the call is refused",
+                                d.field
+                            ),
+                        );
+                        return;
+                    }
+                }
+            } else {
+                d.allowed.clone()
+            };
+            for v in values {
+                let part = match d.kind {
+                    DestinationKind::EmailDomain => v.rsplit_once('@').map(|(_, dom)| dom.to_ascii_lowercase()),
+                    DestinationKind::UrlHost => url_host(v),
+                    DestinationKind::Exact => Some(v.to_string()),
+                };
+                let ok = part
+                    .as_deref()
+                    .is_some_and(|p| allowed.iter().any(|a| a.eq_ignore_ascii_case(p)));
+                if !ok {
+                    let what = match d.kind {
+                        DestinationKind::EmailDomain => "domain",
+                        DestinationKind::UrlHost => "host",
+                        DestinationKind::Exact => "value",
+                    };
+                    rec.fail(
+                        CheckName::Destination,
+                        &format!("destination.{}", d.field),
+                        format!(
+                            "'{}' rejected: {what} {} is not allowed here. Allowed: {}. Use a destination on record, or ask a person to add one",
+                            d.field,
+                            part.as_deref().unwrap_or(v),
+                            if allowed.is_empty() { "(none on record)".to_string() } else { allowed.join(", ") }
+                        ),
+                    );
+                    return;
+                }
+            }
+            passed.push(d.field.as_str());
+        }
+        rec.pass(
+            CheckName::Destination,
+            if passed.is_empty() {
+                "no destination given".into()
+            } else {
+                format!("destinations allowed: {}", passed.join(", "))
+            },
+        );
+    }
+
+    fn check_purpose<'g>(
+        &self,
+        rec: &mut Recorder,
+        tool: &Tool,
+        grants: &'g [GrantConfig],
+        req: &CallRequest<'_>,
+    ) -> Vec<&'g GrantConfig> {
+        let cfg = &tool.config;
+        let Some(purpose) = req.purpose.filter(|p| !p.is_empty()) else {
+            rec.fail(
+                CheckName::Purpose,
+                "purpose.missing",
+                format!(
+                    "no purpose given; '{}' may be used for: {} (send it as _meta.purpose)",
+                    cfg.name,
+                    cfg.purposes.join(", ")
+                ),
+            );
+            return Vec::new();
+        };
+        let covering: Vec<&GrantConfig> = grants
+            .iter()
+            .filter(|g| {
+                g.purposes.iter().any(|p| p == purpose)
+                    && cfg.scopes.iter().all(|s| g.scopes.contains(s))
+            })
+            .collect();
+        if !cfg.purposes.iter().any(|p| p == purpose) {
+            rec.fail(
+                CheckName::Purpose,
+                "tool.purpose",
+                format!(
+                    "'{}' is not for purpose '{purpose}', so it is not granted for purpose '{purpose}'; its purposes: {}",
+                    cfg.name,
+                    cfg.purposes.join(", ")
+                ),
+            );
+        } else if covering.is_empty() {
+            rec.fail(
+                CheckName::Purpose,
+                "grant.purpose",
+                format!(
+                    "scopes {:?} not granted for purpose '{purpose}'",
+                    cfg.scopes
+                ),
+            );
+        } else if cfg.effect != crate::model::Effect::Read
+            && req.reason.is_none_or(|r| r.trim().is_empty())
+        {
+            rec.fail(
+                CheckName::Purpose,
+                "reason.missing",
+                format!(
+                    "'{}' changes state, so it needs a reason: send one as _meta.reason",
+                    cfg.name
+                ),
+            );
+        } else {
+            rec.pass(
+                CheckName::Purpose,
+                format!("scopes {:?} granted for purpose '{purpose}'", cfg.scopes),
+            );
+        }
+        covering
+    }
+
+    fn evaluate_policies(
+        &self,
+        principal: &crate::registry::Principal,
+        tool: &Tool,
+        req: &CallRequest<'_>,
+        counts: RunCounts,
+    ) -> PolicyVerdict {
+        let inputs = match tool.schema.cedar_type().to_cedar(req.inputs) {
+            Ok(i) => i,
+            Err(e) => {
+                return PolicyVerdict {
+                    errors: vec![format!("inputs cannot be given to policies: {e}")],
+                    ..PolicyVerdict::default()
+                };
+            }
+        };
+        let long = RestrictedExpression::new_long;
+        let run = RestrictedExpression::new_record([
+            ("steps".to_string(), long(counts.steps)),
+            ("denials".to_string(), long(counts.denials)),
+            ("act_steps".to_string(), long(counts.act_steps)),
+            ("spend_steps".to_string(), long(counts.spend_steps)),
+            ("tool_calls".to_string(), long(counts.tool_calls)),
+        ])
+        .expect("distinct keys");
+        let context = vec![
+            (
+                "purpose".to_string(),
+                RestrictedExpression::new_string(req.purpose.unwrap_or_default().to_string()),
+            ),
+            (
+                "reason".to_string(),
+                RestrictedExpression::new_string(req.reason.unwrap_or_default().to_string()),
+            ),
+            ("inputs".to_string(), inputs),
+            ("run".to_string(), run),
+        ];
+        self.registry
+            .policies
+            .evaluate(&principal.entity, &tool.action, &tool.resource, context)
+    }
+
+    fn check_budget(
+        &self,
+        rec: &mut Recorder,
+        principal: &crate::registry::Principal,
+        tier: Tier,
+        budgets: &BudgetView,
+        _now: Timestamp,
+    ) {
+        if tier == Tier::Read {
+            rec.pass(CheckName::Budget, "read is not budgeted".into());
+            return;
+        }
+        let chain = std::iter::once(principal.id()).chain(principal.ancestors.iter().map(String::as_str));
+        let mut notes = Vec::new();
+        for id in chain {
+            let Some(p) = self.registry.principal(id) else { continue };
+            let Some(limit) = p.budget(tier) else { continue };
+            let used = budgets.used(id, tier);
+            if used >= limit {
+                let whose = if id == principal.id() {
+                    format!("'{id}'")
+                } else {
+                    format!("'{id}' (which '{}' draws from)", principal.id())
+                };
+                rec.fail(
+                    CheckName::Budget,
+                    &format!("budget.{tier}"),
+                    format!(
+                        "daily {tier} budget of {whose} is used up: {used} of {limit} today; it frees at 00:00 UTC"
+                    ),
+                );
+                return;
+            }
+            notes.push(format!("{id}: {used}/{limit}"));
+        }
+        rec.pass(
+            CheckName::Budget,
+            if notes.is_empty() {
+                format!("no daily {tier} budget set")
+            } else {
+                format!("{tier} budget used today {}", notes.join(", "))
+            },
+        );
+    }
+
+    fn check_gate(
+        &self,
+        rec: &mut Recorder,
+        tool: &Tool,
+        req: &CallRequest<'_>,
+        input_hash: &InputHash,
+        gate_rule: Option<&str>,
+        now: Timestamp,
+    ) -> (Vec<ApprovalClaims>, bool) {
+        let Some(rule) = gate_rule else {
+            rec.pass(CheckName::Gate, "no approval needed".into());
+            return (Vec::new(), true);
+        };
+        let cfg = &tool.config;
+        let expected = Expected {
+            subject: req.subject,
+            tool: &cfg.name,
+            tool_version: &cfg.version,
+            input_hash,
+            registry_version: None,
+            definition_hash: req.definition_hash,
+        };
+        let mut valid: Vec<ApprovalClaims> = Vec::new();
+        let mut refused = Vec::new();
+        for token in req.approvals {
+            match self.keys.verify(token, &expected, now, req.nonce_used) {
+                Ok(claims) => {
+                    let is_approver = self.registry.principal(&claims.approver).is_some_and(|p| {
+                        p.config.kind == PrincipalKind::Human
+                            && self.registry.role(p.role()).is_some_and(|r| r.approver)
+                    });
+                    if !is_approver {
+                        refused.push(format!("'{}' is not a person with an approver role", claims.approver));
+                    } else if valid.iter().any(|v| v.approver == claims.approver) {
+                        refused.push(format!("'{}' already approved; a second approver must be someone else", claims.approver));
+                    } else {
+                        valid.push(claims);
+                    }
+                }
+                Err(e) => refused.push(e.to_string()),
+            }
+        }
+        let needed = cfg.approvers as usize;
+        if valid.len() >= needed {
+            let by: Vec<&str> = valid.iter().map(|c| c.approver.as_str()).collect();
+            rec.push(
+                CheckName::Gate,
+                Outcome::Pass,
+                format!("approved by {} under rule {rule}", by.join(" and ")),
+                Some(rule.to_string()),
+            );
+            return (valid, true);
+        }
+        let mut detail = format!(
+            "needs approval by {} person(s) under rule {rule}",
+            needed - valid.len()
+        );
+        if !valid.is_empty() {
+            let by: Vec<&str> = valid.iter().map(|c| c.approver.as_str()).collect();
+            detail.push_str(&format!("; approved first by {}", by.join(", ")));
+        }
+        if !refused.is_empty() {
+            detail.push_str(&format!("; approval refused: {}", refused.join("; ")));
+        }
+        rec.push(CheckName::Gate, Outcome::Gate, detail, Some(rule.to_string()));
+        (valid, false)
+    }
+}
+
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host.starts_with('[') {
+        host.split_once(']').map(|(h, _)| &h[1..])?
+    } else {
+        host.split(':').next()?
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,0 +1,25 @@
+//! toolgate's core: the registry, grants, Cedar policies and the ordered checks, canonical JSON
+//! and the values derived from it. Pure and synchronous: no I/O beyond reading the registry
+//! folder, no async, no clock of its own. The store and the gateway build on it.
+
+pub mod canon;
+pub mod config;
+pub mod decide;
+pub mod lint;
+pub mod model;
+pub mod policy;
+pub mod registry;
+pub mod schema;
+pub mod token;
+
+pub use canon::{IdempotencyKey, InputHash, Redactor, canonical};
+pub use decide::{
+    BudgetView, CallRequest, Check, CheckName, Decision, DestinationFacts, Engine,
+    IdempotencyState, Outcome, PriorCall, PriorOutcome, RunHistory, Verdict,
+};
+pub use model::{
+    Clock, Effect, FixedClock, Gate, PrincipalKind, Sensitivity, StepStatus, SystemClock, Tier,
+    Timestamp,
+};
+pub use registry::{Finding, LoadError, Registry, RegistryVersion};
+pub use token::{ApprovalClaims, ApprovalKeys, ApprovalToken, TokenError};

@@ -1,0 +1,363 @@
+//! `toolgate check`: the registry lint. A surface is unsafe when a schema is open or unbounded,
+//! when a destination can be any string, when a write cannot be deduplicated or undone, or when
+//! an irreversible call can neither be reconciled nor stopped. Each finding says how to fix it.
+
+use serde_json::Value;
+
+use crate::config::{AnnotationsConfig, PrincipalConfig, ToolConfig};
+use crate::model::{Effect, Gate, Tier};
+use crate::registry::{Finding, Registry};
+
+/// Parameter names that choose where data or money goes.
+const DESTINATION_WORDS: &[&str] = &[
+    "recipient",
+    "recipients",
+    "to",
+    "cc",
+    "bcc",
+    "email",
+    "url",
+    "uri",
+    "webhook",
+    "callback",
+    "endpoint",
+    "channel",
+    "account",
+    "iban",
+    "host",
+    "domain",
+    "address",
+    "phone",
+    "owner",
+    "repo",
+    "repository",
+];
+
+/// Whether a property name looks like a destination (`to`, `reply_to`, `webhook_url`, `iban`…).
+pub fn is_destination_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|part| DESTINATION_WORDS.contains(&part))
+}
+
+/// Whether a schema declares a property of this name anywhere.
+pub fn schema_mentions(schema: &Value, name: &str) -> bool {
+    match schema {
+        Value::Object(m) => {
+            m.get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|p| p.contains_key(name))
+                || m.values().any(|v| schema_mentions(v, name))
+        }
+        Value::Array(a) => a.iter().any(|v| schema_mentions(v, name)),
+        _ => false,
+    }
+}
+
+/// Lints a loaded registry: every unsafe-surface finding.
+pub fn lint(registry: &Registry) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for tool in registry.tools() {
+        lint_tool(&tool.file, tool.index, &tool.config, &mut out);
+    }
+    for (i, p) in registry.principals().iter().enumerate() {
+        lint_principal(i, &p.config, &mut out);
+    }
+    out
+}
+
+fn push(out: &mut Vec<Finding>, file: &str, path: String, rule: &str, message: String, fix: &str) {
+    out.push(Finding {
+        file: file.to_string(),
+        path,
+        rule: rule.to_string(),
+        message,
+        fix: fix.to_string(),
+    });
+}
+
+/// The findings for one tool declaration.
+pub fn lint_tool(file: &str, index: usize, t: &ToolConfig, out: &mut Vec<Finding>) {
+    let base = format!("tools[{index}]");
+    let schema_path = format!("{base}.input_schema");
+    if t.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+        push(
+            out,
+            file,
+            schema_path.clone(),
+            "schema.not-object",
+            format!("'{}' inputs are not an object", t.name),
+            "MCP tool inputs are an object: `type: object` with `properties`",
+        );
+    }
+    lint_schema(file, &schema_path, &t.input_schema, None, t, out);
+
+    let writes = matches!(t.effect, Effect::Write | Effect::Irreversible);
+    if writes && t.identity.is_empty() {
+        push(
+            out,
+            file,
+            format!("{base}.identity"),
+            "write.no-identity",
+            format!(
+                "{} tool '{}' declares no identity fields, so a retry cannot be recognised",
+                t.effect, t.name
+            ),
+            "list the input fields that identify the operation (`identity: [invoice_id, amount]`), not free text",
+        );
+    }
+    if t.effect == Effect::Write && t.compensate.is_none() {
+        push(
+            out,
+            file,
+            format!("{base}.compensate"),
+            "write.no-compensation",
+            format!("write tool '{}' has no compensating tool", t.name),
+            "name the tool that undoes it (`compensate: note.discard`), or declare it `irreversible`",
+        );
+    }
+    if t.effect == Effect::Irreversible && t.reconcile.is_none() && t.gate == Gate::Never {
+        push(
+            out,
+            file,
+            format!("{base}.reconcile"),
+            "irreversible.unguarded",
+            format!(
+                "irreversible tool '{}' has neither a reconciling tool nor a gate",
+                t.name
+            ),
+            "add `reconcile: <read tool that looks up by idempotency key>` or `gate: always`",
+        );
+    }
+    if t.effect == Effect::Read && t.tier != Tier::Read {
+        push(
+            out,
+            file,
+            format!("{base}.tier"),
+            "tier.contradicts-effect",
+            format!("read tool '{}' is in tier {}", t.name, t.tier),
+            "a read tool is tier read; if it changes state, its effect is write",
+        );
+    }
+    if let Some(a) = t.annotations {
+        lint_annotations(file, &base, t, a, out);
+    }
+    for (j, d) in t.destinations.iter().enumerate() {
+        if d.allowed.is_empty() && d.lookup.is_none() {
+            push(
+                out,
+                file,
+                format!("{base}.destinations[{j}]"),
+                "destination.empty",
+                format!("destination constraint on '{}' allows nothing", d.field),
+                "give `allowed: [...]` or a `lookup:` read tool",
+            );
+        }
+        if t.input_schema.pointer(&format!("/properties/{}", d.field)).is_none() {
+            push(
+                out,
+                file,
+                format!("{base}.destinations[{j}].field"),
+                "ref.unknown-field",
+                format!("'{}' is not an input of '{}'", d.field, t.name),
+                "name a top-level input property",
+            );
+        }
+    }
+}
+
+fn lint_annotations(
+    file: &str,
+    base: &str,
+    t: &ToolConfig,
+    a: AnnotationsConfig,
+    out: &mut Vec<Finding>,
+) {
+    let path = format!("{base}.annotations");
+    let mut contradiction = |msg: String| {
+        push(
+            out,
+            file,
+            path.clone(),
+            "annotations.contradict-effect",
+            msg,
+            "remove the annotations (toolgate derives them from `effect`) or make them agree",
+        )
+    };
+    match t.effect {
+        Effect::Read => {
+            if a.read_only_hint == Some(false) {
+                contradiction(format!("'{}' is a read tool but says readOnlyHint: false", t.name));
+            }
+            if a.destructive_hint == Some(true) {
+                contradiction(format!("'{}' is a read tool but says destructiveHint: true", t.name));
+            }
+        }
+        Effect::Write | Effect::Irreversible => {
+            if a.read_only_hint == Some(true) {
+                contradiction(format!(
+                    "'{}' is a {} tool but says readOnlyHint: true",
+                    t.name, t.effect
+                ));
+            }
+            if t.effect == Effect::Irreversible && a.destructive_hint == Some(false) {
+                contradiction(format!(
+                    "'{}' is irreversible but says destructiveHint: false",
+                    t.name
+                ));
+            }
+            if a.idempotent_hint == Some(true) && t.identity.is_empty() {
+                contradiction(format!(
+                    "'{}' says idempotentHint: true but declares no identity fields",
+                    t.name
+                ));
+            }
+        }
+    }
+}
+
+fn has_any(m: &serde_json::Map<String, Value>, keys: &[&str]) -> bool {
+    keys.iter().any(|k| m.contains_key(*k))
+}
+
+fn lint_schema(
+    file: &str,
+    path: &str,
+    schema: &Value,
+    prop_name: Option<&str>,
+    tool: &ToolConfig,
+    out: &mut Vec<Finding>,
+) {
+    let Some(m) = schema.as_object() else { return };
+    let types: Vec<&str> = match m.get("type") {
+        Some(Value::String(s)) => vec![s.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let constrained = has_any(m, &["enum", "const"]);
+    for ty in &types {
+        match *ty {
+            "object" => {
+                if m.get("additionalProperties") != Some(&Value::Bool(false)) {
+                    push(
+                        out,
+                        file,
+                        path.to_string(),
+                        "schema.open-object",
+                        "object schema without `additionalProperties: false`".into(),
+                        "close it: extra fields are how unreviewed parameters slip through",
+                    );
+                }
+            }
+            "number" | "integer" if !constrained => {
+                let low = has_any(m, &["minimum", "exclusiveMinimum"]);
+                let high = has_any(m, &["maximum", "exclusiveMaximum"]);
+                if !(low && high) {
+                    push(
+                        out,
+                        file,
+                        path.to_string(),
+                        "schema.unbounded-number",
+                        format!(
+                            "number without {} bound",
+                            match (low, high) {
+                                (false, false) => "a lower or an upper",
+                                (true, false) => "an upper",
+                                _ => "a lower",
+                            }
+                        ),
+                        "set `minimum`/`exclusiveMinimum` and `maximum`/`exclusiveMaximum`",
+                    );
+                }
+            }
+            "string" if !has_any(m, &["maxLength", "enum", "const", "pattern", "format"]) => {
+                push(
+                    out,
+                    file,
+                    path.to_string(),
+                    "schema.unbounded-string",
+                    "string without `maxLength`, `enum`, `const`, `pattern` or `format`".into(),
+                    "bound it: `maxLength`, or better a `pattern` or `enum`",
+                );
+            }
+            "array" if !m.contains_key("maxItems") => {
+                push(
+                    out,
+                    file,
+                    path.to_string(),
+                    "schema.unbounded-array",
+                    "array without `maxItems`".into(),
+                    "set `maxItems`",
+                );
+            }
+            _ => {}
+        }
+    }
+    if let Some(name) = prop_name
+        && is_destination_name(name)
+        && !types.contains(&"object")
+        && !types.contains(&"array")
+        && !has_any(m, &["enum", "const", "pattern"])
+        && !tool.destinations.iter().any(|d| d.field == name)
+    {
+        push(
+            out,
+            file,
+            path.to_string(),
+            "destination.free-string",
+            format!("destination-like parameter '{name}' accepts any value"),
+            "constrain it with `enum`/`const`/`pattern`, or declare a `destinations:` allowlist or lookup for it",
+        );
+    }
+    if let Some(props) = m.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            lint_schema(file, &format!("{path}.properties.{k}"), v, Some(k), tool, out);
+        }
+    }
+    if let Some(items) = m.get("items") {
+        let name = prop_name.map(|n| n.to_string());
+        lint_schema(file, &format!("{path}.items"), items, name.as_deref(), tool, out);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(alts)) = m.get(key) {
+            for (i, alt) in alts.iter().enumerate() {
+                lint_schema(file, &format!("{path}.{key}[{i}]"), alt, prop_name, tool, out);
+            }
+        }
+    }
+}
+
+fn lint_principal(i: usize, p: &PrincipalConfig, out: &mut Vec<Finding>) {
+    let max = p.grants.iter().map(|g| g.max_tier).max();
+    for (tier, budget) in [(Tier::Act, p.budgets.act), (Tier::Spend, p.budgets.spend)] {
+        if max.is_some_and(|m| m >= tier) && budget.is_none() {
+            push(
+                out,
+                "principals.yaml",
+                format!("principals[{i}].budgets.{tier}"),
+                "budget.missing",
+                format!(
+                    "'{}' holds a grant up to tier {} but has no daily {tier} budget",
+                    p.id,
+                    max.expect("checked")
+                ),
+                "set `budgets: {act: N, spend: M}`; an unbudgeted tier is unlimited",
+            );
+        }
+    }
+    if p.kind == crate::model::PrincipalKind::Agent && p.credentials.is_empty() {
+        push(
+            out,
+            "principals.yaml",
+            format!("principals[{i}].credentials"),
+            "principal.no-credential",
+            format!("agent '{}' has no credential and can never connect", p.id),
+            "add `credentials: [{id: key1, sha256: ...}]` (`toolgate key new` makes one)",
+        );
+    }
+}
+
+#[cfg(test)]
+#[path = "lint_tests.rs"]
+mod tests;

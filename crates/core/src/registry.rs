@@ -1,0 +1,674 @@
+//! The registry: the folder of configuration parsed once into checked types. Unknown fields,
+//! dangling references and duplicate names are errors naming the file, the path inside it and
+//! what would be right. Nothing downstream re-checks a string.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use cedar_policy::EntityUid;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::canon::{canonical, sha256_tagged};
+use crate::config::{GatewayFile, PrincipalConfig, PrincipalsFile, RoleConfig, ToolConfig, ToolsFile};
+use crate::model::{PrincipalKind, Tier};
+use crate::policy::{Policies, uid};
+use crate::schema::{CedarType, InputSchema};
+
+/// One problem with the registry, located precisely.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// File relative to the registry folder.
+    pub file: String,
+    /// Path inside the file (`tools[2].input_schema.properties.amount`).
+    pub path: String,
+    /// A stable rule id (`schema.unbounded-number`, `ref.dangling`…).
+    pub rule: String,
+    pub message: String,
+    /// What would be right.
+    pub fix: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: [{}] {}",
+            self.file, self.path, self.rule, self.message
+        )?;
+        if !self.fix.is_empty() {
+            write!(f, "\n    fix: {}", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a registry could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file could not be read or parsed at all (exit 2).
+    #[error("{file}: {message}")]
+    Unreadable { file: String, message: String },
+    /// It parsed, but is inconsistent (exit 1).
+    #[error("{} problem(s) in the registry:\n{}", .0.len(), .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Finding>),
+}
+
+/// The registry's version: a content hash over everything that decides, plus a human label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RegistryVersion {
+    pub hash: String,
+    pub label: String,
+}
+
+impl fmt::Display for RegistryVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.label, &self.hash[..19.min(self.hash.len())])
+    }
+}
+
+/// A tool with its schema compiled and its Cedar identities made.
+#[derive(Debug)]
+pub struct Tool {
+    pub config: ToolConfig,
+    pub schema: InputSchema,
+    /// The file that declares it (relative), for CODEOWNERS and messages.
+    pub file: String,
+    /// Position in its file's `tools` list.
+    pub index: usize,
+    pub(crate) resource: EntityUid,
+    pub(crate) action: EntityUid,
+}
+
+impl Tool {
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+    pub fn is_listed_for(&self, role: &str) -> bool {
+        self.config.roles.iter().any(|r| r == role)
+    }
+}
+
+/// A principal with its ancestors resolved.
+#[derive(Debug)]
+pub struct Principal {
+    pub config: PrincipalConfig,
+    /// Parent, grandparent… up to the root, whose budgets this principal also draws from.
+    pub ancestors: Vec<String>,
+    pub(crate) entity: EntityUid,
+}
+
+impl Principal {
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+    pub fn role(&self) -> &str {
+        &self.config.role
+    }
+    /// The daily budget of a tier, if one is set (read is never budgeted).
+    pub fn budget(&self, tier: Tier) -> Option<u32> {
+        match tier {
+            Tier::Read => None,
+            Tier::Act => self.config.budgets.act,
+            Tier::Spend => self.config.budgets.spend,
+        }
+    }
+}
+
+/// The loaded, checked registry.
+#[derive(Debug)]
+pub struct Registry {
+    pub dir: PathBuf,
+    pub gateway: GatewayFile,
+    pub roles: BTreeMap<String, RoleConfig>,
+    tools: Vec<Tool>,
+    tool_index: HashMap<String, usize>,
+    principals: Vec<Principal>,
+    principal_index: HashMap<String, usize>,
+    credential_index: HashMap<String, usize>,
+    pub policies: Policies,
+    pub version: RegistryVersion,
+    /// Built-in tools the gateway implements itself.
+    pub builtins: Vec<String>,
+}
+
+/// The built-in tools (planner, reviewer and status).
+pub const BUILTINS: &[&str] = &["plan.submit", "step.approve", "step.reject", "run.status"];
+
+fn rel(dir: &Path, p: &Path) -> String {
+    p.strip_prefix(dir).unwrap_or(p).display().to_string()
+}
+
+fn read_yaml<T: DeserializeOwned>(dir: &Path, path: &Path) -> Result<T, LoadError> {
+    let file = rel(dir, path);
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::Unreadable {
+        file: file.clone(),
+        message: format!("cannot read: {e}"),
+    })?;
+    parse_yaml(&file, &text)
+}
+
+/// Parses YAML through `serde_json::Value`, so every error names its exact path.
+pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, LoadError> {
+    let value: Value = yaml_serde::from_str(text).map_err(|e| LoadError::Unreadable {
+        file: file.to_string(),
+        message: format!("not valid YAML: {e}"),
+    })?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        LoadError::Invalid(vec![Finding {
+            file: file.to_string(),
+            path: if path == "." { "(top level)".into() } else { path },
+            rule: "config.shape".into(),
+            message: e.into_inner().to_string(),
+            fix: "see the registry reference in the README for the fields each file takes".into(),
+        }])
+    })
+}
+
+fn sorted_files(dir: &Path, ext: &str) -> Result<Vec<PathBuf>, LoadError> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| LoadError::Unreadable {
+            file: dir.display().to_string(),
+            message: e.to_string(),
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The contents of a registry folder, read but not yet checked. Kept separate from loading so
+/// the lint and `registry diff` can work on the raw declarations.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    pub gateway: GatewayFile,
+    /// (file, tool) in file order.
+    pub tools: Vec<(String, usize, ToolConfig)>,
+    pub principals: PrincipalsFile,
+    /// (file, text)
+    pub policies: Vec<(String, String)>,
+}
+
+impl Sources {
+    pub fn read(dir: &Path) -> Result<Sources, LoadError> {
+        let top = dir.join("toolgate.yaml");
+        if !top.is_file() {
+            return Err(LoadError::Unreadable {
+                file: top.display().to_string(),
+                message: "no toolgate.yaml here; a registry folder holds toolgate.yaml, tools/*.yaml, \
+                          principals.yaml and policies/*.cedar"
+                    .into(),
+            });
+        }
+        let gateway: GatewayFile = read_yaml(dir, &top)?;
+        let mut tools = Vec::new();
+        let mut findings = Vec::new();
+        for path in sorted_files(&dir.join("tools"), "yaml")? {
+            match read_yaml::<ToolsFile>(dir, &path) {
+                Ok(f) => {
+                    for (i, t) in f.tools.into_iter().enumerate() {
+                        tools.push((rel(dir, &path), i, t));
+                    }
+                }
+                Err(LoadError::Invalid(mut f)) => findings.append(&mut f),
+                Err(e) => return Err(e),
+            }
+        }
+        let principals_path = dir.join("principals.yaml");
+        let principals = match read_yaml::<PrincipalsFile>(dir, &principals_path) {
+            Ok(p) => p,
+            Err(LoadError::Invalid(mut f)) => {
+                findings.append(&mut f);
+                PrincipalsFile {
+                    roles: BTreeMap::new(),
+                    principals: vec![],
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if !findings.is_empty() {
+            return Err(LoadError::Invalid(findings));
+        }
+        let mut policies = Vec::new();
+        for path in sorted_files(&dir.join("policies"), "cedar")? {
+            let text = std::fs::read_to_string(&path).map_err(|e| LoadError::Unreadable {
+                file: rel(dir, &path),
+                message: e.to_string(),
+            })?;
+            policies.push((rel(dir, &path), text));
+        }
+        Ok(Sources {
+            gateway,
+            tools,
+            principals,
+            policies,
+        })
+    }
+
+    /// The content hash of everything that decides a call.
+    pub fn version(&self) -> RegistryVersion {
+        let tools: Vec<&ToolConfig> = self.tools.iter().map(|(_, _, t)| t).collect();
+        let doc = json!({
+            "tools": tools,
+            "principals": self.principals,
+            "policies": self.policies,
+            "approvals": self.gateway.approvals,
+        });
+        let hash = sha256_tagged(canonical(&doc).as_bytes());
+        let label = self
+            .gateway
+            .label
+            .clone()
+            .unwrap_or_else(|| format!("registry-{}", &hash[7..15]));
+        RegistryVersion { hash, label }
+    }
+}
+
+impl Registry {
+    /// Reads and checks a registry folder.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Registry, LoadError> {
+        let dir = dir.as_ref();
+        let sources = Sources::read(dir)?;
+        Self::from_sources(dir, sources)
+    }
+
+    pub fn from_sources(dir: &Path, sources: Sources) -> Result<Registry, LoadError> {
+        let version = sources.version();
+        let Sources {
+            gateway,
+            tools: tool_decls,
+            principals: pfile,
+            policies: policy_files,
+        } = sources;
+        let mut findings = Vec::new();
+        let mut finding = |file: &str, path: String, rule: &str, message: String, fix: String| {
+            findings.push(Finding {
+                file: file.to_string(),
+                path,
+                rule: rule.to_string(),
+                message,
+                fix,
+            })
+        };
+
+        // Tools: unique names, compiled schemas.
+        let mut tools = Vec::new();
+        let mut tool_index = HashMap::new();
+        for (file, i, cfg) in tool_decls {
+            let path = format!("tools[{i}]");
+            if let Some(&prev) = tool_index.get(&cfg.name) {
+                let prev: &Tool = &tools[prev];
+                finding(
+                    &file,
+                    format!("{path}.name"),
+                    "ref.duplicate",
+                    format!(
+                        "tool '{}' is declared twice (also in {} tools[{}])",
+                        cfg.name, prev.file, prev.index
+                    ),
+                    "give each tool one declaration and a unique name".into(),
+                );
+                continue;
+            }
+            if BUILTINS.contains(&cfg.name.as_str()) && cfg.handler.builtin.is_none() {
+                finding(
+                    &file,
+                    format!("{path}.name"),
+                    "ref.builtin-name",
+                    format!("'{}' is the name of a built-in tool", cfg.name),
+                    "declare it with `handler: {builtin: <name>}` or choose another name".into(),
+                );
+            }
+            let schema = match InputSchema::compile(&cfg.input_schema) {
+                Ok(s) => s,
+                Err(e) => {
+                    finding(
+                        &file,
+                        format!("{path}.input_schema"),
+                        "schema.invalid",
+                        format!("not a valid JSON Schema: {e}"),
+                        "fix the schema so it compiles under draft 2020-12".into(),
+                    );
+                    continue;
+                }
+            };
+            tool_index.insert(cfg.name.clone(), tools.len());
+            tools.push(Tool {
+                resource: uid("Tool", &cfg.name),
+                action: uid("Action", &cfg.name),
+                config: cfg,
+                schema,
+                file,
+                index: i,
+            });
+        }
+
+        // References between tools, to upstreams and to roles.
+        let roles = pfile.roles.clone();
+        let role_names: HashSet<&str> = roles
+            .keys()
+            .map(String::as_str)
+            .chain(pfile.principals.iter().map(|p| p.role.as_str()))
+            .collect();
+        for t in &tools {
+            let c = &t.config;
+            let path = format!("tools[{}]", t.index);
+            for (field, target) in [("compensate", &c.compensate), ("reconcile", &c.reconcile)] {
+                if let Some(target) = target
+                    && !tool_index.contains_key(target)
+                {
+                    finding(
+                        &t.file,
+                        format!("{path}.{field}"),
+                        "ref.dangling",
+                        format!("'{}' names tool '{target}', which is not declared", c.name),
+                        format!("declare '{target}' in tools/ or correct the name"),
+                    );
+                }
+            }
+            if let Some(rec) = &c.reconcile
+                && let Some(&ri) = tool_index.get(rec)
+                && tools[ri].config.effect != crate::model::Effect::Read
+            {
+                finding(
+                    &t.file,
+                    format!("{path}.reconcile"),
+                    "ref.reconciler-not-read",
+                    format!("reconciling tool '{rec}' is not a read tool"),
+                    "a reconciler only asks; give it `effect: read`".into(),
+                );
+            }
+            for d in &c.destinations {
+                if let Some(l) = &d.lookup
+                    && !tool_index.contains_key(&l.tool)
+                {
+                    finding(
+                        &t.file,
+                        format!("{path}.destinations"),
+                        "ref.dangling",
+                        format!("destination lookup names tool '{}', which is not declared", l.tool),
+                        "declare the read tool that returns the allowed values".into(),
+                    );
+                }
+            }
+            let h = &c.handler;
+            match (&h.upstream, &h.builtin) {
+                (Some(u), None) => {
+                    if !gateway.upstreams.contains_key(u) {
+                        let known: Vec<&String> = gateway.upstreams.keys().collect();
+                        finding(
+                            &t.file,
+                            format!("{path}.handler.upstream"),
+                            "ref.dangling",
+                            format!("upstream '{u}' is not declared in toolgate.yaml"),
+                            format!("use one of {known:?} or add it under `upstreams:`"),
+                        );
+                    }
+                }
+                (None, Some(b)) => {
+                    if !BUILTINS.contains(&b.as_str()) {
+                        finding(
+                            &t.file,
+                            format!("{path}.handler.builtin"),
+                            "ref.dangling",
+                            format!("'{b}' is not a built-in tool"),
+                            format!("built-ins are {BUILTINS:?}"),
+                        );
+                    }
+                }
+                _ => finding(
+                    &t.file,
+                    format!("{path}.handler"),
+                    "config.handler",
+                    "a handler names exactly one of `upstream` or `builtin`".into(),
+                    "write `handler: {upstream: erp, tool: schedule_payment}` or `handler: {builtin: plan.submit}`".into(),
+                ),
+            }
+            for (j, r) in c.roles.iter().enumerate() {
+                if !role_names.contains(r.as_str()) {
+                    finding(
+                        &t.file,
+                        format!("{path}.roles[{j}]"),
+                        "ref.dangling",
+                        format!("role '{r}' is neither declared under `roles:` nor held by any principal"),
+                        format!("declare it in principals.yaml `roles:`; known roles: {:?}", {
+                            let mut v: Vec<_> = role_names.iter().collect();
+                            v.sort();
+                            v
+                        }),
+                    );
+                }
+            }
+            for (j, f) in c.identity.iter().chain(c.redact.iter()).enumerate() {
+                let first = f.split('.').next().unwrap_or(f);
+                let in_inputs = c
+                    .input_schema
+                    .pointer(&format!("/properties/{first}"))
+                    .is_some();
+                let in_outputs = c
+                    .output_schema
+                    .as_ref()
+                    .is_some_and(|o| crate::lint::schema_mentions(o, first));
+                let is_identity = j < c.identity.len();
+                if (is_identity && !in_inputs) || (!is_identity && !in_inputs && !in_outputs) {
+                    finding(
+                        &t.file,
+                        format!(
+                            "{path}.{}",
+                            if is_identity { "identity" } else { "redact" }
+                        ),
+                        "ref.unknown-field",
+                        format!("field '{f}' is not a property of the tool's schema"),
+                        "name a property declared in input_schema (or output_schema for redact)"
+                            .into(),
+                    );
+                }
+            }
+            if !(1..=2).contains(&c.approvers) {
+                finding(
+                    &t.file,
+                    format!("{path}.approvers"),
+                    "config.approvers",
+                    format!("approvers is {}", c.approvers),
+                    "1 (one person) or 2 (two-person rule)".into(),
+                );
+            }
+        }
+
+        // Principals: unique ids, parents exist and form no cycle, credentials well-formed.
+        let mut principals = Vec::new();
+        let mut principal_index = HashMap::new();
+        for (i, p) in pfile.principals.iter().enumerate() {
+            if principal_index.contains_key(&p.id) {
+                finding(
+                    "principals.yaml",
+                    format!("principals[{i}].id"),
+                    "ref.duplicate",
+                    format!("principal '{}' is declared twice", p.id),
+                    "give each principal one entry".into(),
+                );
+                continue;
+            }
+            principal_index.insert(p.id.clone(), principals.len());
+            principals.push(Principal {
+                config: p.clone(),
+                ancestors: Vec::new(),
+                entity: uid("Principal", &p.id),
+            });
+        }
+        let mut credential_index = HashMap::new();
+        for (i, p) in pfile.principals.iter().enumerate() {
+            let mut ancestors = Vec::new();
+            let mut cur = p.parent.clone();
+            while let Some(parent) = cur {
+                if parent == p.id || ancestors.contains(&parent) {
+                    finding(
+                        "principals.yaml",
+                        format!("principals[{i}].parent"),
+                        "ref.cycle",
+                        format!("principal '{}' is its own ancestor", p.id),
+                        "parents form a tree rooted at a principal without a parent".into(),
+                    );
+                    break;
+                }
+                match principal_index.get(&parent) {
+                    Some(&pi) => {
+                        ancestors.push(parent.clone());
+                        cur = principals[pi].config.parent.clone();
+                    }
+                    None => {
+                        finding(
+                            "principals.yaml",
+                            format!("principals[{i}].parent"),
+                            "ref.dangling",
+                            format!("parent '{parent}' is not a declared principal"),
+                            "name a principal declared in this file".into(),
+                        );
+                        break;
+                    }
+                }
+            }
+            if let Some(&pi) = principal_index.get(&p.id)
+                && principals[pi].config.id == p.id
+            {
+                principals[pi].ancestors = ancestors;
+            }
+            for (j, c) in p.credentials.iter().enumerate() {
+                let ok = c.sha256.strip_prefix("sha256:").is_some_and(|h| {
+                    h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
+                });
+                if !ok {
+                    finding(
+                        "principals.yaml",
+                        format!("principals[{i}].credentials[{j}].sha256"),
+                        "config.credential",
+                        "not a `sha256:<64 hex digits>` hash".into(),
+                        "store the hash of the API key, never the key: `toolgate key hash`".into(),
+                    );
+                } else if credential_index
+                    .insert(c.sha256.to_ascii_lowercase(), principal_index[&p.id])
+                    .is_some()
+                {
+                    finding(
+                        "principals.yaml",
+                        format!("principals[{i}].credentials[{j}]"),
+                        "ref.duplicate",
+                        "this key hash is already held by another credential".into(),
+                        "issue each principal its own key".into(),
+                    );
+                }
+            }
+            if p.kind == PrincipalKind::Agent && roles.get(&p.role).is_some_and(|r| r.approver) {
+                finding(
+                    "principals.yaml",
+                    format!("principals[{i}].role"),
+                    "config.agent-approver",
+                    format!("agent '{}' holds approver role '{}'", p.id, p.role),
+                    "only people (kind: human) approve; a model reviewer uses step.approve".into(),
+                );
+            }
+        }
+
+        // Policies, validated against the schema generated from the tools.
+        let configs: Vec<ToolConfig> = tools.iter().map(|t| t.config.clone()).collect();
+        let types: Vec<&CedarType> = tools.iter().map(|t| t.schema.cedar_type()).collect();
+        let policies = match Policies::load(&policy_files, &configs, &types, &pfile.principals) {
+            Ok(p) => Some(p),
+            Err(problems) => {
+                for p in problems {
+                    finding(
+                        &p.file,
+                        p.policy.unwrap_or_else(|| "(file)".into()),
+                        "policy.invalid",
+                        p.message,
+                        "policies see context.purpose, context.reason, context.inputs.<field> \
+                         (typed from the tool's schema) and context.run.{steps,denials,act_steps,\
+                         spend_steps,tool_calls}; `toolgate check --cedar-schema` prints the schema"
+                            .into(),
+                    );
+                }
+                None
+            }
+        };
+        if !findings.is_empty() {
+            return Err(LoadError::Invalid(findings));
+        }
+        let mut builtins: Vec<String> = tools
+            .iter()
+            .filter_map(|t| t.config.handler.builtin.clone())
+            .collect();
+        builtins.sort();
+        Ok(Registry {
+            dir: dir.to_path_buf(),
+            gateway,
+            roles,
+            tools,
+            tool_index,
+            principals,
+            principal_index,
+            credential_index,
+            policies: policies.expect("no findings means policies loaded"),
+            version,
+            builtins,
+        })
+    }
+
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tool_index.get(name).map(|&i| &self.tools[i])
+    }
+
+    pub fn principals(&self) -> &[Principal] {
+        &self.principals
+    }
+
+    pub fn principal(&self, id: &str) -> Option<&Principal> {
+        self.principal_index.get(id).map(|&i| &self.principals[i])
+    }
+
+    /// The principal holding an API key, by the key's hash. Constant work per lookup.
+    pub fn principal_by_key(&self, api_key: &str) -> Option<&Principal> {
+        let hash = api_key_hash(api_key);
+        self.credential_index
+            .get(&hash)
+            .map(|&i| &self.principals[i])
+    }
+
+    /// The principal an OAuth subject maps to.
+    pub fn principal_by_subject(&self, subject: &str) -> Option<&Principal> {
+        self.principals.iter().find(|p| {
+            p.config
+                .credentials
+                .iter()
+                .any(|c| c.oauth_subject.as_deref() == Some(subject))
+        })
+    }
+
+    /// Tools listed for a role, in declaration order: that role's whole world.
+    pub fn tools_for_role<'a>(&'a self, role: &'a str) -> impl Iterator<Item = &'a Tool> + 'a {
+        self.tools.iter().filter(move |t| t.is_listed_for(role))
+    }
+
+    pub fn role(&self, name: &str) -> Option<&RoleConfig> {
+        self.roles.get(name)
+    }
+}
+
+/// `sha256:<hex>` of an API key: what `principals.yaml` stores.
+pub fn api_key_hash(api_key: &str) -> String {
+    sha256_tagged(api_key.as_bytes())
+}
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;
