@@ -1,1 +1,152 @@
 use super::*;
+use serde_json::json;
+
+#[test]
+fn key_order_and_number_spelling_do_not_change_the_hash() {
+    let a = json!({"amount": 4180.00, "currency": "EUR", "invoice_id": "INV-20260611"});
+    let b: Value =
+        serde_json::from_str(r#"{"invoice_id":"INV-20260611","currency":"EUR","amount":4180}"#)
+            .unwrap();
+    let c: Value =
+        serde_json::from_str(r#"{"currency":"EUR","amount":4.18e3,"invoice_id":"INV-20260611"}"#)
+            .unwrap();
+    assert_eq!(InputHash::of(&a), InputHash::of(&b));
+    assert_eq!(InputHash::of(&a), InputHash::of(&c));
+}
+
+#[test]
+fn one_cent_changes_the_hash() {
+    let a = json!({"amount": 4180.00});
+    let b = json!({"amount": 4180.01});
+    assert_ne!(InputHash::of(&a), InputHash::of(&b));
+}
+
+#[test]
+fn canonical_form_follows_rfc_8785() {
+    // Keys sorted by UTF-16 code units, no whitespace, shortest number form.
+    let v = json!({"b": 1.0, "a": [true, null, "x"], "c": {"z": 1e21, "y": 0.1}});
+    assert_eq!(canonical(&v), r#"{"a":[true,null,"x"],"b":1,"c":{"y":0.1,"z":1e+21}}"#);
+}
+
+#[test]
+fn step_keys_are_derived_from_run_seq_and_inputs() {
+    let inputs = json!({"invoice_id": "INV-20260611", "amount": 4180.0});
+    let k1 = IdempotencyKey::for_step("run-1", 7, &inputs);
+    assert_eq!(k1, IdempotencyKey::for_step("run-1", 7, &inputs));
+    assert_ne!(k1, IdempotencyKey::for_step("run-1", 8, &inputs));
+    assert_ne!(k1, IdempotencyKey::for_step("run-2", 7, &inputs));
+    assert_ne!(
+        k1,
+        IdempotencyKey::for_step("run-1", 7, &json!({"invoice_id": "INV-20260611", "amount": 4180.01}))
+    );
+    assert!(k1.as_str().starts_with("sha256:") && k1.as_str().len() == 71);
+}
+
+#[test]
+fn call_keys_ignore_reworded_free_text() {
+    let identity = vec!["invoice_id".to_string(), "to".to_string()];
+    let a = json!({"invoice_id": "INV-1", "to": "ap@northwind.com", "body": "Dear team, please find…"});
+    let b = json!({"invoice_id": "INV-1", "to": "ap@northwind.com", "body": "Hello! Attached is…"});
+    let c = json!({"invoice_id": "INV-1", "to": "cfo@northwind.com", "body": "Dear team, please find…"});
+    let key = |v| IdempotencyKey::for_call("run-9", "email.send", &identity, v);
+    assert_eq!(key(&a), key(&b));
+    assert_ne!(key(&a), key(&c));
+    assert_ne!(
+        key(&a),
+        IdempotencyKey::for_call("run-9", "email.other", &identity, &a)
+    );
+}
+
+#[test]
+fn redaction_is_a_keyed_hash_that_still_compares() {
+    let r = Redactor::new(b"test-key".to_vec());
+    let a = json!({"supplier": "Northwind", "iban": "DE89370400440532013000"});
+    let b = json!({"supplier": "Other", "iban": "DE89370400440532013000"});
+    let (ra, done) = r.redact(&a, &["iban".to_string(), "missing".to_string()]);
+    let (rb, _) = r.redact(&b, &["iban".to_string()]);
+    assert_eq!(done, vec!["iban".to_string()]);
+    assert_eq!(ra["supplier"], "Northwind", "unmarked fields stay readable");
+    assert!(ra["iban"].as_str().unwrap().starts_with("hmac:"));
+    assert!(!ra.to_string().contains("DE8937"));
+    assert_eq!(ra["iban"], rb["iban"], "equal IBANs hash equal");
+    let other_key = Redactor::new(b"another".to_vec());
+    assert_ne!(other_key.redact(&a, &["iban".into()]).0["iban"], ra["iban"]);
+}
+
+#[test]
+fn redaction_reaches_nested_fields_and_lists() {
+    let r = Redactor::new(b"k".to_vec());
+    let v = json!({"results": [{"iban": "A"}, {"iban": "B"}], "supplier": {"iban": "C"}});
+    let (out, _) = r.redact(&v, &["results.iban".into(), "supplier.iban".into()]);
+    assert!(out["results"][0]["iban"].as_str().unwrap().starts_with("hmac:"));
+    assert!(out["results"][1]["iban"].as_str().unwrap().starts_with("hmac:"));
+    assert!(out["supplier"]["iban"].as_str().unwrap().starts_with("hmac:"));
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-1_000_000i64..1_000_000).prop_map(|n| json!(n)),
+            (-1.0e6f64..1.0e6).prop_map(|f| json!(f)),
+            "[a-z0-9 ]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z]{1,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Rebuilds objects with their keys in reverse order.
+    fn reorder(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut pairs: Vec<_> = m.iter().collect();
+                pairs.reverse();
+                Value::Object(pairs.into_iter().map(|(k, v)| (k.clone(), reorder(v))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(reorder).collect()),
+            other => other.clone(),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn key_order_never_changes_the_hash(v in arb_json()) {
+            prop_assert_eq!(InputHash::of(&v), InputHash::of(&reorder(&v)));
+        }
+
+        #[test]
+        fn reparsing_the_canonical_form_is_stable(v in arb_json()) {
+            let c = canonical(&v);
+            let back: Value = serde_json::from_str(&c).unwrap();
+            prop_assert_eq!(canonical(&back), c);
+        }
+
+        #[test]
+        fn any_value_change_changes_the_hash(v in arb_json(), extra in "[a-z]{1,6}") {
+            let mut changed = json!({"v": v.clone()});
+            changed["v2"] = Value::String(extra);
+            prop_assert_ne!(InputHash::of(&json!({"v": v})), InputHash::of(&changed));
+        }
+
+        #[test]
+        fn integer_spelling_as_float_hashes_the_same(n in -1_000_000i64..1_000_000) {
+            let as_int: Value = serde_json::from_str(&format!("{{\"a\":{n}}}")).unwrap();
+            let as_float: Value = serde_json::from_str(&format!("{{\"a\":{n}.0}}")).unwrap();
+            prop_assert_eq!(InputHash::of(&as_int), InputHash::of(&as_float));
+        }
+
+        #[test]
+        fn changing_a_number_changes_the_hash(n in -1_000_000i64..1_000_000, d in 1i64..1000) {
+            prop_assert_ne!(InputHash::of(&json!({"a": n})), InputHash::of(&json!({"a": n + d})));
+        }
+    }
+}

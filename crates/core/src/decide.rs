@@ -898,6 +898,3 @@ fn url_host(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
-#[cfg(test)]
-#[path = "decide_tests.rs"]
-mod tests;

@@ -35,8 +35,17 @@ const DESTINATION_WORDS: &[&str] = &[
 
 /// Whether a property name looks like a destination (`to`, `reply_to`, `webhook_url`, `iban`…).
 pub fn is_destination_name(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    lower
+    // Split snake_case, kebab-case and camelCase into words.
+    let mut spaced = String::with_capacity(name.len() + 4);
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if c.is_ascii_uppercase() && prev_lower {
+            spaced.push(' ');
+        }
+        prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        spaced.push(c.to_ascii_lowercase());
+    }
+    spaced
         .split(|c: char| !c.is_ascii_alphanumeric())
         .any(|part| DESTINATION_WORDS.contains(&part))
 }
@@ -58,8 +67,14 @@ pub fn schema_mentions(schema: &Value, name: &str) -> bool {
 /// Lints a loaded registry: every unsafe-surface finding.
 pub fn lint(registry: &Registry) -> Vec<Finding> {
     let mut out = Vec::new();
+    let compensations: Vec<&str> = registry
+        .tools()
+        .iter()
+        .filter_map(|t| t.config.compensate.as_deref())
+        .collect();
     for tool in registry.tools() {
-        lint_tool(&tool.file, tool.index, &tool.config, &mut out);
+        let is_compensation = compensations.contains(&tool.name());
+        lint_tool(&tool.file, tool.index, &tool.config, is_compensation, &mut out);
     }
     for (i, p) in registry.principals().iter().enumerate() {
         lint_principal(i, &p.config, &mut out);
@@ -77,8 +92,15 @@ fn push(out: &mut Vec<Finding>, file: &str, path: String, rule: &str, message: S
     });
 }
 
-/// The findings for one tool declaration.
-pub fn lint_tool(file: &str, index: usize, t: &ToolConfig, out: &mut Vec<Finding>) {
+/// The findings for one tool declaration. A tool that is itself another tool's compensation is
+/// not asked to have one of its own (undoing the undo is a new action, not a rollback).
+pub fn lint_tool(
+    file: &str,
+    index: usize,
+    t: &ToolConfig,
+    is_compensation: bool,
+    out: &mut Vec<Finding>,
+) {
     let base = format!("tools[{index}]");
     let schema_path = format!("{base}.input_schema");
     if t.input_schema.get("type").and_then(Value::as_str) != Some("object") {
@@ -107,7 +129,7 @@ pub fn lint_tool(file: &str, index: usize, t: &ToolConfig, out: &mut Vec<Finding
             "list the input fields that identify the operation (`identity: [invoice_id, amount]`), not free text",
         );
     }
-    if t.effect == Effect::Write && t.compensate.is_none() {
+    if t.effect == Effect::Write && t.compensate.is_none() && !is_compensation {
         push(
             out,
             file,
