@@ -1,1 +1,56 @@
-fn main() {}
+//! The `toolgate` command. Argument parsing and printing only: each subcommand is a function in
+//! `cmd/` that takes parsed arguments and a writer and returns an exit code, so tests call it
+//! directly and snapshot what it printed.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod table;
+
+/// toolgate: a governance gateway for AI agents' tool calls.
+///
+/// Agents connect over MCP; toolgate lists each role only the tools it is granted, checks every
+/// input against a closed schema, decides every call against the caller's credential and the run
+/// so far, parks consequential calls for a person's approval, deduplicates writes with derived
+/// idempotency keys, and writes every decision to a hash-chained audit log.
+#[derive(Parser, Debug)]
+#[command(name = "toolgate", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Lint a registry folder: exit 0 clean, 1 findings, 2 unreadable.
+    Check(cmd::check::Args),
+    /// List the tools the registry declares, with their effect, tier, grants and gates.
+    Capabilities(cmd::capabilities::Args),
+    /// Show what a principal may do: role, grants, budgets, parent chain and listed tools.
+    Grants(cmd::grants::Args),
+    /// Dry-run one call through every check and print why it would be allowed, denied or gated.
+    Decide(cmd::decide::Args),
+    /// Make and hash API keys for principals.yaml.
+    Key(cmd::key::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
+    let result = match cli.command {
+        Command::Check(a) => cmd::check::run(&a, &mut out),
+        Command::Capabilities(a) => cmd::capabilities::run(&a, &mut out),
+        Command::Grants(a) => cmd::grants::run(&a, &mut out),
+        Command::Decide(a) => cmd::decide::run(&a, &mut out),
+        Command::Key(a) => cmd::key::run(&a, &mut out),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("toolgate: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! `toolgate decide`: a dry run of one call, printing every check, so a policy author can see
+//! why a call would be allowed, refused or parked. Nothing is reserved, called or recorded.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::Deserialize;
+use serde_json::Value;
+use toolgate_core::{
+    ApprovalKeys, ApprovalToken, BudgetView, CallRequest, DestinationFacts, Engine,
+    IdempotencyState, Outcome, PriorCall, RunHistory, Tier, Timestamp, Verdict,
+};
+
+use crate::cmd::ConfigArg;
+use crate::table::Table;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// A JSON file describing the call (`-` or nothing for stdin):
+    /// {"principal", "tool", "purpose", "reason", "inputs", "run": [{"tool","tier","outcome"}],
+    ///  "budgets": {"<principal>": {"act": n, "spend": n}}, "idempotency", "destinations",
+    ///  "approvals": ["tg1…"], "subject", "at_ms"}
+    pub file: Option<PathBuf>,
+    /// Print the decision as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The dry-run input. Unknown fields are refused so a typo cannot silently change the answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideInput {
+    pub principal: String,
+    pub tool: String,
+    #[serde(default)]
+    pub purpose: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub inputs: Value,
+    #[serde(default)]
+    pub run: Vec<PriorCall>,
+    #[serde(default)]
+    pub budgets: HashMap<String, HashMap<Tier, u32>>,
+    #[serde(default)]
+    pub idempotency: IdempotencyState,
+    #[serde(default)]
+    pub destinations: HashMap<String, Vec<String>>,
+    #[serde(default)]
+    pub approvals: Vec<String>,
+    #[serde(default)]
+    pub subject: Option<String>,
+    #[serde(default)]
+    pub at_ms: Option<i64>,
+}
+
+/// The key `decide` verifies approval tokens with: the configured one when it is set.
+fn keys(registry: &toolgate_core::Registry) -> ApprovalKeys {
+    let a = &registry.gateway.approvals;
+    let key = std::env::var(&a.key_env).unwrap_or_default();
+    ApprovalKeys::new(a.key_id.clone(), key.into_bytes())
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let registry = args.config.load()?;
+    let text = match args.file.as_deref() {
+        None => read_stdin()?,
+        Some(p) if p.as_os_str() == "-" => read_stdin()?,
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+    };
+    let input: DecideInput = serde_json::from_str(&text).context(
+        "the call must be JSON with at least {\"principal\", \"tool\", \"inputs\"}; see `toolgate decide --help`",
+    )?;
+    let keys = keys(&registry);
+    let engine = Engine::new(&registry, &keys);
+    let run = RunHistory { calls: input.run };
+    let budgets = BudgetView { used: input.budgets };
+    let facts = DestinationFacts { allowed: input.destinations };
+    let approvals: Vec<ApprovalToken> = input.approvals.into_iter().map(ApprovalToken::from_wire).collect();
+    let subject = input.subject.unwrap_or_else(|| "dry-run".into());
+    let req = CallRequest {
+        purpose: input.purpose.as_deref(),
+        reason: input.reason.as_deref(),
+        subject: &subject,
+        run: &run,
+        budgets: &budgets,
+        idempotency: input.idempotency,
+        approvals: &approvals,
+        destinations: &facts,
+        ..CallRequest::new(&input.principal, &input.tool, &input.inputs)
+    };
+    let now = input
+        .at_ms
+        .map(Timestamp::from_millis)
+        .unwrap_or_else(|| toolgate_core::Clock::now(&toolgate_core::SystemClock));
+    let d = engine.decide(&req, now);
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
+    } else {
+        match &d.verdict {
+            Verdict::Allow => writeln!(out, "decision: ALLOW")?,
+            Verdict::Deny { check, rule, reason } => {
+                writeln!(out, "decision: DENY at check '{check}' (rule {rule})")?;
+                writeln!(out, "reason:   {reason}")?;
+            }
+            Verdict::NeedsApproval { rule, reason, approvers_needed, approved_by } => {
+                writeln!(out, "decision: NEEDS APPROVAL (rule {rule}, {approvers_needed} more approver(s))")?;
+                writeln!(out, "reason:   {reason}")?;
+                if !approved_by.is_empty() {
+                    writeln!(out, "approved first by: {}", approved_by.join(", "))?;
+                }
+            }
+        }
+        writeln!(out, "inputs:   {}", d.input_hash)?;
+        writeln!(out, "registry: {}", registry.version)?;
+        if !d.shadow.is_empty() {
+            writeln!(out, "shadow:   would also be stopped by {}", d.shadow.join(", "))?;
+        }
+        writeln!(out)?;
+        let mut t = Table::new(&["#", "check", "outcome", "rule", "detail"]);
+        for (i, c) in d.checks.iter().enumerate() {
+            let outcome = match c.outcome {
+                Outcome::Pass => "pass",
+                Outcome::Fail => "FAIL",
+                Outcome::Gate => "GATE",
+                Outcome::Skip => "skip",
+            };
+            t.row(vec![
+                (i + 1).to_string(),
+                c.name.to_string(),
+                outcome.into(),
+                c.rule.clone().unwrap_or_default(),
+                c.detail.clone(),
+            ]);
+        }
+        t.write(out)?;
+    }
+    Ok(match d.verdict {
+        Verdict::Allow => 0,
+        Verdict::Deny { .. } => 1,
+        Verdict::NeedsApproval { .. } => 3,
+    })
+}
+
+fn read_stdin() -> anyhow::Result<String> {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s)?;
+    Ok(s)
+}

@@ -1,0 +1,40 @@
+//! One module per subcommand.
+
+pub mod capabilities;
+pub mod check;
+pub mod decide;
+pub mod grants;
+pub mod key;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use toolgate_core::{LoadError, Registry};
+
+/// The registry folder option shared by every command that reads one.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConfigArg {
+    /// The registry folder (toolgate.yaml, tools/, principals.yaml, policies/).
+    #[arg(long = "config", short = 'c', env = "TOOLGATE_CONFIG", default_value = ".")]
+    pub dir: PathBuf,
+}
+
+impl ConfigArg {
+    /// Loads the registry or explains, with every finding, why it cannot be loaded.
+    pub fn load(&self) -> anyhow::Result<Registry> {
+        match Registry::load(&self.dir) {
+            Ok(r) => Ok(r),
+            Err(LoadError::Invalid(findings)) => {
+                let list: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
+                bail!(
+                    "the registry in {} has {} problem(s); run `toolgate check {}`:\n{}",
+                    self.dir.display(),
+                    findings.len(),
+                    self.dir.display(),
+                    list.join("\n")
+                )
+            }
+            Err(e) => Err(e).with_context(|| format!("loading {}", self.dir.display())),
+        }
+    }
+}
