@@ -1,1 +1,30 @@
-//! placeholder
+//! toolgate's durable state. The model holds nothing between calls, networks drop requests and
+//! processes restart mid-call, so runs, steps, idempotency keys, budgets, approvals and the
+//! audit chain live in a database: SQLite (embedded, one file, WAL) or PostgreSQL (many
+//! gateway and worker processes), chosen by URL, with one set of semantics and one test suite.
+//!
+//! - [`Store`]: connect, create runs, approvals, budgets, `verify_chain`, `export_principal`,
+//!   `trace`.
+//! - [`Executor`]: the planned-step queue (`run_batch`, `execute_step`), the direct governed
+//!   call path (`governed_call`), `recover_stale`, `reconcile` and `abort_run`.
+//! - [`Handler`]: what performs a call (an upstream MCP server in the gateway, a fake in tests).
+
+pub mod audit;
+mod db;
+pub mod error;
+pub mod exec;
+pub mod model;
+mod store;
+
+pub use audit::{AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainReport};
+pub use db::ConnectOptions;
+pub use error::{Result, StoreError};
+pub use exec::{
+    BoxFuture, CallMeta, CallResult, CallStatus, DirectCall, Executor, Handler, HandlerError,
+    HandlerOutput, SyncHook, SyncPoint, Target,
+};
+pub use model::{
+    Actor, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepKind, StepOutcome,
+    StepReport,
+};
+pub use store::{Store, StoreConfig};

@@ -1,0 +1,309 @@
+//! The two backends behind one small surface. SQL is written once with `$n` placeholders
+//! (SQLite accepts them too); the few statements that differ (`FOR UPDATE SKIP LOCKED`, the
+//! chain-head lock) branch on [`Tx::is_pg`]. Only text and 64-bit integers cross the boundary,
+//! so both backends store exactly the same values.
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, Postgres, Row as _, Sqlite, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::{Result, StoreError};
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// A bound value.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    I(i64),
+    T(String),
+    OptT(Option<String>),
+    OptI(Option<i64>),
+}
+
+impl From<i64> for Arg {
+    fn from(v: i64) -> Self {
+        Arg::I(v)
+    }
+}
+impl From<String> for Arg {
+    fn from(v: String) -> Self {
+        Arg::T(v)
+    }
+}
+impl From<&str> for Arg {
+    fn from(v: &str) -> Self {
+        Arg::T(v.to_string())
+    }
+}
+impl From<&String> for Arg {
+    fn from(v: &String) -> Self {
+        Arg::T(v.clone())
+    }
+}
+impl From<Option<String>> for Arg {
+    fn from(v: Option<String>) -> Self {
+        Arg::OptT(v)
+    }
+}
+impl From<Option<&str>> for Arg {
+    fn from(v: Option<&str>) -> Self {
+        Arg::OptT(v.map(str::to_string))
+    }
+}
+impl From<Option<i64>> for Arg {
+    fn from(v: Option<i64>) -> Self {
+        Arg::OptI(v)
+    }
+}
+
+/// `args![a, b, c]`: a list of bound values.
+macro_rules! args {
+    ($($e:expr),* $(,)?) => { vec![$($crate::db::Arg::from($e)),*] };
+}
+pub(crate) use args;
+
+macro_rules! bind_all {
+    ($q:expr, $args:expr) => {{
+        let mut q = $q;
+        for a in $args {
+            q = match a {
+                Arg::I(v) => q.bind(v),
+                Arg::T(v) => q.bind(v),
+                Arg::OptT(v) => q.bind(v),
+                Arg::OptI(v) => q.bind(v),
+            };
+        }
+        q
+    }};
+}
+
+/// One result row from either backend.
+pub(crate) enum Row {
+    S(SqliteRow),
+    P(PgRow),
+}
+
+impl Row {
+    pub fn i64(&self, i: usize) -> Result<i64> {
+        Ok(match self {
+            Row::S(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(i)?,
+        })
+    }
+    pub fn text(&self, i: usize) -> Result<String> {
+        Ok(match self {
+            Row::S(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(i)?,
+        })
+    }
+    pub fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        Ok(match self {
+            Row::S(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(i)?,
+        })
+    }
+}
+
+/// A pool of either backend.
+#[derive(Clone, Debug)]
+pub(crate) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Connection settings beyond the URL.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// PostgreSQL only: the schema to use (created if missing) instead of `public`.
+    pub schema: Option<String>,
+    /// Maximum connections in the pool.
+    pub max_connections: u32,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            schema: None,
+            max_connections: 8,
+        }
+    }
+}
+
+impl Pool {
+    /// Opens the database named by `url` and runs its migrations.
+    pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Pool> {
+        if url.starts_with("sqlite:") {
+            let o = SqliteConnectOptions::from_str(url)
+                .map_err(|_| StoreError::BadUrl(url.to_string()))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // fsync the WAL on every commit: an acknowledged record survives power loss.
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(opts.max_connections.max(2))
+                .connect_with(o)
+                .await?;
+            SQLITE_MIGRATIONS.run(&pool).await?;
+            Ok(Pool::Sqlite(pool))
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let mut o =
+                PgConnectOptions::from_str(url).map_err(|_| StoreError::BadUrl(url.to_string()))?;
+            if let Some(schema) = &opts.schema {
+                if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    return Err(StoreError::BadUrl(format!(
+                        "{url} (schema '{schema}' must be letters, digits and _)"
+                    )));
+                }
+                let admin = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(o.clone())
+                    .await?;
+                sqlx::query(AssertSqlSafe(format!(
+                    "CREATE SCHEMA IF NOT EXISTS \"{schema}\""
+                )))
+                .execute(&admin)
+                .await?;
+                admin.close().await;
+                o = o.options([("search_path", schema.as_str())]);
+            }
+            let pool = PgPoolOptions::new()
+                .max_connections(opts.max_connections)
+                .connect_with(o)
+                .await?;
+            PG_MIGRATIONS.run(&pool).await?;
+            Ok(Pool::Postgres(pool))
+        } else {
+            Err(StoreError::BadUrl(url.to_string()))
+        }
+    }
+
+    pub fn is_pg(&self) -> bool {
+        matches!(self, Pool::Postgres(_))
+    }
+
+    /// A write transaction: `BEGIN IMMEDIATE` on SQLite (the single writer), plain `BEGIN`
+    /// (read committed, with row locks) on PostgreSQL.
+    pub async fn begin(&self) -> Result<Tx> {
+        Ok(match self {
+            Pool::Sqlite(p) => Tx::S(p.begin_with("BEGIN IMMEDIATE").await?),
+            Pool::Postgres(p) => Tx::P(p.begin().await?),
+        })
+    }
+
+    /// A connection for reads outside a write transaction.
+    pub async fn conn(&self) -> Result<Conn> {
+        Ok(match self {
+            Pool::Sqlite(p) => Conn::S(p.acquire().await?),
+            Pool::Postgres(p) => Conn::P(p.acquire().await?),
+        })
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Pool::Sqlite(p) => p.close().await,
+            Pool::Postgres(p) => p.close().await,
+        }
+    }
+
+    /// Runs raw SQL (tests and administration: dropping triggers, tampering on purpose).
+    pub async fn execute_raw(&self, sql: &str) -> Result<u64> {
+        Ok(match self {
+            Pool::Sqlite(p) => sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+                .execute(p)
+                .await?
+                .rows_affected(),
+            Pool::Postgres(p) => sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+                .execute(p)
+                .await?
+                .rows_affected(),
+        })
+    }
+}
+
+/// A transaction on either backend.
+pub(crate) enum Tx {
+    S(Transaction<'static, Sqlite>),
+    P(Transaction<'static, Postgres>),
+}
+
+/// A pooled connection on either backend.
+pub(crate) enum Conn {
+    S(PoolConnection<Sqlite>),
+    P(PoolConnection<Postgres>),
+}
+
+macro_rules! impl_exec {
+    ($t:ident) => {
+        #[allow(dead_code)]
+        impl $t {
+            pub fn is_pg(&self) -> bool {
+                matches!(self, $t::P(_))
+            }
+
+            /// Executes one statement, returning the rows it affected.
+            pub async fn exec(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<u64> {
+                Ok(match self {
+                    $t::S(c) => bind_all!(sqlx::query(sql), args)
+                        .execute(&mut **c)
+                        .await?
+                        .rows_affected(),
+                    $t::P(c) => bind_all!(sqlx::query(sql), args)
+                        .execute(&mut **c)
+                        .await?
+                        .rows_affected(),
+                })
+            }
+
+            pub async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>> {
+                Ok(match self {
+                    $t::S(c) => bind_all!(sqlx::query(sql), args)
+                        .fetch_all(&mut **c)
+                        .await?
+                        .into_iter()
+                        .map(Row::S)
+                        .collect(),
+                    $t::P(c) => bind_all!(sqlx::query(sql), args)
+                        .fetch_all(&mut **c)
+                        .await?
+                        .into_iter()
+                        .map(Row::P)
+                        .collect(),
+                })
+            }
+
+            pub async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>> {
+                Ok(match self {
+                    $t::S(c) => bind_all!(sqlx::query(sql), args)
+                        .fetch_optional(&mut **c)
+                        .await?
+                        .map(Row::S),
+                    $t::P(c) => bind_all!(sqlx::query(sql), args)
+                        .fetch_optional(&mut **c)
+                        .await?
+                        .map(Row::P),
+                })
+            }
+        }
+    };
+}
+impl_exec!(Tx);
+impl_exec!(Conn);
+
+impl Tx {
+    pub async fn commit(self) -> Result<()> {
+        match self {
+            Tx::S(t) => t.commit().await?,
+            Tx::P(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,39 @@
+//! The store's one error type. Every variant says what went wrong and, where it can, what to do.
+
+use toolgate_core::TokenError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store URL '{0}' is not understood: use sqlite://PATH or postgres://USER@HOST/DB")]
+    BadUrl(String),
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migrating the database failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("no {what} with id '{id}'")]
+    NotFound { what: &'static str, id: String },
+    #[error("tool '{0}' is not in the registry")]
+    UnknownTool(String),
+    #[error("principal '{0}' is not in the registry")]
+    UnknownPrincipal(String),
+    #[error("approval {id} is {status}; only a pending approval can be decided")]
+    ApprovalClosed { id: String, status: String },
+    #[error("approval {id} expired at {expires_at} ms; the call must go back through the gate")]
+    ApprovalExpired { id: String, expires_at: i64 },
+    #[error("'{0}' cannot approve: only a person with an approver role can")]
+    NotAnApprover(String),
+    #[error("'{approver}' already approved {id}; a second approval must come from someone else")]
+    SameApprover { id: String, approver: String },
+    #[error("approval token refused: {0}")]
+    Token(#[from] TokenError),
+    #[error("the audit writer has stopped; the store must be reopened")]
+    WriterGone,
+    #[error("run {0} is aborted; no more steps run in it")]
+    RunAborted(String),
+    #[error("I/O error while exporting: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

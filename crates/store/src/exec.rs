@@ -1,0 +1,1451 @@
+//! The executor: claims steps, decides each again with core's [`Engine`] at execution time,
+//! reserves what an allowed call needs (idempotency key, budgets up the parent chain, approval
+//! nonces) in the same transaction, calls the [`Handler`], and records the outcome with its
+//! audit record. It also holds the direct (non-planned) governed call path the gateway uses
+//! for each `tools/call`, recovery of steps whose worker died, the reconciler of `unknown`
+//! steps, and run abortion with compensation.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use toolgate_core::{
+    ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, Registry, CallRequest, CheckName, Clock, Decision,
+    DestinationFacts, Effect, Engine, IdempotencyKey, IdempotencyState, InputHash, PriorCall,
+    PriorOutcome, RunHistory, StepStatus, Tier, Timestamp, Verdict, canonical,
+};
+
+use crate::audit::{
+    self, AuditApproval, AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy,
+};
+use crate::db::{Tx, args};
+use crate::error::{Result, StoreError};
+use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};
+use crate::store::{
+    BudgetAction, IdemAction, NewStep, Settle, Store, insert_step, new_id,
+    parse_status, parse_tier, step_cols, step_from_row, to_json, used_nonces,
+};
+
+/// A boxed future, so [`Handler`] stays object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where a call goes: the registry tool, and the upstream server and tool name its handler
+/// declares (the gateway maps these to an MCP client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub tool: String,
+    pub upstream: Option<String>,
+    pub upstream_tool: Option<String>,
+}
+
+/// What travels with a call in `_meta`: chosen by toolgate, never by the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallMeta {
+    pub idempotency_key: IdempotencyKey,
+    pub run_id: String,
+    pub step_id: String,
+    pub approval_tokens: Vec<ApprovalToken>,
+    pub principal: String,
+}
+
+/// What a handler returned.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HandlerOutput {
+    pub result: Value,
+    /// The target system's reference for what it did.
+    pub target_ref: Option<String>,
+}
+
+/// How a handler call failed. The difference decides retries: an answer that says "no" is a
+/// recorded failure; no answer at all may mean the effect happened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    #[error("the call timed out without an answer")]
+    Timeout,
+    #[error("the call failed: {0}")]
+    Failed(String),
+}
+
+/// Something that performs tool calls: an upstream MCP server, a built-in, a test fake.
+pub trait Handler: Send + Sync {
+    fn call<'a>(
+        &'a self,
+        target: &'a Target,
+        inputs: &'a Value,
+        meta: &'a CallMeta,
+    ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>>;
+}
+
+/// A direct call (a `tools/call` outside a plan), as the gateway sees it after authentication.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirectCall {
+    pub principal: String,
+    pub tool: String,
+    pub inputs: Value,
+    /// The run id from `_meta` (the gateway mints one per session when the client sends none).
+    pub run_id: String,
+    pub purpose: Option<String>,
+    pub reason: Option<String>,
+    pub evidence: Vec<String>,
+    pub approvals: Vec<ApprovalToken>,
+    pub actor: Actor,
+}
+
+/// How a governed call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    /// The handler ran and answered.
+    Done,
+    /// The handler ran and failed (the error is stored and replayed), or timed out on a
+    /// read/write (retryable).
+    Failed,
+    /// Timed out on an irreversible call: it may have happened; reconciliation decides.
+    Unknown,
+    /// The same key is done: its stored outcome (errors included) is returned, nothing ran.
+    Replayed,
+    /// The same key is in flight (409-like).
+    InProgress,
+    /// The same key was used with different inputs (422-like).
+    InputsDiffer,
+    /// A check refused the call.
+    Refused,
+    /// Parked for a person; `approval_id` names the request.
+    NeedsApproval,
+}
+
+/// The answer to one governed call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallResult {
+    pub status: CallStatus,
+    pub decision: Decision,
+    pub idem_key: IdempotencyKey,
+    pub step_id: Option<String>,
+    pub outcome: Option<StepOutcome>,
+    pub approval_id: Option<String>,
+    pub audit_seq: i64,
+}
+
+/// One call being decided: a claimed planned step or a direct call.
+#[derive(Debug, Clone)]
+struct Pending {
+    step_id: String,
+    run_id: String,
+    seq: i64,
+    kind: StepKind,
+    principal: String,
+    tool: String,
+    inputs: Value,
+    idem_key: IdempotencyKey,
+    purpose: Option<String>,
+    reason: Option<String>,
+    evidence: Vec<String>,
+    actor: Actor,
+    presented: Vec<ApprovalToken>,
+    attempts: i64,
+}
+
+impl Pending {
+    fn from_step(s: &Step) -> Self {
+        Pending {
+            step_id: s.step_id.clone(),
+            run_id: s.run_id.clone(),
+            seq: s.seq,
+            kind: s.kind,
+            principal: s.principal.clone(),
+            tool: s.tool.clone(),
+            inputs: s.inputs.clone(),
+            idem_key: s.idem_key.clone(),
+            purpose: s.purpose.clone(),
+            reason: s.reason.clone(),
+            evidence: s.evidence.clone(),
+            actor: s.actor.clone(),
+            presented: Vec::new(),
+            attempts: s.attempts,
+        }
+    }
+}
+
+/// What deciding a pending call led to.
+enum Prepared {
+    /// Reserved: call the handler, then settle.
+    Call {
+        p: Pending,
+        decision: Decision,
+        tokens: Vec<ApprovalToken>,
+        approvals: Vec<ApprovalClaims>,
+    },
+    /// Settled without a call (refused, parked, replayed); its audit record is written.
+    Settled {
+        p: Pending,
+        status: CallStatus,
+        decision: Decision,
+        outcome: StepOutcome,
+        audit_seq: i64,
+    },
+}
+
+/// Points in a call's life where a test can stop the process (crash tests kill a worker
+/// there). Production passes no hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncPoint {
+    /// The reservation transaction committed; the handler has not been called.
+    Reserved,
+    /// The handler answered; the outcome is not recorded yet.
+    Called,
+}
+
+/// A callback at each [`SyncPoint`].
+pub type SyncHook = Arc<dyn Fn(SyncPoint) + Send + Sync>;
+
+/// Claims, decides, calls and records. Holds the registry, the approval keys, the handler
+/// and a clock; cheap to clone.
+#[derive(Clone)]
+pub struct Executor {
+    pub store: Store,
+    pub registry: Arc<Registry>,
+    pub keys: Arc<ApprovalKeys>,
+    pub handler: Arc<dyn Handler>,
+    pub clock: Arc<dyn Clock>,
+    /// Allowed destination values looked up for this deployment (none by default: tools with
+    /// looked-up destinations then fail closed).
+    pub destinations: Arc<DestinationFacts>,
+    /// Test hook at each sync point.
+    pub hook: Option<SyncHook>,
+}
+
+fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {
+    let mut o = StepOutcome::status(status);
+    match &decision.verdict {
+        Verdict::Deny { rule, reason, .. } | Verdict::NeedsApproval { rule, reason, .. } => {
+            o.rule = Some(rule.clone());
+            o.error = Some(reason.clone());
+        }
+        Verdict::Allow => {}
+    }
+    o
+}
+
+impl Executor {
+    pub fn new(
+        store: Store,
+        registry: Arc<Registry>,
+        keys: Arc<ApprovalKeys>,
+        handler: Arc<dyn Handler>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Executor {
+            store,
+            registry,
+            keys,
+            handler,
+            clock,
+            destinations: Arc::new(DestinationFacts::default()),
+            hook: None,
+        }
+    }
+
+    /// The decision engine over this executor's registry and keys.
+    pub fn engine(&self) -> Engine<'_> {
+        Engine::new(&self.registry, &self.keys)
+    }
+
+    fn point(&self, at: SyncPoint) {
+        if let Some(h) = &self.hook {
+            h(at);
+        }
+    }
+
+    fn target(&self, tool: &str) -> Target {
+        let h = self.registry.tool(tool).map(|t| &t.config.handler);
+        Target {
+            tool: tool.to_string(),
+            upstream: h.and_then(|h| h.upstream.clone()),
+            upstream_tool: h.and_then(|h| h.tool.clone()),
+        }
+    }
+
+    fn draft(
+        &self,
+        p: &Pending,
+        decision: &Decision,
+        kind: AuditDecision,
+        outcome: &StepOutcome,
+        tokens: &[ApprovalToken],
+        approvals: &[ApprovalClaims],
+        now: Timestamp,
+    ) -> AuditDraft {
+        let reg: &Registry = &self.registry;
+        let tool = reg.tool(&p.tool);
+        let (inputs, redacted) = match tool {
+            Some(t) => self.store.config().redactor.redact(&p.inputs, &t.config.redact),
+            None => (p.inputs.clone(), Vec::new()),
+        };
+        AuditDraft {
+            ts: now,
+            run_id: Some(p.run_id.clone()),
+            step_id: (!p.step_id.is_empty()).then(|| p.step_id.clone()),
+            who: AuditWho {
+                principal: p.principal.clone(),
+                role: reg
+                    .principal(&p.principal)
+                    .map(|x| x.role().to_string())
+                    .unwrap_or_default(),
+                actor: p.actor.clone(),
+            },
+            tool: p.tool.clone(),
+            tool_version: tool.map(|t| t.config.version.clone()),
+            effect: tool.map(|t| t.config.effect),
+            tier: tool.map(|t| t.config.tier),
+            inputs,
+            redacted,
+            idem_key: Some(p.idem_key.to_string()),
+            why: AuditWhy {
+                purpose: p.purpose.clone(),
+                reason: p.reason.clone(),
+                evidence: p.evidence.clone(),
+                decision: kind,
+                rule: decision.rule().map(str::to_string).or_else(|| outcome.rule.clone()),
+                checks: decision.checks.clone(),
+            },
+            approval: (!approvals.is_empty()).then(|| AuditApproval {
+                approvers: approvals.iter().map(|c| c.approver.clone()).collect(),
+                token_fingerprints: tokens.iter().map(|t| t.fingerprint()).collect(),
+            }),
+            outcome: AuditOutcome {
+                status: outcome.status,
+                target_ref: outcome.target_ref.clone(),
+                latency_ms: outcome.latency_ms,
+                error: outcome.error.clone(),
+            },
+            registry_version: decision.registry_version.clone(),
+        }
+    }
+
+    /// Decides one pending call inside `tx` and reserves (or settles) it.
+    async fn prepare(&self, tx: &mut Tx, mut p: Pending, now: Timestamp) -> Result<Prepared> {
+        let reg: &Registry = &self.registry;
+        let tool = reg.tool(&p.tool);
+        let principal = reg.principal(&p.principal);
+
+        // The run so far, as policies and rate limits see it.
+        let mut run = RunHistory::default();
+        let rows = tx
+            .rows(
+                "SELECT tool, tier, status FROM steps WHERE run_id = $1 AND step_id <> $2 \
+                 AND kind <> 'compensation' AND status IN ('running', 'done', 'unknown', 'refused', 'needs_approval') \
+                 ORDER BY seq",
+                args![&p.run_id, &p.step_id],
+            )
+            .await?;
+        for r in &rows {
+            let outcome = match parse_status(&r.text(2)?)? {
+                StepStatus::Refused => PriorOutcome::Denied,
+                StepStatus::NeedsApproval => PriorOutcome::Gated,
+                _ => PriorOutcome::Allowed,
+            };
+            run.calls.push(PriorCall {
+                tool: r.text(0)?,
+                tier: parse_tier(&r.text(1)?)?,
+                outcome,
+            });
+        }
+
+        // Today's budget use of the principal and every ancestor it draws from.
+        let day = now.utc_day();
+        let chain: Vec<String> = principal
+            .map(|pr| {
+                std::iter::once(pr.id().to_string())
+                    .chain(pr.ancestors.iter().cloned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut budgets = BudgetView::default();
+        for id in &chain {
+            for r in tx
+                .rows(
+                    "SELECT tier, used FROM budget_usage WHERE principal = $1 AND day = $2",
+                    args![id, day],
+                )
+                .await?
+            {
+                budgets.set(id, parse_tier(&r.text(0)?)?, r.i64(1)? as u32);
+            }
+        }
+
+        // The key's state.
+        let input_hash = InputHash::of(&p.inputs);
+        let mut idem = IdempotencyState::Fresh;
+        let mut stored_outcome = None;
+        if let Some(r) = tx
+            .opt(
+                "SELECT input_hash, state, outcome, expires_at FROM idempotency WHERE idem_key = $1",
+                args![p.idem_key.as_str()],
+            )
+            .await?
+        {
+            if r.i64(3)? <= now.millis() && r.text(1)? == "done" {
+                tx.exec(
+                    "DELETE FROM idempotency WHERE idem_key = $1",
+                    args![p.idem_key.as_str()],
+                )
+                .await?;
+            } else if r.text(0)? != input_hash.as_str() {
+                idem = IdempotencyState::InputsDiffer;
+            } else if r.text(1)? == "done" {
+                idem = IdempotencyState::Done;
+                stored_outcome = r.opt_text(2)?;
+            } else {
+                idem = IdempotencyState::InFlight;
+            }
+        }
+
+        // Approvals: what the caller presented, plus what people granted for this subject.
+        let subject = self.subject(&p);
+        let mut tokens = std::mem::take(&mut p.presented);
+        for r in tx
+            .rows(
+                "SELECT g.token FROM approval_grants g JOIN approval_requests r \
+                 ON r.approval_id = g.approval_id \
+                 WHERE r.subject = $1 AND r.status IN ('pending', 'approved') ORDER BY g.granted_at",
+                args![&subject],
+            )
+            .await?
+        {
+            let t = ApprovalToken::from_wire(r.text(0)?);
+            if !tokens.contains(&t) {
+                tokens.push(t);
+            }
+        }
+        let nonces: Vec<String> = tokens
+            .iter()
+            .filter_map(|t| self.keys.open(t).ok().map(|c| c.nonce))
+            .collect();
+        let used = used_nonces(tx, &nonces).await?;
+        let nonce_used = |n: &str| used.contains(n);
+
+        let req = CallRequest {
+            principal: &p.principal,
+            tool: &p.tool,
+            purpose: p.purpose.as_deref(),
+            reason: p.reason.as_deref(),
+            inputs: &p.inputs,
+            subject: &subject,
+            run: &run,
+            budgets: &budgets,
+            idempotency: idem,
+            approvals: &tokens,
+            destinations: &self.destinations,
+            definition_hash: None,
+            nonce_used: &nonce_used,
+        };
+        let decision = self.engine().decide(&req, now);
+
+        match decision.verdict.clone() {
+            Verdict::Allow if idem == IdempotencyState::Done => {
+                let outcome: StepOutcome = stored_outcome
+                    .as_deref()
+                    .and_then(|t| serde_json::from_str(t).ok())
+                    .ok_or_else(|| StoreError::Corrupt("a done key has no stored outcome".into()))?;
+                if p.kind != StepKind::Direct {
+                    tx.exec(
+                        "UPDATE steps SET status = $1, outcome = $2, lease_until = NULL, updated_at = $3 \
+                         WHERE step_id = $4",
+                        args![outcome.status.as_str(), to_json(&outcome), now.millis(), &p.step_id],
+                    )
+                    .await?;
+                }
+                let d = self.draft(&p, &decision, AuditDecision::Replay, &outcome, &[], &[], now);
+                let seq = audit::append(tx, vec![d]).await?[0];
+                Ok(Prepared::Settled {
+                    p,
+                    status: CallStatus::Replayed,
+                    decision,
+                    outcome,
+                    audit_seq: seq,
+                })
+            }
+            Verdict::Allow => {
+                let tool = tool.expect("an allowed call names a registry tool");
+                match self
+                    .reserve(tx, &mut p, &decision, tool.config.tier, &chain, &subject, now)
+                    .await?
+                {
+                    None => Ok(Prepared::Call {
+                        p,
+                        approvals: decision.approvals.clone(),
+                        decision,
+                        tokens,
+                    }),
+                    Some((status, rule, reason)) => {
+                        let mut outcome = StepOutcome::status(match status {
+                            CallStatus::InProgress => StepStatus::Running,
+                            _ => StepStatus::Refused,
+                        });
+                        outcome.rule = Some(rule);
+                        outcome.error = Some(reason);
+                        if p.kind != StepKind::Direct && status == CallStatus::Refused {
+                            self.settle_inline(tx, &p, &outcome, now).await?;
+                        }
+                        let d = self.draft(&p, &decision, AuditDecision::Deny, &outcome, &[], &[], now);
+                        let seq = audit::append(tx, vec![d]).await?[0];
+                        Ok(Prepared::Settled {
+                            p,
+                            status,
+                            decision,
+                            outcome,
+                            audit_seq: seq,
+                        })
+                    }
+                }
+            }
+            Verdict::Deny { check, .. } => {
+                let status = match (check, idem) {
+                    (CheckName::Idempotency, IdempotencyState::InFlight) => CallStatus::InProgress,
+                    (CheckName::Idempotency, IdempotencyState::InputsDiffer) => {
+                        CallStatus::InputsDiffer
+                    }
+                    _ => CallStatus::Refused,
+                };
+                let outcome = outcome_of(StepStatus::Refused, &decision);
+                if p.kind != StepKind::Direct {
+                    self.settle_inline(tx, &p, &outcome, now).await?;
+                }
+                let d = self.draft(&p, &decision, AuditDecision::Deny, &outcome, &[], &[], now);
+                let seq = audit::append(tx, vec![d]).await?[0];
+                Ok(Prepared::Settled {
+                    p,
+                    status,
+                    decision,
+                    outcome,
+                    audit_seq: seq,
+                })
+            }
+            Verdict::NeedsApproval {
+                rule,
+                approvers_needed,
+                approved_by,
+                ..
+            } => {
+                let tool = tool.expect("a gated call names a registry tool");
+                // A request already open for the same exact call is reused; one that lapsed
+                // is closed, and the call goes back through the gate with a new one.
+                tx.exec(
+                    "UPDATE approval_requests SET status = 'expired', decided_at = $1 \
+                     WHERE subject = $2 AND status IN ('pending', 'approved') AND expires_at <= $1",
+                    args![now.millis(), &subject],
+                )
+                .await?;
+                let open = tx
+                    .opt(
+                        "SELECT approval_id FROM approval_requests WHERE subject = $1 \
+                         AND input_hash = $2 AND status = 'pending'",
+                        args![&subject, input_hash.as_str()],
+                    )
+                    .await?;
+                let approval_id = match open {
+                    Some(r) => r.text(0)?,
+                    None => {
+                        let id = new_id();
+                        let needed = approvers_needed as i64 + approved_by.len() as i64;
+                        tx.exec(
+                            "INSERT INTO approval_requests (approval_id, subject, run_id, principal, \
+                             tool, tool_version, input_hash, inputs, reason, evidence, rule, \
+                             approvers_needed, status, created_at, expires_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14)",
+                            args![
+                                &id,
+                                &subject,
+                                &p.run_id,
+                                &p.principal,
+                                &p.tool,
+                                &tool.config.version,
+                                input_hash.as_str(),
+                                canonical(&p.inputs),
+                                p.reason.clone(),
+                                to_json(&p.evidence),
+                                &rule,
+                                needed.max(1),
+                                now.millis(),
+                                now.plus_hours(self.store.config().approval_expiry_hours).millis()
+                            ],
+                        )
+                        .await?;
+                        id
+                    }
+                };
+                let mut outcome = outcome_of(StepStatus::NeedsApproval, &decision);
+                outcome.approval_id = Some(approval_id.clone());
+                if p.kind != StepKind::Direct {
+                    self.settle_inline(tx, &p, &outcome, now).await?;
+                }
+                let d = self.draft(&p, &decision, AuditDecision::NeedsApproval, &outcome, &[], &[], now);
+                let seq = audit::append(tx, vec![d]).await?[0];
+                Ok(Prepared::Settled {
+                    p,
+                    status: CallStatus::NeedsApproval,
+                    decision,
+                    outcome,
+                    audit_seq: seq,
+                })
+            }
+        }
+    }
+
+    /// The subject an approval binds to: the step id, or for a direct call its key.
+    fn subject(&self, p: &Pending) -> String {
+        match p.kind {
+            StepKind::Direct => p.idem_key.to_string(),
+            _ => p.step_id.clone(),
+        }
+    }
+
+    async fn settle_inline(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        outcome: &StepOutcome,
+        now: Timestamp,
+    ) -> Result<()> {
+        tx.exec(
+            "UPDATE steps SET status = $1, outcome = $2, lease_until = NULL, updated_at = $3 \
+             WHERE step_id = $4",
+            args![outcome.status.as_str(), to_json(outcome), now.millis(), &p.step_id],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Reserves the key, the budgets up the parent chain and the approval nonces. On a lost
+    /// race returns why (and leaves nothing reserved).
+    #[allow(clippy::too_many_arguments)]
+    async fn reserve(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        decision: &Decision,
+        tier: Tier,
+        chain: &[String],
+        subject: &str,
+        now: Timestamp,
+    ) -> Result<Option<(CallStatus, String, String)>> {
+        let reg: &Registry = &self.registry;
+        let input_hash = InputHash::of(&p.inputs);
+        let expires = now.millis() + self.store.config().retention_ms();
+        let won = tx
+            .exec(
+                "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, expires_at) \
+                 VALUES ($1, $2, 'in_flight', NULL, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING",
+                args![p.idem_key.as_str(), input_hash.as_str(), &p.step_id, now.millis(), expires],
+            )
+            .await?;
+        if won == 0 {
+            return Ok(Some((
+                CallStatus::InProgress,
+                "idempotency.in_progress".into(),
+                "the same call is in progress; check its status instead of retrying".into(),
+            )));
+        }
+
+        // The step row: a planned step is already claimed; a direct call gets (or re-arms) one.
+        if p.kind == StepKind::Direct {
+            let tool = reg.tool(&p.tool).expect("checked by the caller");
+            let role = reg
+                .principal(&p.principal)
+                .map(|x| x.role().to_string())
+                .unwrap_or_default();
+            Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
+            let lease = now.millis() + self.store.config().lease.as_millis() as i64;
+            let existing = tx
+                .opt(
+                    "SELECT step_id, attempts FROM steps WHERE idem_key = $1",
+                    args![p.idem_key.as_str()],
+                )
+                .await?;
+            match existing {
+                Some(r) => {
+                    let (id, attempts) = (r.text(0)?, r.i64(1)?);
+                    if attempts >= 4 {
+                        tx.exec("DELETE FROM idempotency WHERE idem_key = $1", args![p.idem_key.as_str()])
+                            .await?;
+                        return Ok(Some((
+                            CallStatus::Refused,
+                            "attempts.exhausted".into(),
+                            "this call was attempted 4 times; it will not be retried again".into(),
+                        )));
+                    }
+                    tx.exec(
+                        "UPDATE steps SET status = 'running', attempts = attempts + 1, \
+                         lease_until = $1, updated_at = $2, outcome = NULL WHERE step_id = $3",
+                        args![lease, now.millis(), &id],
+                    )
+                    .await?;
+                    p.step_id = id;
+                    p.attempts = attempts + 1;
+                }
+                None => {
+                    let seq = tx
+                        .opt(
+                            "SELECT COALESCE(MAX(seq), 0) + 1 FROM steps WHERE run_id = $1",
+                            args![&p.run_id],
+                        )
+                        .await?
+                        .map(|r| r.i64(0))
+                        .transpose()?
+                        .unwrap_or(1);
+                    p.step_id = new_id();
+                    p.seq = seq;
+                    p.attempts = 1;
+                    insert_step(
+                        tx,
+                        NewStep {
+                            step_id: &p.step_id,
+                            run_id: &p.run_id,
+                            seq,
+                            kind: StepKind::Direct,
+                            principal: &p.principal,
+                            role: &role,
+                            tool: &p.tool,
+                            effect: tool.config.effect,
+                            tier: tool.config.tier,
+                            purpose: p.purpose.as_deref(),
+                            reason: p.reason.as_deref(),
+                            evidence: &p.evidence,
+                            actor: &p.actor,
+                            inputs: &p.inputs,
+                            idem_key: p.idem_key.as_str(),
+                            status: StepStatus::Running,
+                            attempts: 1,
+                            compensates: None,
+                            lease_until: Some(lease),
+                            now,
+                        },
+                    )
+                    .await?;
+                }
+            }
+            tx.exec(
+                "UPDATE idempotency SET step_id = $1 WHERE idem_key = $2",
+                args![&p.step_id, p.idem_key.as_str()],
+            )
+            .await?;
+        }
+
+        // Budgets: every counter in the chain that has a limit, in one order everywhere (no
+        // deadlocks between workers), each a conditional increment.
+        if tier != Tier::Read {
+            let day = now.utc_day();
+            let mut limited: Vec<(&str, u32)> = chain
+                .iter()
+                .filter_map(|id| {
+                    reg.principal(id)
+                        .and_then(|pr| pr.budget(tier))
+                        .map(|l| (id.as_str(), l))
+                })
+                .collect();
+            limited.sort();
+            let mut taken: Vec<&str> = Vec::new();
+            for (id, limit) in &limited {
+                tx.exec(
+                    "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
+                     ON CONFLICT (principal, tier, day) DO NOTHING",
+                    args![*id, tier.as_str(), day],
+                )
+                .await?;
+                let ok = tx
+                    .exec(
+                        "UPDATE budget_usage SET used = used + 1 \
+                         WHERE principal = $1 AND tier = $2 AND day = $3 AND used < $4",
+                        args![*id, tier.as_str(), day, *limit as i64],
+                    )
+                    .await?;
+                if ok == 0 {
+                    for t in &taken {
+                        tx.exec(
+                            "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3",
+                            args![*t, tier.as_str(), day],
+                        )
+                        .await?;
+                    }
+                    self.unreserve_key(tx, p).await?;
+                    return Ok(Some((
+                        CallStatus::Refused,
+                        format!("budget.{tier}"),
+                        format!(
+                            "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
+                        ),
+                    )));
+                }
+                taken.push(id);
+            }
+            for id in &taken {
+                tx.exec(
+                    "INSERT INTO budget_reservations (step_id, principal, tier, day) VALUES ($1, $2, $3, $4)",
+                    args![&p.step_id, *id, tier.as_str(), day],
+                )
+                .await?;
+            }
+        }
+
+        // Approvals: single-use, consumed here, in the transaction that starts the call.
+        for c in &decision.approvals {
+            let fresh = tx
+                .exec(
+                    "INSERT INTO consumed_nonces (nonce, subject, consumed_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (nonce) DO NOTHING",
+                    args![&c.nonce, subject, now.millis()],
+                )
+                .await?;
+            if fresh == 0 {
+                // Another call consumed it between our read and now: fail closed.
+                return Err(StoreError::Token(toolgate_core::TokenError::Reused(
+                    c.nonce.clone(),
+                )));
+            }
+        }
+        if !decision.approvals.is_empty() {
+            tx.exec(
+                "UPDATE approval_requests SET status = 'consumed', decided_at = $1 \
+                 WHERE subject = $2 AND status IN ('approved', 'pending')",
+                args![now.millis(), subject],
+            )
+            .await?;
+            let approval = json!({
+                "by": decision.approvals.iter().map(|c| c.approver.clone()).collect::<Vec<_>>(),
+                "at": now.millis(),
+                "input_hash": decision.input_hash.as_str(),
+            });
+            tx.exec(
+                "UPDATE steps SET approval = $1 WHERE step_id = $2",
+                args![canonical(&approval), &p.step_id],
+            )
+            .await?;
+        }
+        Ok(None)
+    }
+
+    async fn unreserve_key(&self, tx: &mut Tx, p: &Pending) -> Result<()> {
+        tx.exec(
+            "DELETE FROM idempotency WHERE idem_key = $1 AND state = 'in_flight'",
+            args![p.idem_key.as_str()],
+        )
+        .await?;
+        if p.kind == StepKind::Direct {
+            tx.exec(
+                "UPDATE steps SET status = 'failed', lease_until = NULL WHERE step_id = $1",
+                args![&p.step_id],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Calls the handler for a reserved call and records the outcome (group commit).
+    async fn call_and_record(
+        &self,
+        p: Pending,
+        decision: Decision,
+        tokens: Vec<ApprovalToken>,
+        approvals: Vec<ApprovalClaims>,
+    ) -> Result<(CallStatus, StepOutcome, i64, Pending, Decision)> {
+        let reg: &Registry = &self.registry;
+        let effect = reg
+            .tool(&p.tool)
+            .map(|t| t.config.effect)
+            .unwrap_or(Effect::Irreversible);
+        let meta = CallMeta {
+            idempotency_key: p.idem_key.clone(),
+            run_id: p.run_id.clone(),
+            step_id: p.step_id.clone(),
+            approval_tokens: tokens.clone(),
+            principal: p.principal.clone(),
+        };
+        let target = self.target(&p.tool);
+        let started = Instant::now();
+        let res = match tokio::time::timeout(
+            self.store.config().call_timeout,
+            self.handler.call(&target, &p.inputs, &meta),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(HandlerError::Timeout),
+        };
+        let latency = started.elapsed().as_millis() as i64;
+        self.point(SyncPoint::Called);
+        let now = self.clock.now();
+        let backoff = self.store.config().retry_backoff.as_millis() as i64;
+        let (status, outcome, idem, budget, retry_at) = match res {
+            Ok(out) => {
+                let mut o = StepOutcome::status(StepStatus::Done);
+                o.result = Some(out.result);
+                o.target_ref = out.target_ref;
+                o.latency_ms = Some(latency);
+                let stored = to_json(&o);
+                (CallStatus::Done, o, IdemAction::Done(stored), BudgetAction::Charge, None)
+            }
+            Err(HandlerError::Failed(msg)) => {
+                // The target answered "no": recorded, and replayed to a retry with the same key.
+                let mut o = StepOutcome::status(StepStatus::Failed);
+                o.error = Some(msg);
+                o.rule = Some("handler.failed".into());
+                o.latency_ms = Some(latency);
+                let stored = to_json(&o);
+                (CallStatus::Failed, o, IdemAction::Done(stored), BudgetAction::Release, None)
+            }
+            Err(HandlerError::Timeout) if effect == Effect::Irreversible => {
+                let mut o = StepOutcome::status(StepStatus::Unknown);
+                o.error = Some(
+                    "timed out on an irreversible call: it may have happened; it is never retried \
+                     blind and waits for reconciliation by key"
+                        .into(),
+                );
+                o.rule = Some("timeout.irreversible".into());
+                o.latency_ms = Some(latency);
+                (CallStatus::Unknown, o, IdemAction::Keep, BudgetAction::Hold, None)
+            }
+            Err(HandlerError::Timeout) => {
+                let mut o = StepOutcome::status(StepStatus::Failed);
+                o.error = Some("timed out; retryable with the same key".into());
+                o.rule = Some("timeout.retryable".into());
+                o.latency_ms = Some(latency);
+                let retry = (p.attempts < 4).then_some(now.millis() + backoff);
+                (CallStatus::Failed, o, IdemAction::Release, BudgetAction::Release, retry)
+            }
+        };
+        let settle = Settle {
+            step_id: p.step_id.clone(),
+            outcome: outcome.clone(),
+            retry_at,
+            idem_key: p.idem_key.to_string(),
+            idem,
+            budget,
+            now,
+        };
+        let draft = self.draft(&p, &decision, AuditDecision::Allow, &outcome, &tokens, &approvals, now);
+        let seq = self.store.commit_record(Some(settle), draft).await?;
+        Ok((status, outcome, seq, p, decision))
+    }
+
+    // ------------------------------------------------------------ the direct call path
+
+    /// One governed `tools/call` outside a plan: derive the key, decide with the store's
+    /// state, reserve, call, record, audit. Duplicates replay; a call in flight reports it;
+    /// a key reused with other inputs is refused.
+    pub async fn governed_call(&self, call: DirectCall) -> Result<CallResult> {
+        let now = self.clock.now();
+        let identity = self
+            .registry
+            .tool(&call.tool)
+            .map(|t| t.config.identity.clone())
+            .unwrap_or_default();
+        let key = IdempotencyKey::for_call(&call.run_id, &call.tool, &identity, &call.inputs);
+        let p = Pending {
+            step_id: String::new(),
+            run_id: call.run_id,
+            seq: 0,
+            kind: StepKind::Direct,
+            principal: call.principal,
+            tool: call.tool,
+            inputs: call.inputs,
+            idem_key: key.clone(),
+            purpose: call.purpose,
+            reason: call.reason,
+            evidence: call.evidence,
+            actor: call.actor,
+            presented: call.approvals,
+            attempts: 0,
+        };
+        let mut tx = self.store.begin().await?;
+        let prepared = self.prepare(&mut tx, p, now).await?;
+        tx.commit().await?;
+        match prepared {
+            Prepared::Settled {
+                p,
+                status,
+                decision,
+                outcome,
+                audit_seq,
+            } => Ok(CallResult {
+                status,
+                decision,
+                idem_key: key,
+                step_id: (!p.step_id.is_empty()).then_some(p.step_id),
+                approval_id: outcome.approval_id.clone(),
+                outcome: Some(outcome),
+                audit_seq,
+            }),
+            Prepared::Call {
+                p,
+                decision,
+                tokens,
+                approvals,
+            } => {
+                self.point(SyncPoint::Reserved);
+                let (status, outcome, seq, p, decision) =
+                    self.call_and_record(p, decision, tokens, approvals).await?;
+                Ok(CallResult {
+                    status,
+                    decision,
+                    idem_key: key,
+                    step_id: Some(p.step_id),
+                    outcome: Some(outcome),
+                    approval_id: None,
+                    audit_seq: seq,
+                })
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ planned steps
+
+    /// Claims up to `limit` queued steps in one transaction (`FOR UPDATE SKIP LOCKED` on
+    /// PostgreSQL), decides and reserves each, calls the allowed ones concurrently and records
+    /// every outcome. Returns what happened to each claimed step; empty when the queue is.
+    pub async fn run_batch(&self, limit: usize) -> Result<Vec<StepReport>> {
+        let now = self.clock.now();
+        let lease = now.millis() + self.store.config().lease.as_millis() as i64;
+        let mut tx = self.store.begin().await?;
+        let sql: &'static str = if tx.is_pg() {
+            concat!(
+                "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
+                 updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
+                 WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
+                 AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3 \
+                 FOR UPDATE SKIP LOCKED) RETURNING ",
+                step_cols!()
+            )
+        } else {
+            concat!(
+                "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
+                 updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
+                 WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
+                 AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3) RETURNING ",
+                step_cols!()
+            )
+        };
+        let rows = tx.rows(sql, args![lease, now.millis(), limit as i64]).await?;
+        let mut claimed = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
+        claimed.sort_by(|a, b| (a.created_at, a.seq).cmp(&(b.created_at, b.seq)));
+        self.execute_claimed(tx, claimed, now).await
+    }
+
+    /// Executes one step by id: claims it if it is pending or retryable, otherwise returns
+    /// what was recorded (a step done, refused, parked or unknown never runs again).
+    pub async fn execute_step(&self, step_id: &str) -> Result<StepReport> {
+        let now = self.clock.now();
+        let lease = now.millis() + self.store.config().lease.as_millis() as i64;
+        let mut tx = self.store.begin().await?;
+        let rows = tx
+            .rows(
+                concat!(
+                    "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
+                     updated_at = $2, retry_at = NULL WHERE step_id = $3 \
+                     AND status IN ('pending', 'failed') AND attempts < 4 RETURNING ",
+                    step_cols!()
+                ),
+                args![lease, now.millis(), step_id],
+            )
+            .await?;
+        if rows.is_empty() {
+            drop(tx);
+            let s = self.store.step(step_id).await?;
+            return Ok(StepReport {
+                step_id: s.step_id,
+                status: s.status,
+                outcome: s.outcome,
+                replayed: true,
+            });
+        }
+        let claimed = vec![step_from_row(&rows[0])?];
+        let mut out = self.execute_claimed(tx, claimed, now).await?;
+        Ok(out.remove(0))
+    }
+
+    async fn execute_claimed(
+        &self,
+        mut tx: Tx,
+        claimed: Vec<Step>,
+        now: Timestamp,
+    ) -> Result<Vec<StepReport>> {
+        let mut reports = Vec::with_capacity(claimed.len());
+        let mut calls = Vec::new();
+        let aborted: HashSet<String> = HashSet::new();
+        for s in &claimed {
+            if aborted.contains(&s.run_id) {
+                continue;
+            }
+            match self.prepare(&mut tx, Pending::from_step(s), now).await? {
+                Prepared::Settled { p, status, outcome, .. } => reports.push(StepReport {
+                    step_id: p.step_id,
+                    status: outcome.status,
+                    replayed: status == CallStatus::Replayed,
+                    outcome: Some(outcome),
+                }),
+                Prepared::Call {
+                    p,
+                    decision,
+                    tokens,
+                    approvals,
+                } => calls.push((p, decision, tokens, approvals)),
+            }
+        }
+        tx.commit().await?;
+        self.point(SyncPoint::Reserved);
+        let mut set = tokio::task::JoinSet::new();
+        for (p, decision, tokens, approvals) in calls {
+            let this = self.clone();
+            set.spawn(async move {
+                this.call_and_record(p, decision, tokens, approvals).await
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            let (_, outcome, _, p, _) = r.map_err(|e| StoreError::Corrupt(format!("a call task panicked: {e}")))??;
+            reports.push(StepReport {
+                step_id: p.step_id,
+                status: outcome.status,
+                outcome: Some(outcome),
+                replayed: false,
+            });
+        }
+        Ok(reports)
+    }
+
+    /// Runs the queue until it is empty.
+    pub async fn drain(&self) -> Result<Vec<StepReport>> {
+        let mut all = Vec::new();
+        loop {
+            let batch = self.run_batch(self.store.config().claim_batch).await?;
+            if batch.is_empty() {
+                return Ok(all);
+            }
+            all.extend(batch);
+        }
+    }
+
+    // ------------------------------------------------------------ recovery and reconciliation
+
+    fn system_draft(
+        &self,
+        s: &Step,
+        kind: AuditDecision,
+        rule: &str,
+        outcome: &StepOutcome,
+        now: Timestamp,
+    ) -> AuditDraft {
+        let p = Pending::from_step(s);
+        let decision = Decision {
+            verdict: Verdict::Allow,
+            checks: Vec::new(),
+            input_hash: s.input_hash.clone(),
+            approvals: Vec::new(),
+            shadow: Vec::new(),
+            registry_version: self.registry.version.hash.clone(),
+        };
+        let mut d = self.draft(&p, &decision, kind, outcome, &[], &[], now);
+        d.why.rule = Some(rule.to_string());
+        d
+    }
+
+    /// Settles steps whose worker died mid-call (lease expired while `running`). Nothing is
+    /// re-run blind: a read goes back to the queue; a write or irreversible call may have
+    /// happened, so it becomes `unknown` and waits for reconciliation by key.
+    pub async fn recover_stale(&self) -> Result<Vec<StepReport>> {
+        let now = self.clock.now();
+        let mut tx = self.store.begin().await?;
+        let rows = tx
+            .rows(
+                concat!(
+                    "SELECT ",
+                    step_cols!(),
+                    " FROM steps WHERE status = 'running' AND lease_until < $1 ORDER BY seq"
+                ),
+                args![now.millis()],
+            )
+            .await?;
+        let stale = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
+        let mut drafts = Vec::new();
+        let mut reports = Vec::new();
+        for s in &stale {
+            let (outcome, rule) = if s.effect == Effect::Read {
+                let mut o = StepOutcome::status(StepStatus::Failed);
+                o.error = Some("the worker stopped before recording; a read is safe to repeat".into());
+                o.rule = Some("recovery.read".into());
+                (o, "recovery.read")
+            } else {
+                let mut o = StepOutcome::status(StepStatus::Unknown);
+                o.error = Some(
+                    "the worker stopped before recording the outcome: the call may have happened; \
+                     it waits for reconciliation by key"
+                        .into(),
+                );
+                o.rule = Some("recovery.unknown".into());
+                (o, "recovery.unknown")
+            };
+            let retry = (outcome.status == StepStatus::Failed && s.attempts < 4).then_some(now.millis());
+            let settle = Settle {
+                step_id: s.step_id.clone(),
+                outcome: outcome.clone(),
+                retry_at: retry,
+                idem_key: s.idem_key.to_string(),
+                idem: if outcome.status == StepStatus::Failed { IdemAction::Release } else { IdemAction::Keep },
+                budget: if outcome.status == StepStatus::Failed { BudgetAction::Release } else { BudgetAction::Hold },
+                now,
+            };
+            crate::store::apply_settle(&mut tx, &settle).await?;
+            drafts.push(self.system_draft(s, AuditDecision::Recovery, rule, &outcome, now));
+            reports.push(StepReport {
+                step_id: s.step_id.clone(),
+                status: outcome.status,
+                outcome: Some(outcome),
+                replayed: false,
+            });
+        }
+        audit::append(&mut tx, drafts).await?;
+        tx.commit().await?;
+        Ok(reports)
+    }
+
+    /// The reconciler: for each `unknown` step whose tool declares a reconciling read tool,
+    /// asks the target by idempotency key (`{"idempotency_key": KEY}`; the answer's `found`
+    /// says whether the call landed). Found → `done`, budget charged; not found → `failed`,
+    /// budget released and retryable, because now it is known not to have happened. A step
+    /// whose lookup fails, or whose tool has no reconciling tool, stays `unknown` for a person.
+    pub async fn reconcile(&self) -> Result<Vec<StepReport>> {
+        let unknown = {
+            let mut tx = self.store.begin().await?;
+            let rows = tx
+                .rows(
+                    concat!("SELECT ", step_cols!(), " FROM steps WHERE status = 'unknown' ORDER BY updated_at, seq"),
+                    args![],
+                )
+                .await?;
+            tx.commit().await?;
+            rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?
+        };
+        let mut reports = Vec::new();
+        for s in unknown {
+            let Some(lookup) = self.registry.tool(&s.tool).and_then(|t| t.config.reconcile.clone()) else {
+                continue;
+            };
+            let meta = CallMeta {
+                idempotency_key: s.idem_key.clone(),
+                run_id: s.run_id.clone(),
+                step_id: s.step_id.clone(),
+                approval_tokens: Vec::new(),
+                principal: s.principal.clone(),
+            };
+            let inputs = json!({"idempotency_key": s.idem_key.as_str()});
+            let target = self.target(&lookup);
+            let answer = match tokio::time::timeout(
+                self.store.config().call_timeout,
+                self.handler.call(&target, &inputs, &meta),
+            )
+            .await
+            {
+                Ok(Ok(out)) => out,
+                _ => continue, // no answer: still unknown
+            };
+            let now = self.clock.now();
+            let found = answer.result.get("found").and_then(Value::as_bool).unwrap_or(false);
+            let (outcome, idem, budget, retry) = if found {
+                let mut o = StepOutcome::status(StepStatus::Done);
+                o.target_ref = answer.target_ref.clone();
+                o.result = Some(answer.result.clone());
+                o.rule = Some(format!("reconciled.{lookup}"));
+                let stored = to_json(&o);
+                (o, IdemAction::Done(stored), BudgetAction::Charge, None)
+            } else {
+                let mut o = StepOutcome::status(StepStatus::Failed);
+                o.error = Some(format!("{lookup} says the call never landed; it may be retried"));
+                o.rule = Some(format!("reconciled.{lookup}"));
+                let retry = (s.attempts < 4).then_some(now.millis());
+                (o, IdemAction::Release, BudgetAction::Release, retry)
+            };
+            let settle = Settle {
+                step_id: s.step_id.clone(),
+                outcome: outcome.clone(),
+                retry_at: retry,
+                idem_key: s.idem_key.to_string(),
+                idem,
+                budget,
+                now,
+            };
+            let draft = self.system_draft(&s, AuditDecision::Reconcile, &format!("reconciled.{lookup}"), &outcome, now);
+            self.store.commit_record(Some(settle), draft).await?;
+            reports.push(StepReport {
+                step_id: s.step_id.clone(),
+                status: outcome.status,
+                outcome: Some(outcome),
+                replayed: false,
+            });
+        }
+        Ok(reports)
+    }
+
+    /// Aborts a run: steps not yet run are refused, then each done `write` step's compensating
+    /// tool is called, newest first, each recorded as a compensation step with its own audit
+    /// record. Returns the compensation steps.
+    pub async fn abort_run(&self, run_id: &str, note: &str) -> Result<Vec<StepReport>> {
+        let now = self.clock.now();
+        let mut tx = self.store.begin().await?;
+        let n = tx
+            .exec(
+                "UPDATE runs SET status = 'aborted', updated_at = $1 WHERE run_id = $2",
+                args![now.millis(), run_id],
+            )
+            .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound { what: "run", id: run_id.to_string() });
+        }
+        let mut refused = StepOutcome::status(StepStatus::Refused);
+        refused.rule = Some("run.aborted".into());
+        refused.error = Some(format!("the run was aborted: {note}"));
+        tx.exec(
+            "UPDATE steps SET status = 'refused', outcome = $1, retry_at = NULL, updated_at = $2 \
+             WHERE run_id = $3 AND status IN ('pending', 'failed', 'needs_approval')",
+            args![to_json(&refused), now.millis(), run_id],
+        )
+        .await?;
+        let rows = tx
+            .rows(
+                concat!(
+                    "SELECT ",
+                    step_cols!(),
+                    " FROM steps WHERE run_id = $1 AND status = 'done' AND effect = 'write' \
+                     AND kind <> 'compensation' ORDER BY seq DESC"
+                ),
+                args![run_id],
+            )
+            .await?;
+        let done = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
+        let mut next_seq = tx
+            .opt("SELECT COALESCE(MAX(seq), 0) FROM steps WHERE run_id = $1", args![run_id])
+            .await?
+            .map(|r| r.i64(0))
+            .transpose()?
+            .unwrap_or(0);
+        let mut todo = Vec::new();
+        for s in &done {
+            let Some(comp) = self.registry.tool(&s.tool).and_then(|t| t.config.compensate.clone()) else {
+                continue;
+            };
+            let Some(comp_tool) = self.registry.tool(&comp) else { continue };
+            // The compensating call takes the fields its schema names, from the original
+            // inputs first, then from what the call returned.
+            let mut inputs = serde_json::Map::new();
+            if let Some(props) = comp_tool.config.input_schema.get("properties").and_then(Value::as_object) {
+                for name in props.keys() {
+                    let v = s.inputs.get(name).cloned().or_else(|| {
+                        s.outcome.as_ref().and_then(|o| o.result.as_ref()).and_then(|r| r.get(name).cloned())
+                    });
+                    if let Some(v) = v {
+                        inputs.insert(name.clone(), v);
+                    }
+                }
+            }
+            let inputs = Value::Object(inputs);
+            next_seq += 1;
+            let key = IdempotencyKey::for_step(run_id, next_seq as u32, &json!({"compensates": s.step_id, "inputs": inputs}));
+            let id = new_id();
+            let lease = now.millis() + self.store.config().lease.as_millis() as i64;
+            insert_step(
+                &mut tx,
+                NewStep {
+                    step_id: &id,
+                    run_id,
+                    seq: next_seq,
+                    kind: StepKind::Compensation,
+                    principal: &s.principal,
+                    role: &s.role,
+                    tool: &comp,
+                    effect: comp_tool.config.effect,
+                    tier: comp_tool.config.tier,
+                    purpose: s.purpose.as_deref(),
+                    reason: Some(note),
+                    evidence: &[],
+                    actor: &Actor::default(),
+                    inputs: &inputs,
+                    idem_key: key.as_str(),
+                    status: StepStatus::Running,
+                    attempts: 1,
+                    compensates: Some(&s.step_id),
+                    lease_until: Some(lease),
+                    now,
+                },
+            )
+            .await?;
+            todo.push((id, key, comp, inputs, s.clone()));
+        }
+        tx.commit().await?;
+
+        let mut reports = Vec::new();
+        for (id, key, comp, inputs, original) in todo {
+            let meta = CallMeta {
+                idempotency_key: key.clone(),
+                run_id: run_id.to_string(),
+                step_id: id.clone(),
+                approval_tokens: Vec::new(),
+                principal: original.principal.clone(),
+            };
+            let target = self.target(&comp);
+            let started = Instant::now();
+            let res = match tokio::time::timeout(
+                self.store.config().call_timeout,
+                self.handler.call(&target, &inputs, &meta),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(HandlerError::Timeout),
+            };
+            let now = self.clock.now();
+            let mut outcome = match res {
+                Ok(out) => {
+                    let mut o = StepOutcome::status(StepStatus::Done);
+                    o.result = Some(out.result);
+                    o.target_ref = out.target_ref;
+                    o
+                }
+                Err(HandlerError::Failed(e)) => {
+                    let mut o = StepOutcome::status(StepStatus::Failed);
+                    o.error = Some(e);
+                    o
+                }
+                Err(HandlerError::Timeout) => {
+                    let mut o = StepOutcome::status(StepStatus::Unknown);
+                    o.error = Some("the compensation timed out; check the target".into());
+                    o
+                }
+            };
+            outcome.latency_ms = Some(started.elapsed().as_millis() as i64);
+            outcome.rule = Some(format!("compensates.{}", original.step_id));
+            let step = Step {
+                step_id: id.clone(),
+                seq: 0,
+                kind: StepKind::Compensation,
+                tool: comp.clone(),
+                inputs: inputs.clone(),
+                idem_key: key.clone(),
+                input_hash: InputHash::of(&inputs),
+                reason: Some(note.to_string()),
+                ..original.clone()
+            };
+            let settle = Settle {
+                step_id: id.clone(),
+                outcome: outcome.clone(),
+                retry_at: None,
+                idem_key: key.to_string(),
+                idem: IdemAction::Keep,
+                budget: BudgetAction::Hold,
+                now,
+            };
+            let draft = self.system_draft(&step, AuditDecision::Compensation, &format!("compensates.{}", original.step_id), &outcome, now);
+            self.store.commit_record(Some(settle), draft).await?;
+            reports.push(StepReport { step_id: id, status: outcome.status, outcome: Some(outcome), replayed: false });
+        }
+        Ok(reports)
+    }
+}

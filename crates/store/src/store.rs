@@ -1,0 +1,1136 @@
+//! The [`Store`]: one handle over either backend, chosen by URL. It owns the state of runs and
+//! steps, the idempotency and budget ledgers, approvals and the audit chain, and it runs one
+//! writer task per process that folds concurrent outcome records into group commits, so an
+//! fsync is shared by every call that finished while the previous commit was in flight.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use toolgate_core::{
+    ApprovalClaims, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash,
+    PrincipalKind, Redactor, Registry, StepStatus, Tier, Timestamp, canonical,
+};
+
+use crate::audit::{
+    self, AuditDecision, AuditDraft, AuditOutcome, AuditRecord, AuditWho, AuditWhy, ChainReport,
+    GENESIS,
+};
+use crate::db::{ConnectOptions, Pool, Row, Tx, args};
+use crate::error::{Result, StoreError};
+use crate::model::{
+    Actor, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepKind, StepOutcome,
+};
+
+/// Tunables. Defaults follow DESIGN.md: 24 h idempotency retention, never shorter than the
+/// 72 h approval expiry it must outlive.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub idempotency_retention_hours: i64,
+    pub approval_expiry_hours: i64,
+    /// How long a claimed step is leased to its worker before recovery may settle it.
+    pub lease: Duration,
+    /// How long a handler call may take before it is a timeout.
+    pub call_timeout: Duration,
+    /// Steps claimed per transaction by [`crate::Executor::run_batch`].
+    pub claim_batch: usize,
+    /// Records folded into one group commit at most.
+    pub max_group_commit: usize,
+    /// Key for the keyed hashes that replace sensitive fields in the audit log.
+    pub redactor: Redactor,
+    /// Delay before a timed-out read or write step is claimed again.
+    pub retry_backoff: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            idempotency_retention_hours: 24,
+            approval_expiry_hours: 72,
+            lease: Duration::from_secs(300),
+            call_timeout: Duration::from_secs(30),
+            claim_batch: 64,
+            max_group_commit: 512,
+            redactor: Redactor::new(b"toolgate-default-redaction-key".to_vec()),
+            retry_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Retention of idempotency records: the configured value, raised to the approval expiry.
+    pub fn retention_ms(&self) -> i64 {
+        self.idempotency_retention_hours.max(self.approval_expiry_hours) * 3_600_000
+    }
+}
+
+/// Durable state, on SQLite or PostgreSQL. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub pool: Pool,
+    pub cfg: StoreConfig,
+    writer: mpsc::UnboundedSender<WriteJob>,
+}
+
+/// What happens to the idempotency record when a call settles.
+#[derive(Debug, Clone)]
+pub(crate) enum IdemAction {
+    /// Store the outcome; the key now replays it.
+    Done(String),
+    /// Delete the in-flight reservation: the call may run again.
+    Release,
+    /// Leave it in flight (unknown: only reconciliation may settle it).
+    Keep,
+}
+
+/// What happens to the budget reserved for a call when it settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BudgetAction {
+    Charge,
+    Release,
+    Hold,
+}
+
+/// A step's settlement, applied with its audit record in one transaction.
+#[derive(Debug, Clone)]
+pub(crate) struct Settle {
+    pub step_id: String,
+    pub outcome: StepOutcome,
+    pub retry_at: Option<i64>,
+    pub idem_key: String,
+    pub idem: IdemAction,
+    pub budget: BudgetAction,
+    pub now: Timestamp,
+}
+
+pub(crate) struct WriteJob {
+    settle: Option<Settle>,
+    audit: AuditDraft,
+    reply: oneshot::Sender<std::result::Result<i64, String>>,
+}
+
+macro_rules! step_cols {
+    () => {
+        "step_id, run_id, seq, kind, principal, role, tool, effect, tier, purpose, reason, \
+         evidence, actor, inputs, input_hash, idem_key, status, attempts, approval, outcome, \
+         compensates, created_at, updated_at"
+    };
+}
+pub(crate) use step_cols;
+
+fn corrupt(what: &str, value: &str) -> StoreError {
+    StoreError::Corrupt(format!("{what} '{value}' is not one the store writes"))
+}
+
+pub(crate) fn parse_effect(s: &str) -> Result<Effect> {
+    Ok(match s {
+        "read" => Effect::Read,
+        "write" => Effect::Write,
+        "irreversible" => Effect::Irreversible,
+        _ => return Err(corrupt("effect", s)),
+    })
+}
+
+pub(crate) fn parse_tier(s: &str) -> Result<Tier> {
+    Ok(match s {
+        "read" => Tier::Read,
+        "act" => Tier::Act,
+        "spend" => Tier::Spend,
+        _ => return Err(corrupt("tier", s)),
+    })
+}
+
+pub(crate) fn parse_status(s: &str) -> Result<StepStatus> {
+    StepStatus::parse(s).ok_or_else(|| corrupt("step status", s))
+}
+
+fn json(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
+    let kind = r.text(3)?;
+    Ok(Step {
+        step_id: r.text(0)?,
+        run_id: r.text(1)?,
+        seq: r.i64(2)?,
+        kind: StepKind::parse(&kind).ok_or_else(|| corrupt("step kind", &kind))?,
+        principal: r.text(4)?,
+        role: r.text(5)?,
+        tool: r.text(6)?,
+        effect: parse_effect(&r.text(7)?)?,
+        tier: parse_tier(&r.text(8)?)?,
+        purpose: r.opt_text(9)?,
+        reason: r.opt_text(10)?,
+        evidence: serde_json::from_value(json(&r.text(11)?)?).unwrap_or_default(),
+        actor: serde_json::from_value(json(&r.text(12)?)?).unwrap_or_default(),
+        inputs: json(&r.text(13)?)?,
+        input_hash: InputHash::from_stored(r.text(14)?),
+        idem_key: IdempotencyKey::from_stored(r.text(15)?),
+        status: parse_status(&r.text(16)?)?,
+        attempts: r.i64(17)?,
+        approval: r.opt_text(18)?.map(|t| json(&t)).transpose()?,
+        outcome: r
+            .opt_text(19)?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .map_err(|e| StoreError::Corrupt(format!("stored outcome: {e}")))
+            })
+            .transpose()?,
+        compensates: r.opt_text(20)?,
+        created_at: Timestamp::from_millis(r.i64(21)?),
+        updated_at: Timestamp::from_millis(r.i64(22)?),
+    })
+}
+
+fn approval_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest> {
+    let status = r.text(12)?;
+    Ok(ApprovalRequest {
+        approval_id: r.text(0)?,
+        subject: r.text(1)?,
+        run_id: r.opt_text(2)?,
+        principal: r.text(3)?,
+        tool: r.text(4)?,
+        tool_version: r.text(5)?,
+        input_hash: InputHash::from_stored(r.text(6)?),
+        inputs: json(&r.text(7)?)?,
+        reason: r.opt_text(8)?,
+        evidence: serde_json::from_value(json(&r.text(9)?)?).unwrap_or_default(),
+        rule: r.text(10)?,
+        approvers_needed: r.i64(11)?,
+        approved_by,
+        status: ApprovalStatus::parse(&status).ok_or_else(|| corrupt("approval status", &status))?,
+        created_at: Timestamp::from_millis(r.i64(13)?),
+        expires_at: Timestamp::from_millis(r.i64(14)?),
+    })
+}
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+impl Store {
+    /// Opens (and migrates) the store at `url`: `sqlite://path` or `postgres://…`.
+    pub async fn connect(url: &str, cfg: StoreConfig) -> Result<Store> {
+        Self::connect_with(url, cfg, ConnectOptions::default()).await
+    }
+
+    /// As [`Store::connect`], with pool settings (a PostgreSQL schema, the pool size).
+    pub async fn connect_with(url: &str, cfg: StoreConfig, opts: ConnectOptions) -> Result<Store> {
+        let pool = Pool::connect(url, &opts).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(writer_task(pool.clone(), rx, cfg.max_group_commit.max(1)));
+        Ok(Store {
+            inner: Arc::new(Inner {
+                pool,
+                cfg,
+                writer: tx,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.cfg
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.inner.pool.is_pg()
+    }
+
+    /// Closes the pool. Pending group commits finish first.
+    pub async fn close(&self) {
+        self.inner.pool.close().await;
+    }
+
+    /// Raw SQL, for administration and for tests that tamper on purpose.
+    pub async fn execute_raw(&self, sql: &str) -> Result<u64> {
+        self.inner.pool.execute_raw(sql).await
+    }
+
+    pub(crate) async fn begin(&self) -> Result<Tx> {
+        self.inner.pool.begin().await
+    }
+
+    /// Queues a settlement and its audit record for the next group commit and waits until it
+    /// is durable. Returns the audit sequence number.
+    pub(crate) async fn commit_record(&self, settle: Option<Settle>, audit: AuditDraft) -> Result<i64> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .writer
+            .send(WriteJob {
+                settle,
+                audit,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        match rx.await {
+            Ok(Ok(seq)) => Ok(seq),
+            Ok(Err(e)) => Err(StoreError::Corrupt(format!("recording the outcome failed: {e}"))),
+            Err(_) => Err(StoreError::WriterGone),
+        }
+    }
+
+    /// Appends audit records directly (one transaction), for events outside a call.
+    pub async fn append_audit(&self, drafts: Vec<AuditDraft>) -> Result<Vec<i64>> {
+        let mut tx = self.begin().await?;
+        let seqs = audit::append(&mut tx, drafts).await?;
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
+    /// Appends one audit record through the group-commit writer.
+    pub async fn append_audit_grouped(&self, draft: AuditDraft) -> Result<i64> {
+        self.commit_record(None, draft).await
+    }
+
+    // ---------------------------------------------------------------- runs and steps
+
+    /// Creates a run and its planned steps (status `pending`), each with its derived key.
+    /// Unknown tools and principals are refused here, before anything is stored.
+    pub async fn create_run(
+        &self,
+        registry: &Registry,
+        principal: &str,
+        purpose: Option<&str>,
+        steps: &[PlannedStep],
+        now: Timestamp,
+    ) -> Result<String> {
+        let run_id = new_id();
+        self.create_run_with_id(registry, &run_id, principal, purpose, steps, now)
+            .await?;
+        Ok(run_id)
+    }
+
+    /// As [`Store::create_run`] with a caller-chosen run id.
+    pub async fn create_run_with_id(
+        &self,
+        registry: &Registry,
+        run_id: &str,
+        principal: &str,
+        purpose: Option<&str>,
+        steps: &[PlannedStep],
+        now: Timestamp,
+    ) -> Result<()> {
+        let mut rows = Vec::with_capacity(steps.len());
+        for (i, s) in steps.iter().enumerate() {
+            let tool = registry
+                .tool(&s.tool)
+                .ok_or_else(|| StoreError::UnknownTool(s.tool.clone()))?;
+            let p = registry
+                .principal(&s.principal)
+                .ok_or_else(|| StoreError::UnknownPrincipal(s.principal.clone()))?;
+            rows.push((i as u32 + 1, s, tool, p.role().to_string()));
+        }
+        let mut tx = self.begin().await?;
+        tx.exec(
+            "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+             VALUES ($1, $2, $3, 'open', $4, $4)",
+            args![run_id, principal, purpose, now.millis()],
+        )
+        .await?;
+        for (seq, s, tool, role) in rows {
+            let key = IdempotencyKey::for_step(run_id, seq, &s.inputs);
+            insert_step(
+                &mut tx,
+                NewStep {
+                    step_id: &new_id(),
+                    run_id,
+                    seq: seq as i64,
+                    kind: StepKind::Planned,
+                    principal: &s.principal,
+                    role: &role,
+                    tool: &s.tool,
+                    effect: tool.config.effect,
+                    tier: tool.config.tier,
+                    purpose: s.purpose.as_deref().or(purpose),
+                    reason: s.reason.as_deref(),
+                    evidence: &s.evidence,
+                    actor: &s.actor,
+                    inputs: &s.inputs,
+                    idem_key: key.as_str(),
+                    status: StepStatus::Pending,
+                    attempts: 0,
+                    compensates: None,
+                    lease_until: None,
+                    now,
+                },
+            )
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Ensures a run row exists (direct calls name their run in `_meta`).
+    pub(crate) async fn ensure_run(
+        tx: &mut Tx,
+        run_id: &str,
+        principal: &str,
+        purpose: Option<&str>,
+        now: Timestamp,
+    ) -> Result<()> {
+        tx.exec(
+            "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+             VALUES ($1, $2, $3, 'open', $4, $4) ON CONFLICT (run_id) DO NOTHING",
+            args![run_id, principal, purpose, now.millis()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn step(&self, step_id: &str) -> Result<Step> {
+        let mut c = self.inner.pool.conn().await?;
+        let row = c
+            .opt(
+                concat!("SELECT ", step_cols!(), " FROM steps WHERE step_id = $1"),
+                args![step_id],
+            )
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "step",
+                id: step_id.to_string(),
+            })?;
+        step_from_row(&row)
+    }
+
+    /// The steps of a run in order (compensations after the steps they undo).
+    pub async fn steps(&self, run_id: &str) -> Result<Vec<Step>> {
+        let mut c = self.inner.pool.conn().await?;
+        let rows = c
+            .rows(
+                concat!("SELECT ", step_cols!(), " FROM steps WHERE run_id = $1 ORDER BY seq"),
+                args![run_id],
+            )
+            .await?;
+        rows.iter().map(step_from_row).collect()
+    }
+
+    /// How many steps are in each status (all runs).
+    pub async fn status_counts(&self) -> Result<Vec<(StepStatus, i64)>> {
+        let mut c = self.inner.pool.conn().await?;
+        let rows = c
+            .rows(
+                "SELECT status, COUNT(*) FROM steps GROUP BY status ORDER BY status",
+                args![],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((parse_status(&r.text(0)?)?, r.i64(1)?)))
+            .collect()
+    }
+
+    // ---------------------------------------------------------------- budgets
+
+    /// Today's (UTC) budget use of every principal that has used any.
+    pub async fn budget_use(&self, now: Timestamp) -> Result<Vec<BudgetUse>> {
+        let mut c = self.inner.pool.conn().await?;
+        let rows = c
+            .rows(
+                "SELECT principal, tier, day, used FROM budget_usage WHERE day = $1 \
+                 ORDER BY principal, tier",
+                args![now.utc_day()],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(BudgetUse {
+                    principal: r.text(0)?,
+                    tier: parse_tier(&r.text(1)?)?,
+                    day: r.i64(2)?,
+                    used: r.i64(3)?,
+                })
+            })
+            .collect()
+    }
+
+    // ---------------------------------------------------------------- approvals
+
+    /// Approval requests, newest first; `status` filters.
+    pub async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<ApprovalRequest>> {
+        let mut c = self.inner.pool.conn().await?;
+        let rows = match status {
+            Some(s) => {
+                c.rows(
+                    "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
+                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at \
+                     FROM approval_requests WHERE status = $1 ORDER BY created_at DESC",
+                    args![s.as_str()],
+                )
+                .await?
+            }
+            None => {
+                c.rows(
+                    "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
+                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at \
+                     FROM approval_requests ORDER BY created_at DESC",
+                    args![],
+                )
+                .await?
+            }
+        };
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let id = r.text(0)?;
+            let by = c
+                .rows(
+                    "SELECT approver FROM approval_grants WHERE approval_id = $1 ORDER BY granted_at",
+                    args![&id],
+                )
+                .await?
+                .iter()
+                .map(|g| g.text(0))
+                .collect::<Result<Vec<_>>>()?;
+            out.push(approval_from_row(r, by)?);
+        }
+        Ok(out)
+    }
+
+    pub async fn approval(&self, approval_id: &str) -> Result<ApprovalRequest> {
+        let mut tx = self.inner.pool.conn().await?;
+        let row = tx
+            .opt(
+                "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
+                 inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at \
+                 FROM approval_requests WHERE approval_id = $1",
+                args![approval_id],
+            )
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "approval request",
+                id: approval_id.to_string(),
+            })?;
+        let by = tx
+            .rows(
+                "SELECT approver FROM approval_grants WHERE approval_id = $1 ORDER BY granted_at",
+                args![approval_id],
+            )
+            .await?
+            .iter()
+            .map(|g| g.text(0))
+            .collect::<Result<Vec<_>>>()?;
+        approval_from_row(&row, by)
+    }
+
+    /// A person approves a parked call. Issues a token bound to the exact inputs, the tool
+    /// version and the approver, expiring with the request. When enough distinct people have
+    /// approved, a parked planned step goes back to the queue. An expired request fails closed.
+    pub async fn approve(
+        &self,
+        registry: &Registry,
+        keys: &ApprovalKeys,
+        approval_id: &str,
+        approver: &str,
+        now: Timestamp,
+    ) -> Result<ApprovalToken> {
+        let is_approver = registry.principal(approver).is_some_and(|p| {
+            p.config.kind == PrincipalKind::Human
+                && registry.role(p.role()).is_some_and(|r| r.approver)
+        });
+        if !is_approver {
+            return Err(StoreError::NotAnApprover(approver.to_string()));
+        }
+        let mut tx = self.begin().await?;
+        let req = tx
+            .opt(
+                "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed \
+                 FROM approval_requests WHERE approval_id = $1",
+                args![approval_id],
+            )
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "approval request",
+                id: approval_id.to_string(),
+            })?;
+        let (subject, tool, version, hash, status, expires, needed) = (
+            req.text(0)?,
+            req.text(1)?,
+            req.text(2)?,
+            req.text(3)?,
+            req.text(4)?,
+            req.i64(5)?,
+            req.i64(6)?,
+        );
+        if status != "pending" {
+            return Err(StoreError::ApprovalClosed {
+                id: approval_id.to_string(),
+                status,
+            });
+        }
+        if now.millis() >= expires {
+            tx.exec(
+                "UPDATE approval_requests SET status = 'expired', decided_at = $1 WHERE approval_id = $2",
+                args![now.millis(), approval_id],
+            )
+            .await?;
+            tx.commit().await?;
+            return Err(StoreError::ApprovalExpired {
+                id: approval_id.to_string(),
+                expires_at: expires,
+            });
+        }
+        let claims = ApprovalClaims {
+            subject: subject.clone(),
+            tool,
+            tool_version: version,
+            input_hash: InputHash::from_stored(hash),
+            registry_version: None,
+            definition_hash: None,
+            approver: approver.to_string(),
+            expires_at: Timestamp::from_millis(expires),
+            nonce: new_id(),
+        };
+        let token = keys.issue(&claims);
+        let inserted = tx
+            .exec(
+                "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, granted_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (approval_id, approver) DO NOTHING",
+                args![
+                    approval_id,
+                    approver,
+                    token.as_str(),
+                    token.fingerprint(),
+                    &claims.nonce,
+                    now.millis()
+                ],
+            )
+            .await?;
+        if inserted == 0 {
+            return Err(StoreError::SameApprover {
+                id: approval_id.to_string(),
+                approver: approver.to_string(),
+            });
+        }
+        let granted = tx
+            .opt(
+                "SELECT COUNT(*) FROM approval_grants WHERE approval_id = $1",
+                args![approval_id],
+            )
+            .await?
+            .map(|r| r.i64(0))
+            .transpose()?
+            .unwrap_or(0);
+        if granted >= needed {
+            tx.exec(
+                "UPDATE approval_requests SET status = 'approved', decided_at = $1 WHERE approval_id = $2",
+                args![now.millis(), approval_id],
+            )
+            .await?;
+            // A parked planned step goes back to the queue; Postgres notifies waiting workers.
+            tx.exec(
+                "UPDATE steps SET status = 'pending', updated_at = $1 \
+                 WHERE step_id = $2 AND status = 'needs_approval'",
+                args![now.millis(), &subject],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(token)
+    }
+
+    /// A person rejects a parked call: the request closes and a parked step is refused.
+    pub async fn reject(
+        &self,
+        registry: &Registry,
+        approval_id: &str,
+        approver: &str,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<()> {
+        let mut tx = self.begin().await?;
+        let n = tx
+            .exec(
+                "UPDATE approval_requests SET status = 'rejected', decided_at = $1 \
+                 WHERE approval_id = $2 AND status = 'pending'",
+                args![now.millis(), approval_id],
+            )
+            .await?;
+        if n == 0 {
+            return Err(StoreError::ApprovalClosed {
+                id: approval_id.to_string(),
+                status: "not pending".into(),
+            });
+        }
+        let row = tx
+            .opt(
+                "SELECT subject, tool, principal, run_id FROM approval_requests WHERE approval_id = $1",
+                args![approval_id],
+            )
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "approval request",
+                id: approval_id.to_string(),
+            })?;
+        let (subject, tool, principal, run_id) =
+            (row.text(0)?, row.text(1)?, row.text(2)?, row.opt_text(3)?);
+        let mut outcome = StepOutcome::status(StepStatus::Refused);
+        outcome.rule = Some("approval.rejected".into());
+        outcome.error = Some(format!("rejected by {approver}: {note}"));
+        outcome.approval_id = Some(approval_id.to_string());
+        let parked = tx
+            .exec(
+                "UPDATE steps SET status = 'refused', outcome = $1, updated_at = $2 \
+                 WHERE step_id = $3 AND status = 'needs_approval'",
+                args![to_json(&outcome), now.millis(), &subject],
+            )
+            .await?;
+        let role = registry
+            .principal(&principal)
+            .map(|p| p.role().to_string())
+            .unwrap_or_default();
+        let draft = AuditDraft {
+            ts: now,
+            run_id,
+            step_id: (parked > 0).then(|| subject.clone()),
+            who: AuditWho {
+                principal,
+                role,
+                actor: Actor::default(),
+            },
+            tool,
+            tool_version: None,
+            effect: None,
+            tier: None,
+            inputs: Value::Null,
+            redacted: Vec::new(),
+            idem_key: None,
+            why: AuditWhy {
+                purpose: None,
+                reason: Some(note.to_string()),
+                evidence: Vec::new(),
+                decision: AuditDecision::Rejected,
+                rule: Some("approval.rejected".into()),
+                checks: Vec::new(),
+            },
+            approval: Some(audit::AuditApproval {
+                approvers: vec![approver.to_string()],
+                token_fingerprints: Vec::new(),
+            }),
+            outcome: AuditOutcome {
+                status: StepStatus::Refused,
+                target_ref: None,
+                latency_ms: None,
+                error: outcome.error.clone(),
+            },
+            registry_version: registry.version.hash.clone(),
+        };
+        audit::append(&mut tx, vec![draft]).await?;
+        tx.commit().await
+    }
+
+    /// Marks pending approval requests past their expiry as expired (they fail closed anyway;
+    /// this keeps the queue people watch honest).
+    pub async fn expire_approvals(&self, now: Timestamp) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let n = tx
+            .exec(
+                "UPDATE approval_requests SET status = 'expired', decided_at = $1 \
+                 WHERE status IN ('pending', 'approved') AND expires_at <= $1",
+                args![now.millis()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Deletes completed idempotency records past their retention.
+    pub async fn purge_idempotency(&self, now: Timestamp) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let n = tx
+            .exec(
+                "DELETE FROM idempotency WHERE state = 'done' AND expires_at <= $1",
+                args![now.millis()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    // ---------------------------------------------------------------- the audit chain
+
+    /// Walks the whole chain and names the first broken link by sequence number.
+    pub async fn verify_chain(&self) -> Result<ChainReport> {
+        let mut c = self.inner.pool.conn().await?;
+        let mut prev = GENESIS.to_string();
+        let mut expected = 1i64;
+        let mut after = 0i64;
+        loop {
+            let rows = c
+                .rows(
+                    "SELECT seq, record, hash FROM audit WHERE seq > $1 ORDER BY seq LIMIT 2000",
+                    args![after],
+                )
+                .await?;
+            if rows.is_empty() {
+                break;
+            }
+            for r in &rows {
+                let (seq, text, hash) = (r.i64(0)?, r.text(1)?, r.text(2)?);
+                match audit::check_link(expected, &prev, seq, &text, &hash) {
+                    Ok(h) => prev = h,
+                    Err(reason) => {
+                        return Ok(ChainReport {
+                            records: expected - 1,
+                            broken: Some(audit::BrokenLink {
+                                seq: expected.min(seq),
+                                reason,
+                            }),
+                        });
+                    }
+                }
+                expected += 1;
+                after = seq;
+            }
+        }
+        let head = c
+            .opt("SELECT seq, hash FROM audit_head WHERE id = 1", args![])
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
+        let (head_seq, head_hash) = (head.i64(0)?, head.text(1)?);
+        if head_seq != expected - 1 || head_hash != prev {
+            return Ok(ChainReport {
+                records: expected - 1,
+                broken: Some(audit::BrokenLink {
+                    seq: head_seq.max(expected),
+                    reason: format!(
+                        "the chain head says record {head_seq} ({head_hash}) is last, but the \
+                         table ends at {} ({prev}): records were removed or added",
+                        expected - 1
+                    ),
+                }),
+            });
+        }
+        Ok(ChainReport {
+            records: expected - 1,
+            broken: None,
+        })
+    }
+
+    /// Audit records, in chain order; filters by principal or run.
+    pub async fn audit_records(
+        &self,
+        principal: Option<&str>,
+        run_id: Option<&str>,
+    ) -> Result<Vec<AuditRecord>> {
+        let mut c = self.inner.pool.conn().await?;
+        let rows = match (principal, run_id) {
+            (Some(p), _) => {
+                c.rows(
+                    "SELECT record FROM audit WHERE principal = $1 ORDER BY seq",
+                    args![p],
+                )
+                .await?
+            }
+            (None, Some(r)) => {
+                c.rows("SELECT record FROM audit WHERE run_id = $1 ORDER BY seq", args![r])
+                    .await?
+            }
+            (None, None) => c.rows("SELECT record FROM audit ORDER BY seq", args![]).await?,
+        };
+        rows.iter()
+            .map(|r| {
+                serde_json::from_str(&r.text(0)?)
+                    .map_err(|e| StoreError::Corrupt(format!("audit record: {e}")))
+            })
+            .collect()
+    }
+
+    /// Writes one principal's audit records as JSON lines (the stored canonical text, so each
+    /// line can be re-hashed against the chain). Returns how many were written.
+    pub async fn export_principal(
+        &self,
+        principal: &str,
+        mut out: impl std::io::Write,
+    ) -> Result<u64> {
+        let mut c = self.inner.pool.conn().await?;
+        let rows = c
+            .rows(
+                "SELECT record FROM audit WHERE principal = $1 ORDER BY seq",
+                args![principal],
+            )
+            .await?;
+        for r in &rows {
+            out.write_all(r.text(0)?.as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+        Ok(rows.len() as u64)
+    }
+
+    /// A run's trace: every step, and every check of every decided attempt, from the audit
+    /// chain. `verbose` adds passed checks' details and the redacted inputs.
+    pub async fn trace(&self, run_id: &str, verbose: bool) -> Result<String> {
+        use std::fmt::Write as _;
+        let steps = self.steps(run_id).await?;
+        let records = self.audit_records(None, Some(run_id)).await?;
+        let mut s = String::new();
+        let _ = writeln!(s, "run {run_id}: {} step(s), {} audit record(s)", steps.len(), records.len());
+        for st in &steps {
+            let _ = writeln!(
+                s,
+                "  step {} {} [{}] {} ({}, attempts {})",
+                st.seq,
+                st.tool,
+                st.kind.as_str(),
+                st.status,
+                st.effect,
+                st.attempts
+            );
+            for rec in records.iter().filter(|r| r.body.step_id.as_deref() == Some(&st.step_id)) {
+                write_record(&mut s, rec, verbose);
+            }
+        }
+        let loose: Vec<&AuditRecord> = records
+            .iter()
+            .filter(|r| {
+                r.body
+                    .step_id
+                    .as_deref()
+                    .is_none_or(|id| !steps.iter().any(|s| s.step_id == id))
+            })
+            .collect();
+        if !loose.is_empty() {
+            let _ = writeln!(s, "  calls without a step row (refused or parked direct calls):");
+            for rec in loose {
+                let _ = writeln!(s, "   {}", rec.body.tool);
+                write_record(&mut s, rec, verbose);
+            }
+        }
+        Ok(s)
+    }
+}
+
+fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
+    use std::fmt::Write as _;
+    let b = &rec.body;
+    let _ = writeln!(
+        s,
+        "    #{} {:?} -> {}{}",
+        rec.seq,
+        b.why.decision,
+        b.outcome.status,
+        b.why.rule.as_deref().map(|r| format!(" (rule {r})")).unwrap_or_default()
+    );
+    for c in &b.why.checks {
+        let failed = !matches!(c.outcome, toolgate_core::decide::Outcome::Pass);
+        if verbose || failed {
+            let _ = writeln!(
+                s,
+                "      {:<16} {:?}: {}{}",
+                c.name.as_str(),
+                c.outcome,
+                c.detail,
+                c.rule.as_deref().map(|r| format!(" [{r}]")).unwrap_or_default()
+            );
+        } else {
+            let _ = writeln!(s, "      {:<16} Pass", c.name.as_str());
+        }
+    }
+    if verbose {
+        let _ = writeln!(s, "      inputs: {}", canonical(&b.inputs));
+        if let Some(a) = &b.approval {
+            let _ = writeln!(s, "      approved by: {}", a.approvers.join(", "));
+        }
+    }
+}
+
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
+    canonical(&serde_json::to_value(v).expect("store values serialise"))
+}
+
+pub(crate) struct NewStep<'a> {
+    pub step_id: &'a str,
+    pub run_id: &'a str,
+    pub seq: i64,
+    pub kind: StepKind,
+    pub principal: &'a str,
+    pub role: &'a str,
+    pub tool: &'a str,
+    pub effect: Effect,
+    pub tier: Tier,
+    pub purpose: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub evidence: &'a [String],
+    pub actor: &'a Actor,
+    pub inputs: &'a Value,
+    pub idem_key: &'a str,
+    pub status: StepStatus,
+    pub attempts: i64,
+    pub compensates: Option<&'a str>,
+    pub lease_until: Option<i64>,
+    pub now: Timestamp,
+}
+
+pub(crate) async fn insert_step(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {
+    tx.exec(
+        "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
+         purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
+         compensates, lease_until, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+         $19, $20, $21, $21)",
+        args![
+            s.step_id,
+            s.run_id,
+            s.seq,
+            s.kind.as_str(),
+            s.principal,
+            s.role,
+            s.tool,
+            s.effect.as_str(),
+            s.tier.as_str(),
+            s.purpose,
+            s.reason,
+            to_json(&s.evidence),
+            to_json(s.actor),
+            canonical(s.inputs),
+            InputHash::of(s.inputs).as_str(),
+            s.idem_key,
+            s.status.as_str(),
+            s.attempts,
+            s.compensates,
+            s.lease_until,
+            s.now.millis()
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Applies one settlement inside a transaction (the audit record is appended by the caller).
+pub(crate) async fn apply_settle(tx: &mut Tx, s: &Settle) -> Result<()> {
+    let now = s.now.millis();
+    tx.exec(
+        "UPDATE steps SET status = $1, outcome = $2, retry_at = $3, lease_until = NULL, \
+         updated_at = $4 WHERE step_id = $5 AND status IN ('running', 'unknown')",
+        args![
+            s.outcome.status.as_str(),
+            to_json(&s.outcome),
+            s.retry_at,
+            now,
+            &s.step_id
+        ],
+    )
+    .await?;
+    match &s.idem {
+        IdemAction::Done(outcome) => {
+            tx.exec(
+                "UPDATE idempotency SET state = 'done', outcome = $1 WHERE idem_key = $2",
+                args![outcome, &s.idem_key],
+            )
+            .await?;
+        }
+        IdemAction::Release => {
+            tx.exec(
+                "DELETE FROM idempotency WHERE idem_key = $1 AND state = 'in_flight'",
+                args![&s.idem_key],
+            )
+            .await?;
+        }
+        IdemAction::Keep => {}
+    }
+    match s.budget {
+        BudgetAction::Charge => {
+            tx.exec(
+                "DELETE FROM budget_reservations WHERE step_id = $1",
+                args![&s.step_id],
+            )
+            .await?;
+        }
+        BudgetAction::Release => release_budget(tx, &s.step_id).await?,
+        BudgetAction::Hold => {}
+    }
+    Ok(())
+}
+
+/// Gives back what a step reserved (its failure means nothing was spent).
+pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
+    let rows = tx
+        .rows(
+            "SELECT principal, tier, day FROM budget_reservations WHERE step_id = $1 ORDER BY principal",
+            args![step_id],
+        )
+        .await?;
+    for r in &rows {
+        tx.exec(
+            "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3 AND used > 0",
+            args![r.text(0)?, r.text(1)?, r.i64(2)?],
+        )
+        .await?;
+    }
+    tx.exec(
+        "DELETE FROM budget_reservations WHERE step_id = $1",
+        args![step_id],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
+    let mut tx = pool.begin().await?;
+    for j in jobs {
+        if let Some(s) = &j.settle {
+            apply_settle(&mut tx, s).await?;
+        }
+    }
+    let seqs = audit::append(&mut tx, jobs.iter().map(|j| j.audit.clone()).collect()).await?;
+    tx.commit().await?;
+    Ok(seqs)
+}
+
+/// The group-commit writer: takes every job waiting, applies them in one transaction, commits
+/// once, then answers each caller. A batch that fails is retried one job at a time so one bad
+/// record cannot sink the others.
+async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max: usize) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < max {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        match apply_batch(&pool, &jobs).await {
+            Ok(seqs) => {
+                for (j, seq) in jobs.into_iter().zip(seqs) {
+                    let _ = j.reply.send(Ok(seq));
+                }
+            }
+            Err(batch_err) => {
+                tracing::warn!(error = %batch_err, n = jobs.len(), "group commit failed; retrying one by one");
+                for j in jobs {
+                    let mut res = Err(batch_err.to_string());
+                    for _ in 0..3 {
+                        match apply_batch(&pool, std::slice::from_ref(&j)).await {
+                            Ok(s) => {
+                                res = Ok(s[0]);
+                                break;
+                            }
+                            Err(e) => res = Err(e.to_string()),
+                        }
+                    }
+                    let _ = j.reply.send(res);
+                }
+            }
+        }
+    }
+}
+
+/// The consumed-nonce ledger for the tokens a call presents.
+pub(crate) async fn used_nonces(tx: &mut Tx, nonces: &[String]) -> Result<HashSet<String>> {
+    let mut used = HashSet::new();
+    for n in nonces {
+        if tx
+            .opt("SELECT nonce FROM consumed_nonces WHERE nonce = $1", args![n])
+            .await?
+            .is_some()
+        {
+            used.insert(n.clone());
+        }
+    }
+    Ok(used)
+}
+
