@@ -34,6 +34,8 @@ enum Command {
     Decide(cmd::decide::Args),
     /// Make and hash API keys for principals.yaml.
     Key(cmd::key::Args),
+    /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Grants(a) => cmd::grants::run(&a, &mut out),
         Command::Decide(a) => cmd::decide::run(&a, &mut out),
         Command::Key(a) => cmd::key::run(&a, &mut out),
+        Command::Serve(a) => cmd::serve::run(&a, &mut out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -8,6 +8,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// Feeds canonical JSON straight into a hash, without building the string.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The RFC 8785 canonical form of a JSON value.
 pub fn canonical(value: &Value) -> String {
     // Serialising a `serde_json::Value` cannot fail: its keys are strings and numbers finite.
@@ -60,9 +73,10 @@ hash_newtype!(
 impl InputHash {
     /// Hashes the canonical form of `inputs`.
     pub fn of(inputs: &Value) -> Self {
-        let mut h = Sha256::new();
-        h.update(canonical(inputs).as_bytes());
-        InputHash(format!("sha256:{}", hex::encode(h.finalize())))
+        let mut h = HashWriter(Sha256::new());
+        serde_json_canonicalizer::to_writer(inputs, &mut h)
+            .expect("a JSON value always canonicalises");
+        InputHash(format!("sha256:{}", hex::encode(h.0.finalize())))
     }
 }
 

@@ -25,7 +25,10 @@ fn one_cent_changes_the_hash() {
 fn canonical_form_follows_rfc_8785() {
     // Keys sorted by UTF-16 code units, no whitespace, shortest number form.
     let v = json!({"b": 1.0, "a": [true, null, "x"], "c": {"z": 1e21, "y": 0.1}});
-    assert_eq!(canonical(&v), r#"{"a":[true,null,"x"],"b":1,"c":{"y":0.1,"z":1e+21}}"#);
+    assert_eq!(
+        canonical(&v),
+        r#"{"a":[true,null,"x"],"b":1,"c":{"y":0.1,"z":1e+21}}"#
+    );
 }
 
 #[test]
@@ -37,7 +40,11 @@ fn step_keys_are_derived_from_run_seq_and_inputs() {
     assert_ne!(k1, IdempotencyKey::for_step("run-2", 7, &inputs));
     assert_ne!(
         k1,
-        IdempotencyKey::for_step("run-1", 7, &json!({"invoice_id": "INV-20260611", "amount": 4180.01}))
+        IdempotencyKey::for_step(
+            "run-1",
+            7,
+            &json!({"invoice_id": "INV-20260611", "amount": 4180.01})
+        )
     );
     assert!(k1.as_str().starts_with("sha256:") && k1.as_str().len() == 71);
 }
@@ -45,7 +52,8 @@ fn step_keys_are_derived_from_run_seq_and_inputs() {
 #[test]
 fn call_keys_ignore_reworded_free_text() {
     let identity = vec!["invoice_id".to_string(), "to".to_string()];
-    let a = json!({"invoice_id": "INV-1", "to": "ap@northwind.com", "body": "Dear team, please find…"});
+    let a =
+        json!({"invoice_id": "INV-1", "to": "ap@northwind.com", "body": "Dear team, please find…"});
     let b = json!({"invoice_id": "INV-1", "to": "ap@northwind.com", "body": "Hello! Attached is…"});
     let c = json!({"invoice_id": "INV-1", "to": "cfo@northwind.com", "body": "Dear team, please find…"});
     let key = |v| IdempotencyKey::for_call("run-9", "email.send", &identity, v);
@@ -78,9 +86,24 @@ fn redaction_reaches_nested_fields_and_lists() {
     let r = Redactor::new(b"k".to_vec());
     let v = json!({"results": [{"iban": "A"}, {"iban": "B"}], "supplier": {"iban": "C"}});
     let (out, _) = r.redact(&v, &["results.iban".into(), "supplier.iban".into()]);
-    assert!(out["results"][0]["iban"].as_str().unwrap().starts_with("hmac:"));
-    assert!(out["results"][1]["iban"].as_str().unwrap().starts_with("hmac:"));
-    assert!(out["supplier"]["iban"].as_str().unwrap().starts_with("hmac:"));
+    assert!(
+        out["results"][0]["iban"]
+            .as_str()
+            .unwrap()
+            .starts_with("hmac:")
+    );
+    assert!(
+        out["results"][1]["iban"]
+            .as_str()
+            .unwrap()
+            .starts_with("hmac:")
+    );
+    assert!(
+        out["supplier"]["iban"]
+            .as_str()
+            .unwrap()
+            .starts_with("hmac:")
+    );
 }
 
 mod props {
@@ -110,7 +133,12 @@ mod props {
             Value::Object(m) => {
                 let mut pairs: Vec<_> = m.iter().collect();
                 pairs.reverse();
-                Value::Object(pairs.into_iter().map(|(k, v)| (k.clone(), reorder(v))).collect())
+                Value::Object(
+                    pairs
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), reorder(v)))
+                        .collect(),
+                )
             }
             Value::Array(a) => Value::Array(a.iter().map(reorder).collect()),
             other => other.clone(),

@@ -370,7 +370,12 @@ impl<'r> Engine<'r> {
         };
         rec.pass(
             CheckName::Listed,
-            format!("'{}' v{} is listed for role {}", tool.name(), tool.config.version, principal.role()),
+            format!(
+                "'{}' v{} is listed for role {}",
+                tool.name(),
+                tool.config.version,
+                principal.role()
+            ),
         );
         let cfg = &tool.config;
 
@@ -404,11 +409,15 @@ impl<'r> Engine<'r> {
         } else {
             covering
         };
-        let fits = |g: &&GrantConfig| g.max_tier >= cfg.tier && g.max_sensitivity >= cfg.sensitivity;
+        let fits =
+            |g: &&GrantConfig| g.max_tier >= cfg.tier && g.max_sensitivity >= cfg.sensitivity;
         if candidates.iter().any(fits) {
             rec.pass(
                 CheckName::TierSensitivity,
-                format!("tier {} and sensitivity {} within the grant", cfg.tier, cfg.sensitivity),
+                format!(
+                    "tier {} and sensitivity {} within the grant",
+                    cfg.tier, cfg.sensitivity
+                ),
             );
         } else if !candidates.iter().any(|g| g.max_tier >= cfg.tier) {
             let max = candidates.iter().map(|g| g.max_tier).max();
@@ -464,23 +473,24 @@ impl<'r> Engine<'r> {
             Some(v) if !v.errors.is_empty() => rec.fail(
                 CheckName::Policy,
                 "policy.error",
-                format!("policy evaluation failed, so the call is refused: {}", v.errors.join("; ")),
+                format!(
+                    "policy evaluation failed, so the call is refused: {}",
+                    v.errors.join("; ")
+                ),
             ),
             Some(v) if !v.forbidden_by.is_empty() => {
                 let id = &v.forbidden_by[0];
-                let why = self
-                    .registry
-                    .policies
-                    .info(id)
-                    .and_then(|p| p.reason.clone())
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default();
+                let why = self.policy_reason(id);
                 rec.fail(CheckName::Policy, id, format!("policy '{id}' objects{why}"));
             }
             Some(v) if !v.gated_by.is_empty() => rec.push(
                 CheckName::Policy,
                 Outcome::Gate,
-                format!("policy '{}' asks for approval", v.gated_by[0]),
+                format!(
+                    "policy '{}' asks for approval{}",
+                    v.gated_by[0],
+                    self.policy_reason(&v.gated_by[0])
+                ),
                 Some(v.gated_by[0].clone()),
             ),
             Some(_) => rec.pass(CheckName::Policy, "no policy objects".into()),
@@ -504,7 +514,8 @@ impl<'r> Engine<'r> {
             IdempotencyState::InputsDiffer => rec.fail(
                 CheckName::Idempotency,
                 "idempotency.inputs_differ",
-                "this idempotency key was used with different inputs; a changed call is a new step".into(),
+                "this idempotency key was used with different inputs; a changed call is a new step"
+                    .into(),
             ),
         }
 
@@ -530,6 +541,16 @@ impl<'r> Engine<'r> {
         }
     }
 
+    /// `": <the policy's @reason>"`, or nothing.
+    fn policy_reason(&self, id: &str) -> String {
+        self.registry
+            .policies
+            .info(id)
+            .and_then(|p| p.reason.as_deref())
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    }
+
     fn finish_early(
         &self,
         mut rec: Recorder,
@@ -542,7 +563,11 @@ impl<'r> Engine<'r> {
                 rec.skip(name, &format!("not evaluated: the {failed} check failed"));
             }
         }
-        let first = &rec.checks.iter().find(|c| c.name == failed).expect("recorded");
+        let first = &rec
+            .checks
+            .iter()
+            .find(|c| c.name == failed)
+            .expect("recorded");
         Decision {
             verdict: Verdict::Deny {
                 check: failed,
@@ -593,7 +618,10 @@ impl<'r> Engine<'r> {
             return;
         }
         if !inputs_valid {
-            rec.skip(CheckName::Destination, "not evaluated: the inputs are not valid");
+            rec.skip(
+                CheckName::Destination,
+                "not evaluated: the inputs are not valid",
+            );
             return;
         }
         let mut passed = Vec::new();
@@ -626,7 +654,9 @@ impl<'r> Engine<'r> {
             };
             for v in values {
                 let part = match d.kind {
-                    DestinationKind::EmailDomain => v.rsplit_once('@').map(|(_, dom)| dom.to_ascii_lowercase()),
+                    DestinationKind::EmailDomain => {
+                        v.rsplit_once('@').map(|(_, dom)| dom.to_ascii_lowercase())
+                    }
                     DestinationKind::UrlHost => url_host(v),
                     DestinationKind::Exact => Some(v.to_string()),
                 };
@@ -784,11 +814,16 @@ impl<'r> Engine<'r> {
             rec.pass(CheckName::Budget, "read is not budgeted".into());
             return;
         }
-        let chain = std::iter::once(principal.id()).chain(principal.ancestors.iter().map(String::as_str));
+        let chain =
+            std::iter::once(principal.id()).chain(principal.ancestors.iter().map(String::as_str));
         let mut notes = Vec::new();
         for id in chain {
-            let Some(p) = self.registry.principal(id) else { continue };
-            let Some(limit) = p.budget(tier) else { continue };
+            let Some(p) = self.registry.principal(id) else {
+                continue;
+            };
+            let Some(limit) = p.budget(tier) else {
+                continue;
+            };
             let used = budgets.used(id, tier);
             if used >= limit {
                 let whose = if id == principal.id() {
@@ -849,9 +884,15 @@ impl<'r> Engine<'r> {
                             && self.registry.role(p.role()).is_some_and(|r| r.approver)
                     });
                     if !is_approver {
-                        refused.push(format!("'{}' is not a person with an approver role", claims.approver));
+                        refused.push(format!(
+                            "'{}' is not a person with an approver role",
+                            claims.approver
+                        ));
                     } else if valid.iter().any(|v| v.approver == claims.approver) {
-                        refused.push(format!("'{}' already approved; a second approver must be someone else", claims.approver));
+                        refused.push(format!(
+                            "'{}' already approved; a second approver must be someone else",
+                            claims.approver
+                        ));
                     } else {
                         valid.push(claims);
                     }
@@ -870,8 +911,13 @@ impl<'r> Engine<'r> {
             );
             return (valid, true);
         }
+        let why = if rule == "gate.always" {
+            format!(": '{}' always needs a person's approval", cfg.name)
+        } else {
+            self.policy_reason(rule)
+        };
         let mut detail = format!(
-            "needs approval by {} person(s) under rule {rule}",
+            "needs approval by {} person(s) under rule {rule}{why}",
             needed - valid.len()
         );
         if !valid.is_empty() {
@@ -881,7 +927,12 @@ impl<'r> Engine<'r> {
         if !refused.is_empty() {
             detail.push_str(&format!("; approval refused: {}", refused.join("; ")));
         }
-        rec.push(CheckName::Gate, Outcome::Gate, detail, Some(rule.to_string()));
+        rec.push(
+            CheckName::Gate,
+            Outcome::Gate,
+            detail,
+            Some(rule.to_string()),
+        );
         (valid, false)
     }
 }
@@ -897,4 +948,3 @@ fn url_host(url: &str) -> Option<String> {
     };
     (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
-

@@ -74,7 +74,13 @@ pub fn lint(registry: &Registry) -> Vec<Finding> {
         .collect();
     for tool in registry.tools() {
         let is_compensation = compensations.contains(&tool.name());
-        lint_tool(&tool.file, tool.index, &tool.config, is_compensation, &mut out);
+        lint_tool(
+            &tool.file,
+            tool.index,
+            &tool.config,
+            is_compensation,
+            &mut out,
+        );
     }
     for (i, p) in registry.principals().iter().enumerate() {
         lint_principal(i, &p.config, &mut out);
@@ -176,7 +182,10 @@ pub fn lint_tool(
                 "give `allowed: [...]` or a `lookup:` read tool",
             );
         }
-        if t.input_schema.pointer(&format!("/properties/{}", d.field)).is_none() {
+        if t.input_schema
+            .pointer(&format!("/properties/{}", d.field))
+            .is_none()
+        {
             push(
                 out,
                 file,
@@ -210,10 +219,16 @@ fn lint_annotations(
     match t.effect {
         Effect::Read => {
             if a.read_only_hint == Some(false) {
-                contradiction(format!("'{}' is a read tool but says readOnlyHint: false", t.name));
+                contradiction(format!(
+                    "'{}' is a read tool but says readOnlyHint: false",
+                    t.name
+                ));
             }
             if a.destructive_hint == Some(true) {
-                contradiction(format!("'{}' is a read tool but says destructiveHint: true", t.name));
+                contradiction(format!(
+                    "'{}' is a read tool but says destructiveHint: true",
+                    t.name
+                ));
             }
         }
         Effect::Write | Effect::Irreversible => {
@@ -334,17 +349,38 @@ fn lint_schema(
     }
     if let Some(props) = m.get("properties").and_then(Value::as_object) {
         for (k, v) in props {
-            lint_schema(file, &format!("{path}.properties.{k}"), v, Some(k), tool, out);
+            lint_schema(
+                file,
+                &format!("{path}.properties.{k}"),
+                v,
+                Some(k),
+                tool,
+                out,
+            );
         }
     }
     if let Some(items) = m.get("items") {
         let name = prop_name.map(|n| n.to_string());
-        lint_schema(file, &format!("{path}.items"), items, name.as_deref(), tool, out);
+        lint_schema(
+            file,
+            &format!("{path}.items"),
+            items,
+            name.as_deref(),
+            tool,
+            out,
+        );
     }
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(alts)) = m.get(key) {
             for (i, alt) in alts.iter().enumerate() {
-                lint_schema(file, &format!("{path}.{key}[{i}]"), alt, prop_name, tool, out);
+                lint_schema(
+                    file,
+                    &format!("{path}.{key}[{i}]"),
+                    alt,
+                    prop_name,
+                    tool,
+                    out,
+                );
             }
         }
     }

@@ -16,16 +16,20 @@ fn tool(schema: Value) -> ToolConfig {
 fn rules(t: &ToolConfig) -> Vec<String> {
     let mut out = Vec::new();
     lint_tool("tools/t.yaml", 0, t, false, &mut out);
-    out.into_iter().map(|f| format!("{} @ {}", f.rule, f.path)).collect()
+    out.into_iter()
+        .map(|f| format!("{} @ {}", f.rule, f.path))
+        .collect()
 }
 
 #[test]
 fn a_closed_bounded_schema_is_clean() {
-    let t = tool(json!({"type": "object", "additionalProperties": false, "properties": {
-        "to": {"type": "string", "pattern": "^[^@]+@northwind\\.com$", "maxLength": 254},
-        "n": {"type": "integer", "minimum": 0, "maximum": 9},
-        "tags": {"type": "array", "maxItems": 3, "items": {"type": "string", "enum": ["a"]}}
-    }}));
+    let t = tool(
+        json!({"type": "object", "additionalProperties": false, "properties": {
+            "to": {"type": "string", "pattern": "^[^@]+@northwind\\.com$", "maxLength": 254},
+            "n": {"type": "integer", "minimum": 0, "maximum": 9},
+            "tags": {"type": "array", "maxItems": 3, "items": {"type": "string", "enum": ["a"]}}
+        }}),
+    );
     assert_eq!(rules(&t), Vec::<String>::new());
 }
 
@@ -53,10 +57,21 @@ fn each_unsafe_shape_is_found_where_it_is() {
 
 #[test]
 fn a_destination_constraint_satisfies_the_destination_rule() {
-    let mut t = tool(json!({"type": "object", "additionalProperties": false, "properties": {
-        "to": {"type": "string", "format": "email", "maxLength": 254}}}));
-    assert!(rules(&t).iter().any(|r| r.starts_with("destination.free-string")));
-    t.destinations = vec![serde_json::from_value(json!({"field": "to", "kind": "email_domain", "allowed": ["a.com"]})).unwrap()];
+    let mut t = tool(
+        json!({"type": "object", "additionalProperties": false, "properties": {
+        "to": {"type": "string", "format": "email", "maxLength": 254}}}),
+    );
+    assert!(
+        rules(&t)
+            .iter()
+            .any(|r| r.starts_with("destination.free-string"))
+    );
+    t.destinations = vec![
+        serde_json::from_value(
+            json!({"field": "to", "kind": "email_domain", "allowed": ["a.com"]}),
+        )
+        .unwrap(),
+    ];
     assert!(!rules(&t).iter().any(|r| r.starts_with("destination")));
 }
 
@@ -71,26 +86,61 @@ fn writes_need_identity_and_compensation_and_irreversibles_a_reconciler_or_gate(
     assert!(r.iter().any(|r| r.starts_with("write.no-compensation")));
     t.effect = Effect::Irreversible;
     t.reconcile = None;
-    assert!(rules(&t).iter().any(|r| r.starts_with("irreversible.unguarded")));
+    assert!(
+        rules(&t)
+            .iter()
+            .any(|r| r.starts_with("irreversible.unguarded"))
+    );
     t.gate = Gate::Always;
-    assert!(!rules(&t).iter().any(|r| r.starts_with("irreversible.unguarded")));
+    assert!(
+        !rules(&t)
+            .iter()
+            .any(|r| r.starts_with("irreversible.unguarded"))
+    );
 }
 
 #[test]
 fn annotations_that_contradict_the_effect_are_found() {
     let schema = json!({"type": "object", "additionalProperties": false, "properties": {}});
     let mut t = tool(schema);
-    t.annotations = Some(AnnotationsConfig { read_only_hint: Some(true), ..Default::default() });
-    assert!(rules(&t).iter().any(|r| r.starts_with("annotations.contradict-effect")));
-    t.annotations = Some(AnnotationsConfig { destructive_hint: Some(false), ..Default::default() });
-    assert!(rules(&t).iter().any(|r| r.starts_with("annotations.contradict-effect")));
-    t.annotations = Some(AnnotationsConfig { destructive_hint: Some(true), read_only_hint: Some(false), ..Default::default() });
+    t.annotations = Some(AnnotationsConfig {
+        read_only_hint: Some(true),
+        ..Default::default()
+    });
+    assert!(
+        rules(&t)
+            .iter()
+            .any(|r| r.starts_with("annotations.contradict-effect"))
+    );
+    t.annotations = Some(AnnotationsConfig {
+        destructive_hint: Some(false),
+        ..Default::default()
+    });
+    assert!(
+        rules(&t)
+            .iter()
+            .any(|r| r.starts_with("annotations.contradict-effect"))
+    );
+    t.annotations = Some(AnnotationsConfig {
+        destructive_hint: Some(true),
+        read_only_hint: Some(false),
+        ..Default::default()
+    });
     assert!(!rules(&t).iter().any(|r| r.starts_with("annotations")));
 }
 
 #[test]
 fn destination_names_are_recognised_by_word() {
-    for n in ["to", "reply_to", "webhookUrl", "callback_url", "iban", "channel", "account_id", "repo_owner"] {
+    for n in [
+        "to",
+        "reply_to",
+        "webhookUrl",
+        "callback_url",
+        "iban",
+        "channel",
+        "account_id",
+        "repo_owner",
+    ] {
         assert!(is_destination_name(n), "{n}");
     }
     for n in ["amount", "total", "invoice_id", "reason", "tone"] {
@@ -100,7 +150,10 @@ fn destination_names_are_recognised_by_word() {
 
 #[test]
 fn the_fixture_registry_lints_clean() {
-    let r = Registry::load(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/acme")).unwrap();
+    let r = Registry::load(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/acme"),
+    )
+    .unwrap();
     let f = lint(&r);
     assert!(f.is_empty(), "{:#?}", f);
 }

@@ -159,7 +159,10 @@ impl StepStatus {
     pub fn is_settled(self) -> bool {
         matches!(
             self,
-            StepStatus::Done | StepStatus::Refused | StepStatus::NeedsApproval | StepStatus::Unknown
+            StepStatus::Done
+                | StepStatus::Refused
+                | StepStatus::NeedsApproval
+                | StepStatus::Unknown
         )
     }
 }

@@ -11,8 +11,8 @@ use std::str::FromStr;
 
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
-    EntityUid, Policy, PolicyId, PolicySet, Request, RestrictedExpression, Schema,
-    ValidationMode, Validator,
+    EntityUid, PolicyId, PolicySet, Request, RestrictedExpression, Schema, ValidationMode,
+    Validator,
 };
 use serde_json::{Value, json};
 
@@ -61,7 +61,10 @@ pub struct PolicyVerdict {
 
 /// The compiled policy set with the entities it needs.
 pub struct Policies {
-    set: PolicySet,
+    /// For each tool (Cedar action), only the policies whose action scope can match it, so a
+    /// call evaluates what concerns it and nothing else.
+    by_action: HashMap<String, PolicySet>,
+    empty: PolicySet,
     entities: Entities,
     info: HashMap<String, PolicyInfo>,
     authorizer: Authorizer,
@@ -83,8 +86,6 @@ pub struct PolicyProblem {
     pub policy: Option<String>,
     pub message: String,
 }
-
-const BASE_PERMIT: &str = "toolgate.base-permit";
 
 pub fn uid(ty: &str, id: &str) -> EntityUid {
     EntityUid::from_type_name_and_id(
@@ -193,7 +194,7 @@ impl Policies {
                     });
                     continue;
                 }
-                if info.contains_key(&id) || id == BASE_PERMIT {
+                if info.contains_key(&id) {
                     problems.push(PolicyProblem {
                         file: file.clone(),
                         policy: Some(id.clone()),
@@ -236,12 +237,26 @@ impl Policies {
         if !problems.is_empty() {
             return Err(problems);
         }
-        let base = Policy::parse(
-            Some(PolicyId::new(BASE_PERMIT)),
-            "permit(principal, action, resource);",
-        )
-        .expect("the base permit parses");
-        set.add(base).expect("base permit id is unique");
+        // No permit is added: with only forbids, a call no policy objects to comes back as
+        // Cedar's default deny with an empty reason, and a matching forbid is named in it.
+        let mut by_action = HashMap::new();
+        for tool in tools {
+            let action = uid("Action", &tool.name);
+            let mut slice = PolicySet::new();
+            for p in set.policies() {
+                let applies = match p.action_constraint() {
+                    cedar_policy::ActionConstraint::Any => true,
+                    cedar_policy::ActionConstraint::Eq(a) => a == action,
+                    cedar_policy::ActionConstraint::In(list) => list.contains(&action),
+                };
+                if applies {
+                    slice
+                        .add(p.clone())
+                        .expect("ids are unique in the full set");
+                }
+            }
+            by_action.insert(tool.name.clone(), slice);
+        }
 
         let entities = build_entities(tools, principals, &schema).map_err(|m| {
             vec![PolicyProblem {
@@ -251,7 +266,8 @@ impl Policies {
             }]
         })?;
         Ok(Policies {
-            set,
+            by_action,
+            empty: PolicySet::new(),
             entities,
             info,
             authorizer: Authorizer::new(),
@@ -301,9 +317,11 @@ impl Policies {
                 return verdict;
             }
         };
-        let response = self
-            .authorizer
-            .is_authorized(&request, &self.set, &self.entities);
+        let set = self
+            .by_action
+            .get(action.id().unescaped())
+            .unwrap_or(&self.empty);
+        let response = self.authorizer.is_authorized(&request, set, &self.entities);
         for e in response.diagnostics().errors() {
             verdict.errors.push(e.to_string());
         }

@@ -7,12 +7,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use cedar_policy::EntityUid;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::canon::{canonical, sha256_tagged};
-use crate::config::{GatewayFile, PrincipalConfig, PrincipalsFile, RoleConfig, ToolConfig, ToolsFile};
+use crate::config::{
+    GatewayFile, PrincipalConfig, PrincipalsFile, RoleConfig, ToolConfig, ToolsFile,
+};
 use crate::model::{PrincipalKind, Tier};
 use crate::policy::{Policies, uid};
 use crate::schema::{CedarType, InputSchema};
@@ -65,7 +67,12 @@ pub struct RegistryVersion {
 
 impl fmt::Display for RegistryVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.label, &self.hash[..19.min(self.hash.len())])
+        write!(
+            f,
+            "{} ({})",
+            self.label,
+            &self.hash[..19.min(self.hash.len())]
+        )
     }
 }
 
@@ -160,7 +167,11 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Load
         let path = e.path().to_string();
         LoadError::Invalid(vec![Finding {
             file: file.to_string(),
-            path: if path == "." { "(top level)".into() } else { path },
+            path: if path == "." {
+                "(top level)".into()
+            } else {
+                path
+            },
             rule: "config.shape".into(),
             message: e.into_inner().to_string(),
             fix: "see the registry reference in the README for the fields each file takes".into(),
@@ -202,9 +213,10 @@ impl Sources {
         if !top.is_file() {
             return Err(LoadError::Unreadable {
                 file: top.display().to_string(),
-                message: "no toolgate.yaml here; a registry folder holds toolgate.yaml, tools/*.yaml, \
+                message:
+                    "no toolgate.yaml here; a registry folder holds toolgate.yaml, tools/*.yaml, \
                           principals.yaml and policies/*.cedar"
-                    .into(),
+                        .into(),
             });
         }
         let gateway: GatewayFile = read_yaml(dir, &top)?;
@@ -393,7 +405,10 @@ impl Registry {
                         &t.file,
                         format!("{path}.destinations"),
                         "ref.dangling",
-                        format!("destination lookup names tool '{}', which is not declared", l.tool),
+                        format!(
+                            "destination lookup names tool '{}', which is not declared",
+                            l.tool
+                        ),
                         "declare the read tool that returns the allowed values".into(),
                     );
                 }
@@ -437,12 +452,17 @@ impl Registry {
                         &t.file,
                         format!("{path}.roles[{j}]"),
                         "ref.dangling",
-                        format!("role '{r}' is neither declared under `roles:` nor held by any principal"),
-                        format!("declare it in principals.yaml `roles:`; known roles: {:?}", {
-                            let mut v: Vec<_> = role_names.iter().collect();
-                            v.sort();
-                            v
-                        }),
+                        format!(
+                            "role '{r}' is neither declared under `roles:` nor held by any principal"
+                        ),
+                        format!(
+                            "declare it in principals.yaml `roles:`; known roles: {:?}",
+                            {
+                                let mut v: Vec<_> = role_names.iter().collect();
+                                v.sort();
+                                v
+                            }
+                        ),
                     );
                 }
             }
@@ -460,10 +480,7 @@ impl Registry {
                 if (is_identity && !in_inputs) || (!is_identity && !in_inputs && !in_outputs) {
                     finding(
                         &t.file,
-                        format!(
-                            "{path}.{}",
-                            if is_identity { "identity" } else { "redact" }
-                        ),
+                        format!("{path}.{}", if is_identity { "identity" } else { "redact" }),
                         "ref.unknown-field",
                         format!("field '{f}' is not a property of the tool's schema"),
                         "name a property declared in input_schema (or output_schema for redact)"
@@ -541,9 +558,10 @@ impl Registry {
                 principals[pi].ancestors = ancestors;
             }
             for (j, c) in p.credentials.iter().enumerate() {
-                let ok = c.sha256.strip_prefix("sha256:").is_some_and(|h| {
-                    h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
-                });
+                let ok = c
+                    .sha256
+                    .strip_prefix("sha256:")
+                    .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
                 if !ok {
                     finding(
                         "principals.yaml",

@@ -39,7 +39,10 @@ fn findings(dir: &Path) -> Vec<Finding> {
 fn the_fixture_loads() {
     let r = Registry::load(fixture()).unwrap();
     assert!(r.tool("payment.schedule").is_some());
-    assert_eq!(r.principal("fin-worker").unwrap().ancestors, vec!["fin-lead".to_string()]);
+    assert_eq!(
+        r.principal("fin-worker").unwrap().ancestors,
+        vec!["fin-lead".to_string()]
+    );
     assert!(r.version.hash.starts_with("sha256:"));
     assert_eq!(r.version.label, "acme-test");
     assert_eq!(
@@ -51,17 +54,28 @@ fn the_fixture_loads() {
 
 #[test]
 fn unknown_fields_name_file_and_path() {
-    let d = edited("tools/notes.yaml", |t| t.replacen("    rate_limit: 2", "    rate_limt: 2", 1));
+    let d = edited("tools/notes.yaml", |t| {
+        t.replacen("    rate_limit: 2", "    rate_limt: 2", 1)
+    });
     let f = findings(d.path());
     assert_eq!(f[0].file, "tools/notes.yaml");
     assert_eq!(f[0].path, "tools[0].rate_limt");
-    assert!(f[0].message.contains("unknown field `rate_limt`"), "{}", f[0].message);
-    assert!(f[0].message.contains("rate_limit"), "the message lists what would be right");
+    assert!(
+        f[0].message.contains("unknown field `rate_limt`"),
+        "{}",
+        f[0].message
+    );
+    assert!(
+        f[0].message.contains("rate_limit"),
+        "the message lists what would be right"
+    );
 }
 
 #[test]
 fn bad_enum_values_name_the_path() {
-    let d = edited("tools/payments.yaml", |t| t.replacen("effect: irreversible", "effect: permanent", 1));
+    let d = edited("tools/payments.yaml", |t| {
+        t.replacen("effect: irreversible", "effect: permanent", 1)
+    });
     let f = findings(d.path());
     assert_eq!(f[0].path, "tools[0].effect");
     assert!(f[0].message.contains("read") && f[0].message.contains("irreversible"));
@@ -69,75 +83,155 @@ fn bad_enum_values_name_the_path() {
 
 #[test]
 fn dangling_references_are_errors() {
-    let d = edited("tools/payments.yaml", |t| t.replacen("reconcile: payment.lookup_by_key", "reconcile: payment.lookup", 1));
+    let d = edited("tools/payments.yaml", |t| {
+        t.replacen(
+            "reconcile: payment.lookup_by_key",
+            "reconcile: payment.lookup",
+            1,
+        )
+    });
     let f = findings(d.path());
-    assert!(f.iter().any(|f| f.rule == "ref.dangling" && f.path == "tools[0].reconcile"
-        && f.message.contains("'payment.lookup'")), "{f:#?}");
+    assert!(
+        f.iter().any(|f| f.rule == "ref.dangling"
+            && f.path == "tools[0].reconcile"
+            && f.message.contains("'payment.lookup'")),
+        "{f:#?}"
+    );
 
-    let d = edited("tools/notes.yaml", |t| t.replacen("{upstream: erp, tool: draft_note}", "{upstream: sap, tool: draft_note}", 1));
+    let d = edited("tools/notes.yaml", |t| {
+        t.replacen(
+            "{upstream: erp, tool: draft_note}",
+            "{upstream: sap, tool: draft_note}",
+            1,
+        )
+    });
     let f = findings(d.path());
-    assert!(f.iter().any(|f| f.path == "tools[0].handler.upstream" && f.fix.contains("erp")), "{f:#?}");
+    assert!(
+        f.iter()
+            .any(|f| f.path == "tools[0].handler.upstream" && f.fix.contains("erp")),
+        "{f:#?}"
+    );
 
-    let d = edited("principals.yaml", |t| t.replacen("parent: fin-lead", "parent: fin-boss", 1));
+    let d = edited("principals.yaml", |t| {
+        t.replacen("parent: fin-lead", "parent: fin-boss", 1)
+    });
     let f = findings(d.path());
-    assert!(f.iter().any(|f| f.rule == "ref.dangling" && f.message.contains("fin-boss")), "{f:#?}");
+    assert!(
+        f.iter()
+            .any(|f| f.rule == "ref.dangling" && f.message.contains("fin-boss")),
+        "{f:#?}"
+    );
 }
 
 #[test]
 fn duplicate_names_are_errors() {
-    let d = edited("tools/notes.yaml", |t| t.replacen("name: note.discard", "name: note.draft", 1));
+    let d = edited("tools/notes.yaml", |t| {
+        t.replacen("name: note.discard", "name: note.draft", 1)
+    });
     let f = findings(d.path());
-    assert!(f.iter().any(|f| f.rule == "ref.duplicate" && f.message.contains("declared twice")), "{f:#?}");
+    assert!(
+        f.iter()
+            .any(|f| f.rule == "ref.duplicate" && f.message.contains("declared twice")),
+        "{f:#?}"
+    );
     let d = edited("principals.yaml", |t| t.replacen("id: bob", "id: alice", 1));
     assert!(findings(d.path()).iter().any(|f| f.rule == "ref.duplicate"));
 }
 
 #[test]
 fn a_policy_naming_a_missing_input_fails_at_load() {
-    let d = edited("policies/finance.cedar", |t| t.replace("context.inputs.amount", "context.inputs.amount_eur"));
+    let d = edited("policies/finance.cedar", |t| {
+        t.replace("context.inputs.amount", "context.inputs.amount_eur")
+    });
     let f = findings(d.path());
-    assert!(f.iter().any(|f| f.rule == "policy.invalid" && f.file == "policies/finance.cedar"
-        && f.path == "large-payment-needs-approval" && f.message.contains("amount_eur")), "{f:#?}");
+    assert!(
+        f.iter().any(|f| f.rule == "policy.invalid"
+            && f.file == "policies/finance.cedar"
+            && f.path == "large-payment-needs-approval"
+            && f.message.contains("amount_eur")),
+        "{f:#?}"
+    );
 }
 
 #[test]
 fn a_policy_comparing_a_decimal_to_a_long_fails_at_load() {
-    let d = edited("policies/finance.cedar", |t| t.replace("context.inputs.amount.greaterThan(decimal(\"10000.0\"))", "context.inputs.amount > 10000"));
-    assert!(findings(d.path()).iter().any(|f| f.rule == "policy.invalid"));
+    let d = edited("policies/finance.cedar", |t| {
+        t.replace(
+            "context.inputs.amount.greaterThan(decimal(\"10000.0\"))",
+            "context.inputs.amount > 10000",
+        )
+    });
+    assert!(
+        findings(d.path())
+            .iter()
+            .any(|f| f.rule == "policy.invalid")
+    );
 }
 
 #[test]
 fn permits_and_unnamed_policies_are_refused() {
-    let d = edited("policies/finance.cedar", |t| t + "\npermit(principal, action, resource);\n");
+    let d = edited("policies/finance.cedar", |t| {
+        t + "\npermit(principal, action, resource);\n"
+    });
     let f = findings(d.path());
     assert!(f.iter().any(|f| f.message.contains("@id")), "{f:#?}");
-    let d = edited("policies/finance.cedar", |t| t + "\n@id(\"x\") permit(principal, action, resource);\n");
+    let d = edited("policies/finance.cedar", |t| {
+        t + "\n@id(\"x\") permit(principal, action, resource);\n"
+    });
     let f = findings(d.path());
-    assert!(f.iter().any(|f| f.message.contains("only forbid or gate")), "{f:#?}");
+    assert!(
+        f.iter().any(|f| f.message.contains("only forbid or gate")),
+        "{f:#?}"
+    );
 }
 
 #[test]
 fn an_agent_cannot_hold_an_approver_role() {
-    let d = edited("principals.yaml", |t| t.replacen("  - id: alice\n    kind: human", "  - id: alice\n    kind: agent", 1));
-    assert!(findings(d.path()).iter().any(|f| f.rule == "config.agent-approver"));
+    let d = edited("principals.yaml", |t| {
+        t.replacen(
+            "  - id: alice\n    kind: human",
+            "  - id: alice\n    kind: agent",
+            1,
+        )
+    });
+    assert!(
+        findings(d.path())
+            .iter()
+            .any(|f| f.rule == "config.agent-approver")
+    );
 }
 
 #[test]
 fn credentials_must_be_hashes() {
-    let d = edited("principals.yaml", |t| t.replacen("sha256:0000000000000000000000000000000000000000000000000000000000000002", "tg_live_plaintext_key", 1));
-    assert!(findings(d.path()).iter().any(|f| f.rule == "config.credential"));
+    let d = edited("principals.yaml", |t| {
+        t.replacen(
+            "sha256:0000000000000000000000000000000000000000000000000000000000000002",
+            "tg_live_plaintext_key",
+            1,
+        )
+    });
+    assert!(
+        findings(d.path())
+            .iter()
+            .any(|f| f.rule == "config.credential")
+    );
 }
 
 #[test]
 fn unparseable_yaml_is_unreadable() {
     let d = edited("principals.yaml", |t| t + "\n  - : : :\n\t bad");
-    assert!(matches!(Registry::load(d.path()), Err(LoadError::Unreadable { .. })));
+    assert!(matches!(
+        Registry::load(d.path()),
+        Err(LoadError::Unreadable { .. })
+    ));
 }
 
 #[test]
 fn the_version_changes_with_any_rule() {
     let a = Registry::load(fixture()).unwrap().version;
-    let d = edited("policies/finance.cedar", |t| t.replace("act_steps >= 3", "act_steps >= 4"));
+    let d = edited("policies/finance.cedar", |t| {
+        t.replace("act_steps >= 3", "act_steps >= 4")
+    });
     let b = Registry::load(d.path()).unwrap().version;
     assert_ne!(a.hash, b.hash);
     assert_eq!(a.label, b.label);

@@ -20,7 +20,9 @@ pub struct InputSchema {
 
 impl fmt::Debug for InputSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InputSchema").field("raw", &self.raw).finish()
+        f.debug_struct("InputSchema")
+            .field("raw", &self.raw)
+            .finish()
     }
 }
 
@@ -100,7 +102,11 @@ impl InputSchema {
                     .and_then(Value::as_object)
                     .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
                     .unwrap_or_default();
-                let base = if field == "/" { String::new() } else { field.clone() };
+                let base = if field == "/" {
+                    String::new()
+                } else {
+                    field.clone()
+                };
                 field = format!("{base}/{}", unexpected.join(","));
                 format!(
                     "unexpected field(s) {}; the allowed fields are: {allowed}",
@@ -113,7 +119,11 @@ impl InputSchema {
             }
             ValidationErrorKind::Required { property } => {
                 let name = property.as_str().unwrap_or_default();
-                let base = if field == "/" { String::new() } else { field.clone() };
+                let base = if field == "/" {
+                    String::new()
+                } else {
+                    field.clone()
+                };
                 field = format!("{base}/{name}");
                 "this field is required".to_string()
             }

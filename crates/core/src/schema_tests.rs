@@ -56,28 +56,65 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (50_000.01f64..1e9).prop_map(Mutation::AboveMax),
         (-1e6f64..=0.0).prop_map(Mutation::NotPositive),
-        "[a-z_]{1,12}".prop_filter("not a declared field", |k| ![
-            "invoice_id", "amount", "currency", "value_date", "reason", "count"
-        ].contains(&k.as_str())).prop_map(Mutation::ExtraField),
-        prop_oneof![Just("amount"), Just("invoice_id"), Just("reason")].prop_map(Mutation::WrongType),
+        "[a-z_]{1,12}"
+            .prop_filter("not a declared field", |k| ![
+                "invoice_id",
+                "amount",
+                "currency",
+                "value_date",
+                "reason",
+                "count"
+            ]
+            .contains(&k.as_str()))
+            .prop_map(Mutation::ExtraField),
+        prop_oneof![Just("amount"), Just("invoice_id"), Just("reason")]
+            .prop_map(Mutation::WrongType),
         "[A-Z]{3}-[0-9]{1,7}".prop_map(Mutation::BrokenPattern),
-        "[A-Z]{3}".prop_filter("not EUR", |c| c != "EUR").prop_map(Mutation::BadEnum),
+        "[A-Z]{3}"
+            .prop_filter("not EUR", |c| c != "EUR")
+            .prop_map(Mutation::BadEnum),
         prop_oneof![(-1000i64..1), (11i64..1000)].prop_map(Mutation::IntegerOutOfBounds),
     ]
 }
 
 fn apply(v: &mut Value, m: &Mutation) -> &'static str {
     match m {
-        Mutation::AboveMax(x) => { v["amount"] = json!(x); "/amount" }
-        Mutation::NotPositive(x) => { v["amount"] = json!(x); "/amount" }
-        Mutation::ExtraField(k) => { v[k.as_str()] = json!("x"); "/" }
-        Mutation::WrongType(f) => {
-            v[*f] = if *f == "amount" { json!("4180") } else { json!(42) };
-            match *f { "amount" => "/amount", "invoice_id" => "/invoice_id", _ => "/reason" }
+        Mutation::AboveMax(x) => {
+            v["amount"] = json!(x);
+            "/amount"
         }
-        Mutation::BrokenPattern(s) => { v["invoice_id"] = json!(s); "/invoice_id" }
-        Mutation::BadEnum(s) => { v["currency"] = json!(s); "/currency" }
-        Mutation::IntegerOutOfBounds(n) => { v["count"] = json!(n); "/count" }
+        Mutation::NotPositive(x) => {
+            v["amount"] = json!(x);
+            "/amount"
+        }
+        Mutation::ExtraField(k) => {
+            v[k.as_str()] = json!("x");
+            "/"
+        }
+        Mutation::WrongType(f) => {
+            v[*f] = if *f == "amount" {
+                json!("4180")
+            } else {
+                json!(42)
+            };
+            match *f {
+                "amount" => "/amount",
+                "invoice_id" => "/invoice_id",
+                _ => "/reason",
+            }
+        }
+        Mutation::BrokenPattern(s) => {
+            v["invoice_id"] = json!(s);
+            "/invoice_id"
+        }
+        Mutation::BadEnum(s) => {
+            v["currency"] = json!(s);
+            "/currency"
+        }
+        Mutation::IntegerOutOfBounds(n) => {
+            v["count"] = json!(n);
+            "/count"
+        }
     }
 }
 
@@ -112,7 +149,10 @@ fn fixed_cases_from_the_fuzzer() {
     // The exclusive minimum: zero itself is refused.
     let mut zero = base.clone();
     zero["amount"] = json!(0);
-    assert_eq!(s.validate(&zero).unwrap_err()[0].constraint, "exclusiveMinimum");
+    assert_eq!(
+        s.validate(&zero).unwrap_err()[0].constraint,
+        "exclusiveMinimum"
+    );
     // 50,000 exactly passes; one cent more does not.
     let mut max = base.clone();
     max["amount"] = json!(50000);
@@ -133,17 +173,31 @@ fn errors_say_what_would_pass() {
     let errors = s.validate(&bad).unwrap_err();
     let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let all = text.join("\n");
-    assert!(all.contains("'/amount' fails 'maximum': must be at most 50000"), "{all}");
+    assert!(
+        all.contains("'/amount' fails 'maximum': must be at most 50000"),
+        "{all}"
+    );
     assert!(all.contains("must be one of [\"EUR\"]"), "{all}");
-    assert!(all.contains("must match the pattern ^INV-[0-9]{8}$"), "{all}");
-    assert!(all.contains("unexpected field(s) 'iban'; the allowed fields are: invoice_id, amount"), "{all}");
-    assert!(all.contains("'/reason' fails 'minLength': must be at least 20 characters"), "{all}");
+    assert!(
+        all.contains("must match the pattern ^INV-[0-9]{8}$"),
+        "{all}"
+    );
+    assert!(
+        all.contains("unexpected field(s) 'iban'; the allowed fields are: invoice_id, amount"),
+        "{all}"
+    );
+    assert!(
+        all.contains("'/reason' fails 'minLength': must be at least 20 characters"),
+        "{all}"
+    );
 }
 
 #[test]
 fn cedar_types_follow_the_schema() {
     let s = payment_schema();
-    let CedarType::Record(attrs) = s.cedar_type() else { panic!() };
+    let CedarType::Record(attrs) = s.cedar_type() else {
+        panic!()
+    };
     let get = |n: &str| attrs.iter().find(|(k, _, _)| k == n).cloned().unwrap();
     assert_eq!(get("amount").1, CedarType::Decimal);
     assert_eq!(get("count").1, CedarType::Long);
@@ -153,7 +207,10 @@ fn cedar_types_follow_the_schema() {
 
 #[test]
 fn decimals_with_more_than_four_digits_are_refused_not_rounded() {
-    assert_eq!(to_decimal(&serde_json::Number::from_f64(4180.5).unwrap()).unwrap(), "4180.5000");
+    assert_eq!(
+        to_decimal(&serde_json::Number::from_f64(4180.5).unwrap()).unwrap(),
+        "4180.5000"
+    );
     assert_eq!(to_decimal(&serde_json::Number::from(12)).unwrap(), "12.0");
     assert!(to_decimal(&serde_json::Number::from_f64(0.123456).unwrap()).is_err());
 }

@@ -50,8 +50,13 @@ fn one_cent_more_is_refused() {
     let k = keys();
     let t = k.issue(&claims(InputHash::of(&inputs(4180.0))));
     let changed = InputHash::of(&inputs(4180.01));
-    let err = k.verify(&t, &expected(&changed), NOW, &|_| false).unwrap_err();
-    assert!(matches!(err, TokenError::Mismatch { what: "inputs", .. }), "{err}");
+    let err = k
+        .verify(&t, &expected(&changed), NOW, &|_| false)
+        .unwrap_err();
+    assert!(
+        matches!(err, TokenError::Mismatch { what: "inputs", .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -63,7 +68,10 @@ fn another_tool_version_is_refused() {
     e.tool_version = "3.2.0";
     assert!(matches!(
         k.verify(&t, &e, NOW, &|_| false),
-        Err(TokenError::Mismatch { what: "tool version", .. })
+        Err(TokenError::Mismatch {
+            what: "tool version",
+            ..
+        })
     ));
 }
 
@@ -74,10 +82,16 @@ fn another_subject_or_tool_is_refused() {
     let t = k.issue(&claims(h.clone()));
     let mut e = expected(&h);
     e.subject = "step-8";
-    assert!(matches!(k.verify(&t, &e, NOW, &|_| false), Err(TokenError::Mismatch { what: "call", .. })));
+    assert!(matches!(
+        k.verify(&t, &e, NOW, &|_| false),
+        Err(TokenError::Mismatch { what: "call", .. })
+    ));
     let mut e = expected(&h);
     e.tool = "payment.priority";
-    assert!(matches!(k.verify(&t, &e, NOW, &|_| false), Err(TokenError::Mismatch { what: "tool", .. })));
+    assert!(matches!(
+        k.verify(&t, &e, NOW, &|_| false),
+        Err(TokenError::Mismatch { what: "tool", .. })
+    ));
 }
 
 #[test]
@@ -91,7 +105,10 @@ fn a_changed_upstream_definition_is_refused() {
     e.definition_hash = Some("sha256:new");
     assert!(matches!(
         k.verify(&t, &e, NOW, &|_| false),
-        Err(TokenError::Mismatch { what: "upstream definition", .. })
+        Err(TokenError::Mismatch {
+            what: "upstream definition",
+            ..
+        })
     ));
 }
 
@@ -109,8 +126,14 @@ fn an_altered_approver_or_expiry_breaks_the_signature() {
         tamper(&mut c);
         let forged_payload = k.issue(&c).as_str().split('.').nth(2).unwrap().to_string();
         let parts: Vec<&str> = t.as_str().split('.').collect();
-        let forged = ApprovalToken::from_wire(format!("{}.{}.{}.{}", parts[0], parts[1], forged_payload, parts[3]));
-        assert_eq!(k.verify(&forged, &expected(&h), NOW, &|_| false), Err(TokenError::BadSignature));
+        let forged = ApprovalToken::from_wire(format!(
+            "{}.{}.{}.{}",
+            parts[0], parts[1], forged_payload, parts[3]
+        ));
+        assert_eq!(
+            k.verify(&forged, &expected(&h), NOW, &|_| false),
+            Err(TokenError::BadSignature)
+        );
     }
 }
 
@@ -145,7 +168,12 @@ fn keys_rotate_by_id() {
     let rotated = ApprovalKeys::new("k1", b"new-key-new-key-new-key-new-key!".to_vec())
         .with_retired("k0", b"old-key-old-key-old-key-old-key!".to_vec());
     assert!(rotated.verify(&t, &expected(&h), NOW, &|_| false).is_ok());
-    assert!(rotated.issue(&claims(h.clone())).as_str().starts_with("tg1.k1."));
+    assert!(
+        rotated
+            .issue(&claims(h.clone()))
+            .as_str()
+            .starts_with("tg1.k1.")
+    );
     let dropped = ApprovalKeys::new("k1", b"new-key-new-key-new-key-new-key!".to_vec());
     assert_eq!(
         dropped.verify(&t, &expected(&h), NOW, &|_| false),
@@ -158,6 +186,9 @@ fn garbage_is_malformed_not_a_panic() {
     let k = keys();
     let h = InputHash::of(&inputs(1.0));
     for s in ["", "tg1", "tg1.k1.x.y.z", "tg1.k1.!!!.???", "tg2.k1.a.b"] {
-        assert!(k.verify(&ApprovalToken::from_wire(s), &expected(&h), NOW, &|_| false).is_err());
+        assert!(
+            k.verify(&ApprovalToken::from_wire(s), &expected(&h), NOW, &|_| false)
+                .is_err()
+        );
     }
 }

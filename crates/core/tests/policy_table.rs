@@ -11,7 +11,8 @@ use toolgate_core::{
 const NOW: Timestamp = Timestamp::from_millis(1_790_000_000_000);
 
 fn registry() -> Registry {
-    Registry::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/acme")).expect("fixture loads")
+    Registry::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/acme"))
+        .expect("fixture loads")
 }
 
 fn keys() -> ApprovalKeys {
@@ -31,7 +32,14 @@ fn email(to: &str) -> Value {
     json!({"account_id": "acct_7f3k2m9q1x0b", "invoice_id": "INV-20260611", "to": to, "body": "Your invoice is attached."})
 }
 
-fn approval(k: &ApprovalKeys, tool: &str, version: &str, inputs: &Value, approver: &str, nonce: &str) -> ApprovalToken {
+fn approval(
+    k: &ApprovalKeys,
+    tool: &str,
+    version: &str,
+    inputs: &Value,
+    approver: &str,
+    nonce: &str,
+) -> ApprovalToken {
     k.issue(&ApprovalClaims {
         subject: "call-1".into(),
         tool: tool.into(),
@@ -49,7 +57,11 @@ fn history(entries: &[(&str, Tier, PriorOutcome)]) -> RunHistory {
     RunHistory {
         calls: entries
             .iter()
-            .map(|(t, tier, o)| PriorCall { tool: t.to_string(), tier: *tier, outcome: *o })
+            .map(|(t, tier, o)| PriorCall {
+                tool: t.to_string(),
+                tier: *tier,
+                outcome: *o,
+            })
             .collect(),
     }
 }
@@ -79,7 +91,13 @@ struct Row {
     keyword: &'static str,
 }
 
-fn row(name: &'static str, principal: &'static str, tool: &'static str, inputs: Value, want: Want) -> Row {
+fn row(
+    name: &'static str,
+    principal: &'static str,
+    tool: &'static str,
+    inputs: Value,
+    want: Want,
+) -> Row {
     Row {
         name,
         principal,
@@ -98,17 +116,41 @@ fn row(name: &'static str, principal: &'static str, tool: &'static str, inputs: 
 }
 
 impl Row {
-    fn purpose(mut self, p: Option<&'static str>) -> Self { self.purpose = p; self }
-    fn reason(mut self, r: Option<&'static str>) -> Self { self.reason = r; self }
-    fn run(mut self, r: RunHistory) -> Self { self.run = r; self }
-    fn budget(mut self, p: &str, t: Tier, used: u32) -> Self { self.budgets.set(p, t, used); self }
-    fn idem(mut self, s: IdempotencyState) -> Self { self.idem = s; self }
-    fn approve(mut self, t: ApprovalToken) -> Self { self.approvals.push(t); self }
-    fn facts(mut self, field: &str, allowed: &[&str]) -> Self {
-        self.facts.allowed.insert(field.into(), allowed.iter().map(|s| s.to_string()).collect());
+    fn purpose(mut self, p: Option<&'static str>) -> Self {
+        self.purpose = p;
         self
     }
-    fn keyword(mut self, k: &'static str) -> Self { self.keyword = k; self }
+    fn reason(mut self, r: Option<&'static str>) -> Self {
+        self.reason = r;
+        self
+    }
+    fn run(mut self, r: RunHistory) -> Self {
+        self.run = r;
+        self
+    }
+    fn budget(mut self, p: &str, t: Tier, used: u32) -> Self {
+        self.budgets.set(p, t, used);
+        self
+    }
+    fn idem(mut self, s: IdempotencyState) -> Self {
+        self.idem = s;
+        self
+    }
+    fn approve(mut self, t: ApprovalToken) -> Self {
+        self.approvals.push(t);
+        self
+    }
+    fn facts(mut self, field: &str, allowed: &[&str]) -> Self {
+        self.facts.allowed.insert(
+            field.into(),
+            allowed.iter().map(|s| s.to_string()).collect(),
+        );
+        self
+    }
+    fn keyword(mut self, k: &'static str) -> Self {
+        self.keyword = k;
+        self
+    }
 }
 
 fn rows(k: &ApprovalKeys) -> Vec<Row> {
@@ -120,96 +162,543 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
     let prio = json!({"invoice_id": "INV-20260611", "amount": 900.0});
     vec![
         // 1. credential
-        row("unknown principal", "nobody", "invoice.search", json!({}), Deny(Credential, "credential")),
+        row(
+            "unknown principal",
+            "nobody",
+            "invoice.search",
+            json!({}),
+            Deny(Credential, "credential"),
+        ),
         // 2. listed
-        row("read tool listed for the role", "fin-worker", "invoice.search", json!({"invoice_id": "INV-20260611"}), Allow),
-        row("unknown tool", "fin-worker", "payroll.run", json!({}), Deny(Listed, "tool.unknown")).keyword("unknown tool"),
-        row("tool not listed for role is unknown", "planner", "payment.schedule", payment(10.0), Deny(Listed, "tool.unknown")).keyword("unknown tool 'payment.schedule'"),
-        row("reconciler-only tool hidden from worker", "fin-worker", "customer.domains", json!({"account_id": "acct_7f3k2m9q1x0b"}), Deny(Listed, "tool.unknown")),
+        row(
+            "read tool listed for the role",
+            "fin-worker",
+            "invoice.search",
+            json!({"invoice_id": "INV-20260611"}),
+            Allow,
+        ),
+        row(
+            "unknown tool",
+            "fin-worker",
+            "payroll.run",
+            json!({}),
+            Deny(Listed, "tool.unknown"),
+        )
+        .keyword("unknown tool"),
+        row(
+            "tool not listed for role is unknown",
+            "planner",
+            "payment.schedule",
+            payment(10.0),
+            Deny(Listed, "tool.unknown"),
+        )
+        .keyword("unknown tool 'payment.schedule'"),
+        row(
+            "reconciler-only tool hidden from worker",
+            "fin-worker",
+            "customer.domains",
+            json!({"account_id": "acct_7f3k2m9q1x0b"}),
+            Deny(Listed, "tool.unknown"),
+        ),
         // 3. schema
-        row("amount above the ceiling", "fin-worker", "payment.schedule", payment(50_000.01), Deny(Schema, "schema.maximum")).keyword("amount"),
-        row("amount zero", "fin-worker", "payment.schedule", payment(0.0), Deny(Schema, "schema.exclusiveMinimum")),
-        row("extra input field refused (agentic-os gap)", "fin-worker", "payment.schedule",
-            { let mut p = payment(10.0); p["iban"] = json!("ES9121000418450200051332"); p },
-            Deny(Schema, "schema.additionalProperties")).keyword("iban"),
-        row("invoice id pattern broken", "fin-worker", "payment.schedule",
-            { let mut p = payment(10.0); p["invoice_id"] = json!("20260611"); p }, Deny(Schema, "schema.pattern")),
-        row("wrong currency", "fin-worker", "payment.schedule",
-            { let mut p = payment(10.0); p["currency"] = json!("USD"); p }, Deny(Schema, "schema.enum")),
-        row("reason too short", "fin-worker", "payment.schedule",
-            { let mut p = payment(10.0); p["reason"] = json!("pay"); p }, Deny(Schema, "schema.minLength")),
-        row("bad date format", "fin-worker", "payment.schedule",
-            { let mut p = payment(10.0); p["value_date"] = json!("30/06/2026"); p }, Deny(Schema, "schema.format")),
-        row("missing required field", "fin-worker", "note.draft", json!({"invoice_id": "INV-20260611", "kind": "query"}), Deny(Schema, "schema.required")).keyword("text"),
-        row("wrong type", "fin-worker", "invoice.search", json!({"limit": "ten"}), Deny(Schema, "schema.type")),
-        row("inputs validated before any approval is asked (agentic-os gap)", "fin-worker", "payment.priority",
-            json!({"invoice_id": "INV-20260611", "amount": 60_000.0}), Deny(Schema, "schema.maximum")),
+        row(
+            "amount above the ceiling",
+            "fin-worker",
+            "payment.schedule",
+            payment(50_000.01),
+            Deny(Schema, "schema.maximum"),
+        )
+        .keyword("amount"),
+        row(
+            "amount zero",
+            "fin-worker",
+            "payment.schedule",
+            payment(0.0),
+            Deny(Schema, "schema.exclusiveMinimum"),
+        ),
+        row(
+            "extra input field refused (agentic-os gap)",
+            "fin-worker",
+            "payment.schedule",
+            {
+                let mut p = payment(10.0);
+                p["iban"] = json!("ES9121000418450200051332");
+                p
+            },
+            Deny(Schema, "schema.additionalProperties"),
+        )
+        .keyword("iban"),
+        row(
+            "invoice id pattern broken",
+            "fin-worker",
+            "payment.schedule",
+            {
+                let mut p = payment(10.0);
+                p["invoice_id"] = json!("20260611");
+                p
+            },
+            Deny(Schema, "schema.pattern"),
+        ),
+        row(
+            "wrong currency",
+            "fin-worker",
+            "payment.schedule",
+            {
+                let mut p = payment(10.0);
+                p["currency"] = json!("USD");
+                p
+            },
+            Deny(Schema, "schema.enum"),
+        ),
+        row(
+            "reason too short",
+            "fin-worker",
+            "payment.schedule",
+            {
+                let mut p = payment(10.0);
+                p["reason"] = json!("pay");
+                p
+            },
+            Deny(Schema, "schema.minLength"),
+        ),
+        row(
+            "bad date format",
+            "fin-worker",
+            "payment.schedule",
+            {
+                let mut p = payment(10.0);
+                p["value_date"] = json!("30/06/2026");
+                p
+            },
+            Deny(Schema, "schema.format"),
+        ),
+        row(
+            "missing required field",
+            "fin-worker",
+            "note.draft",
+            json!({"invoice_id": "INV-20260611", "kind": "query"}),
+            Deny(Schema, "schema.required"),
+        )
+        .keyword("text"),
+        row(
+            "wrong type",
+            "fin-worker",
+            "invoice.search",
+            json!({"limit": "ten"}),
+            Deny(Schema, "schema.type"),
+        ),
+        row(
+            "inputs validated before any approval is asked (agentic-os gap)",
+            "fin-worker",
+            "payment.priority",
+            json!({"invoice_id": "INV-20260611", "amount": 60_000.0}),
+            Deny(Schema, "schema.maximum"),
+        ),
         // 4. destination
-        row("recipient on a verified domain", "fin-worker", "email.send", email("ap@northwind.com"), Allow).facts("to", &["northwind.com", "northwind.co.uk"]),
-        row("recipient on an unverified domain", "fin-worker", "email.send", email("me@gmail.com"), Deny(Destination, "destination.to"))
-            .facts("to", &["northwind.com", "northwind.co.uk"]).keyword("northwind.com, northwind.co.uk"),
-        row("no lookup result fails closed", "fin-worker", "email.send", email("ap@northwind.com"), Deny(Destination, "destination.to")).keyword("could not be looked up"),
-        row("webhook host on the allowlist", "fin-worker", "webhook.post", json!({"url": "https://hooks.acme.example/in", "event": "invoice.paid"}), Allow),
-        row("webhook host off the allowlist", "fin-worker", "webhook.post", json!({"url": "https://evil.example.net/hooks.acme.example", "event": "invoice.paid"}), Deny(Destination, "destination.url")).keyword("evil.example.net"),
+        row(
+            "recipient on a verified domain",
+            "fin-worker",
+            "email.send",
+            email("ap@northwind.com"),
+            Allow,
+        )
+        .facts("to", &["northwind.com", "northwind.co.uk"]),
+        row(
+            "recipient on an unverified domain",
+            "fin-worker",
+            "email.send",
+            email("me@gmail.com"),
+            Deny(Destination, "destination.to"),
+        )
+        .facts("to", &["northwind.com", "northwind.co.uk"])
+        .keyword("northwind.com, northwind.co.uk"),
+        row(
+            "no lookup result fails closed",
+            "fin-worker",
+            "email.send",
+            email("ap@northwind.com"),
+            Deny(Destination, "destination.to"),
+        )
+        .keyword("could not be looked up"),
+        row(
+            "webhook host on the allowlist",
+            "fin-worker",
+            "webhook.post",
+            json!({"url": "https://hooks.acme.example/in", "event": "invoice.paid"}),
+            Allow,
+        ),
+        row(
+            "webhook host off the allowlist",
+            "fin-worker",
+            "webhook.post",
+            json!({"url": "https://evil.example.net/hooks.acme.example", "event": "invoice.paid"}),
+            Deny(Destination, "destination.url"),
+        )
+        .keyword("evil.example.net"),
         // 5. purpose
-        row("missing purpose", "fin-worker", "invoice.search", json!({}), Deny(Purpose, "purpose.missing")).purpose(None),
-        row("tool purpose tags enforced (agentic-os gap)", "fin-worker", "note.draft", note(), Deny(Purpose, "tool.purpose")).purpose(Some("marketing")).keyword("not granted for purpose"),
-        row("purpose not in any grant", "fin-worker", "invoice.search", json!({}), Deny(Purpose, "grant.purpose")).purpose(Some("audit")).keyword("not granted for purpose 'audit'"),
-        row("scopes from two grants do not combine (agentic-os gap)", "split-worker", "payment.schedule", payment(10.0), Deny(Purpose, "grant.purpose")).keyword("scopes"),
-        row("write without a reason", "fin-worker", "note.draft", note(), Deny(Purpose, "reason.missing")).reason(None).keyword("reason"),
-        row("read without a reason is fine", "fin-worker", "invoice.search", json!({}), Allow).reason(None),
+        row(
+            "missing purpose",
+            "fin-worker",
+            "invoice.search",
+            json!({}),
+            Deny(Purpose, "purpose.missing"),
+        )
+        .purpose(None),
+        row(
+            "tool purpose tags enforced (agentic-os gap)",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Deny(Purpose, "tool.purpose"),
+        )
+        .purpose(Some("marketing"))
+        .keyword("not granted for purpose"),
+        row(
+            "purpose not in any grant",
+            "fin-worker",
+            "invoice.search",
+            json!({}),
+            Deny(Purpose, "grant.purpose"),
+        )
+        .purpose(Some("audit"))
+        .keyword("not granted for purpose 'audit'"),
+        row(
+            "scopes from two grants do not combine (agentic-os gap)",
+            "split-worker",
+            "payment.schedule",
+            payment(10.0),
+            Deny(Purpose, "grant.purpose"),
+        )
+        .keyword("scopes"),
+        row(
+            "write without a reason",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Deny(Purpose, "reason.missing"),
+        )
+        .reason(None)
+        .keyword("reason"),
+        row(
+            "read without a reason is fine",
+            "fin-worker",
+            "invoice.search",
+            json!({}),
+            Allow,
+        )
+        .reason(None),
         // 6. tier and sensitivity
-        row("spend above the grant's tier", "low-worker", "payment.schedule", payment(10.0), Deny(TierSensitivity, "grant.tier")).keyword("tier"),
-        row("confidential data above the grant", "low-worker", "invoice.search", json!({}), Deny(TierSensitivity, "grant.sensitivity")).keyword("sensitivity"),
-        row("restricted data above a confidential grant", "fin-worker", "records.export", json!({"table": "staff"}), Deny(TierSensitivity, "grant.sensitivity")),
-        row("act within an act grant", "low-worker", "note.draft", note(), Allow),
+        row(
+            "spend above the grant's tier",
+            "low-worker",
+            "payment.schedule",
+            payment(10.0),
+            Deny(TierSensitivity, "grant.tier"),
+        )
+        .keyword("tier"),
+        row(
+            "confidential data above the grant",
+            "low-worker",
+            "invoice.search",
+            json!({}),
+            Deny(TierSensitivity, "grant.sensitivity"),
+        )
+        .keyword("sensitivity"),
+        row(
+            "restricted data above a confidential grant",
+            "fin-worker",
+            "records.export",
+            json!({"table": "staff"}),
+            Deny(TierSensitivity, "grant.sensitivity"),
+        ),
+        row(
+            "act within an act grant",
+            "low-worker",
+            "note.draft",
+            note(),
+            Allow,
+        ),
         // 7. rate limit
-        row("rate limit has headroom", "fin-worker", "note.draft", note(), Allow).run(history(&[("note.draft", Tier::Act, Allowed)])),
-        row("rate limit reached", "fin-worker", "note.draft", note(), Deny(RateLimit, "rate_limit"))
-            .run(history(&[("note.draft", Tier::Act, Allowed), ("note.draft", Tier::Act, Allowed)])).keyword("rate limit"),
-        row("denied calls do not use the rate limit", "fin-worker", "note.draft", note(), Allow)
-            .run(history(&[("note.draft", Tier::Act, Denied), ("note.draft", Tier::Act, Allowed)])),
+        row(
+            "rate limit has headroom",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Allow,
+        )
+        .run(history(&[("note.draft", Tier::Act, Allowed)])),
+        row(
+            "rate limit reached",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Deny(RateLimit, "rate_limit"),
+        )
+        .run(history(&[
+            ("note.draft", Tier::Act, Allowed),
+            ("note.draft", Tier::Act, Allowed),
+        ]))
+        .keyword("rate limit"),
+        row(
+            "denied calls do not use the rate limit",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Allow,
+        )
+        .run(history(&[
+            ("note.draft", Tier::Act, Denied),
+            ("note.draft", Tier::Act, Allowed),
+        ])),
         // 8. policy
-        row("no spend after a denial", "fin-worker", "payment.schedule", payment(10.0), Deny(Policy, "no-spend-after-denial"))
-            .run(history(&[("invoice.search", Tier::Read, Denied)])).keyword("policy 'no-spend-after-denial'"),
-        row("a denial does not stop reads", "fin-worker", "invoice.search", json!({}), Allow).run(history(&[("note.draft", Tier::Act, Denied)])),
-        row("max act steps", "fin-worker", "webhook.post", json!({"url": "https://hooks.acme.example/x", "event": "invoice.held"}), Deny(Policy, "max-act-steps"))
-            .run(history(&[("note.draft", Tier::Act, Allowed), ("note.discard", Tier::Act, Allowed), ("note.draft", Tier::Act, Allowed)])).keyword("policy 'max-act-steps'"),
-        row("under max act steps", "fin-worker", "webhook.post", json!({"url": "https://hooks.acme.example/x", "event": "invoice.held"}), Allow)
-            .run(history(&[("note.draft", Tier::Act, Allowed), ("note.discard", Tier::Act, Allowed)])),
-        row("small payment is not gated", "fin-worker", "payment.schedule", payment(4180.0), Allow),
-        row("large payment gated by policy, not refused", "fin-worker", "payment.schedule", big.clone(), Parked("large-payment-needs-approval")),
-        row("large payment with a valid approval", "fin-worker", "payment.schedule", big.clone(), Allow)
-            .approve(approval(k, "payment.schedule", "3.1.0", &big, "alice", "n1")),
+        row(
+            "no spend after a denial",
+            "fin-worker",
+            "payment.schedule",
+            payment(10.0),
+            Deny(Policy, "no-spend-after-denial"),
+        )
+        .run(history(&[("invoice.search", Tier::Read, Denied)]))
+        .keyword("policy 'no-spend-after-denial'"),
+        row(
+            "a denial does not stop reads",
+            "fin-worker",
+            "invoice.search",
+            json!({}),
+            Allow,
+        )
+        .run(history(&[("note.draft", Tier::Act, Denied)])),
+        row(
+            "max act steps",
+            "fin-worker",
+            "webhook.post",
+            json!({"url": "https://hooks.acme.example/x", "event": "invoice.held"}),
+            Deny(Policy, "max-act-steps"),
+        )
+        .run(history(&[
+            ("note.draft", Tier::Act, Allowed),
+            ("note.discard", Tier::Act, Allowed),
+            ("note.draft", Tier::Act, Allowed),
+        ]))
+        .keyword("policy 'max-act-steps'"),
+        row(
+            "under max act steps",
+            "fin-worker",
+            "webhook.post",
+            json!({"url": "https://hooks.acme.example/x", "event": "invoice.held"}),
+            Allow,
+        )
+        .run(history(&[
+            ("note.draft", Tier::Act, Allowed),
+            ("note.discard", Tier::Act, Allowed),
+        ])),
+        row(
+            "small payment is not gated",
+            "fin-worker",
+            "payment.schedule",
+            payment(4180.0),
+            Allow,
+        ),
+        row(
+            "large payment gated by policy, not refused",
+            "fin-worker",
+            "payment.schedule",
+            big.clone(),
+            Parked("large-payment-needs-approval"),
+        ),
+        row(
+            "large payment with a valid approval",
+            "fin-worker",
+            "payment.schedule",
+            big.clone(),
+            Allow,
+        )
+        .approve(approval(
+            k,
+            "payment.schedule",
+            "3.1.0",
+            &big,
+            "alice",
+            "n1",
+        )),
         // 9. budget
-        row("spend budget has headroom", "fin-worker", "payment.schedule", payment(10.0), Allow).budget("fin-worker", Tier::Spend, 1),
-        row("spend budget exhausted", "fin-worker", "payment.schedule", payment(10.0), Deny(Budget, "budget.spend"))
-            .budget("fin-worker", Tier::Spend, 2).keyword("budget"),
-        row("parent's budget exhausted stops the child", "fin-worker", "payment.schedule", payment(10.0), Deny(Budget, "budget.spend"))
-            .budget("fin-worker", Tier::Spend, 0).budget("fin-lead", Tier::Spend, 3).keyword("fin-lead"),
-        row("act budget exhausted", "fin-worker", "note.draft", note(), Deny(Budget, "budget.act")).budget("fin-worker", Tier::Act, 5),
-        row("reads are never budgeted", "fin-worker", "invoice.search", json!({}), Allow).budget("fin-worker", Tier::Act, 99),
+        row(
+            "spend budget has headroom",
+            "fin-worker",
+            "payment.schedule",
+            payment(10.0),
+            Allow,
+        )
+        .budget("fin-worker", Tier::Spend, 1),
+        row(
+            "spend budget exhausted",
+            "fin-worker",
+            "payment.schedule",
+            payment(10.0),
+            Deny(Budget, "budget.spend"),
+        )
+        .budget("fin-worker", Tier::Spend, 2)
+        .keyword("budget"),
+        row(
+            "parent's budget exhausted stops the child",
+            "fin-worker",
+            "payment.schedule",
+            payment(10.0),
+            Deny(Budget, "budget.spend"),
+        )
+        .budget("fin-worker", Tier::Spend, 0)
+        .budget("fin-lead", Tier::Spend, 3)
+        .keyword("fin-lead"),
+        row(
+            "act budget exhausted",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Deny(Budget, "budget.act"),
+        )
+        .budget("fin-worker", Tier::Act, 5),
+        row(
+            "reads are never budgeted",
+            "fin-worker",
+            "invoice.search",
+            json!({}),
+            Allow,
+        )
+        .budget("fin-worker", Tier::Act, 99),
         // 10. idempotency
-        row("done key replays", "fin-worker", "note.draft", note(), Allow).idem(I::Done),
-        row("in-flight key reported", "fin-worker", "note.draft", note(), Deny(Idempotency, "idempotency.in_progress")).idem(I::InFlight).keyword("in progress"),
-        row("same key, different inputs", "fin-worker", "note.draft", note(), Deny(Idempotency, "idempotency.inputs_differ")).idem(I::InputsDiffer),
+        row(
+            "done key replays",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Allow,
+        )
+        .idem(I::Done),
+        row(
+            "in-flight key reported",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Deny(Idempotency, "idempotency.in_progress"),
+        )
+        .idem(I::InFlight)
+        .keyword("in progress"),
+        row(
+            "same key, different inputs",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Deny(Idempotency, "idempotency.inputs_differ"),
+        )
+        .idem(I::InputsDiffer),
         // 11. gate
-        row("always-gated tool parks", "fin-worker", "payment.priority", prio.clone(), Parked("gate.always")),
-        row("two-person rule: one approval is not enough", "fin-worker", "payment.priority", prio.clone(), Parked("gate.always"))
-            .approve(approval(k, "payment.priority", "1.0.0", &prio, "alice", "n2")),
-        row("two-person rule: the same person twice is not two", "fin-worker", "payment.priority", prio.clone(), Parked("gate.always"))
-            .approve(approval(k, "payment.priority", "1.0.0", &prio, "alice", "n3"))
-            .approve(approval(k, "payment.priority", "1.0.0", &prio, "alice", "n4")),
-        row("two-person rule: two people", "fin-worker", "payment.priority", prio.clone(), Allow)
-            .approve(approval(k, "payment.priority", "1.0.0", &prio, "alice", "n5"))
-            .approve(approval(k, "payment.priority", "1.0.0", &prio, "bob", "n6")),
-        row("approval refused (for another amount)", "fin-worker", "payment.schedule", big.clone(), Parked("large-payment-needs-approval"))
-            .approve(approval(k, "payment.schedule", "3.1.0", &payment(11_999.99), "alice", "n7")),
-        row("approval by someone who is not an approver", "fin-worker", "payment.schedule", big.clone(), Parked("large-payment-needs-approval"))
-            .approve(approval(k, "payment.schedule", "3.1.0", &big, "carol", "n8")),
-        row("approval cannot rescue a policy refusal", "fin-worker", "payment.schedule", big.clone(), Deny(Policy, "no-spend-after-denial"))
-            .run(history(&[("invoice.search", Tier::Read, Denied)]))
-            .approve(approval(k, "payment.schedule", "3.1.0", &big, "alice", "n9")),
+        row(
+            "always-gated tool parks",
+            "fin-worker",
+            "payment.priority",
+            prio.clone(),
+            Parked("gate.always"),
+        ),
+        row(
+            "two-person rule: one approval is not enough",
+            "fin-worker",
+            "payment.priority",
+            prio.clone(),
+            Parked("gate.always"),
+        )
+        .approve(approval(
+            k,
+            "payment.priority",
+            "1.0.0",
+            &prio,
+            "alice",
+            "n2",
+        )),
+        row(
+            "two-person rule: the same person twice is not two",
+            "fin-worker",
+            "payment.priority",
+            prio.clone(),
+            Parked("gate.always"),
+        )
+        .approve(approval(
+            k,
+            "payment.priority",
+            "1.0.0",
+            &prio,
+            "alice",
+            "n3",
+        ))
+        .approve(approval(
+            k,
+            "payment.priority",
+            "1.0.0",
+            &prio,
+            "alice",
+            "n4",
+        )),
+        row(
+            "two-person rule: two people",
+            "fin-worker",
+            "payment.priority",
+            prio.clone(),
+            Allow,
+        )
+        .approve(approval(
+            k,
+            "payment.priority",
+            "1.0.0",
+            &prio,
+            "alice",
+            "n5",
+        ))
+        .approve(approval(k, "payment.priority", "1.0.0", &prio, "bob", "n6")),
+        row(
+            "approval refused (for another amount)",
+            "fin-worker",
+            "payment.schedule",
+            big.clone(),
+            Parked("large-payment-needs-approval"),
+        )
+        .approve(approval(
+            k,
+            "payment.schedule",
+            "3.1.0",
+            &payment(11_999.99),
+            "alice",
+            "n7",
+        )),
+        row(
+            "approval by someone who is not an approver",
+            "fin-worker",
+            "payment.schedule",
+            big.clone(),
+            Parked("large-payment-needs-approval"),
+        )
+        .approve(approval(
+            k,
+            "payment.schedule",
+            "3.1.0",
+            &big,
+            "carol",
+            "n8",
+        )),
+        row(
+            "approval cannot rescue a policy refusal",
+            "fin-worker",
+            "payment.schedule",
+            big.clone(),
+            Deny(Policy, "no-spend-after-denial"),
+        )
+        .run(history(&[("invoice.search", Tier::Read, Denied)]))
+        .approve(approval(
+            k,
+            "payment.schedule",
+            "3.1.0",
+            &big,
+            "alice",
+            "n9",
+        )),
     ]
 }
 
@@ -237,21 +726,46 @@ fn policy_table() {
         assert_eq!(d.checks.len(), 11, "{}: every check is recorded", r.name);
         let got = match &d.verdict {
             Verdict::Allow => Want::Allow,
-            Verdict::Deny { check, rule, reason } => {
+            Verdict::Deny {
+                check,
+                rule,
+                reason,
+            } => {
                 if !reason.contains(r.keyword) {
-                    failures.push(format!("{}: reason {reason:?} lacks {:?}", r.name, r.keyword));
+                    failures.push(format!(
+                        "{}: reason {reason:?} lacks {:?}",
+                        r.name, r.keyword
+                    ));
                 }
-                let first_fail = d.checks.iter().find(|c| c.outcome == Outcome::Fail).unwrap();
-                assert_eq!(first_fail.name, *check, "{}: the first failing check is the reason", r.name);
+                let first_fail = d
+                    .checks
+                    .iter()
+                    .find(|c| c.outcome == Outcome::Fail)
+                    .unwrap();
+                assert_eq!(
+                    first_fail.name, *check,
+                    "{}: the first failing check is the reason",
+                    r.name
+                );
                 Want::Deny(*check, Box::leak(rule.clone().into_boxed_str()))
             }
-            Verdict::NeedsApproval { rule, .. } => Want::Parked(Box::leak(rule.clone().into_boxed_str())),
+            Verdict::NeedsApproval { rule, .. } => {
+                Want::Parked(Box::leak(rule.clone().into_boxed_str()))
+            }
         };
         if got != r.want {
-            failures.push(format!("{}: want {:?}, got {:?}\n  checks: {:#?}", r.name, r.want, got, d.checks));
+            failures.push(format!(
+                "{}: want {:?}, got {:?}\n  checks: {:#?}",
+                r.name, r.want, got, d.checks
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} row(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} row(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -275,8 +789,12 @@ fn every_check_is_seen_failing_and_passing() {
         };
         for c in engine.decide(&req, NOW).checks {
             match c.outcome {
-                Outcome::Pass => { passed.insert(c.name); }
-                Outcome::Fail | Outcome::Gate => { failed.insert(c.name); }
+                Outcome::Pass => {
+                    passed.insert(c.name);
+                }
+                Outcome::Fail | Outcome::Gate => {
+                    failed.insert(c.name);
+                }
                 Outcome::Skip => {}
             }
         }
@@ -293,7 +811,10 @@ fn all_checks_are_evaluated_after_the_first_failure() {
     let k = keys();
     let engine = Engine::new(&reg, &k);
     // Wrong purpose AND an exhausted budget AND a rate limit reached: all three are recorded.
-    let run = history(&[("note.draft", Tier::Act, PriorOutcome::Allowed), ("note.draft", Tier::Act, PriorOutcome::Allowed)]);
+    let run = history(&[
+        ("note.draft", Tier::Act, PriorOutcome::Allowed),
+        ("note.draft", Tier::Act, PriorOutcome::Allowed),
+    ]);
     let mut budgets = BudgetView::default();
     budgets.set("fin-worker", Tier::Act, 5);
     let inputs = note();
@@ -310,7 +831,13 @@ fn all_checks_are_evaluated_after_the_first_failure() {
     assert_eq!(outcome(CheckName::RateLimit), Outcome::Fail);
     assert_eq!(outcome(CheckName::Budget), Outcome::Fail);
     assert_eq!(outcome(CheckName::Idempotency), Outcome::Pass);
-    assert!(matches!(d.verdict, Verdict::Deny { check: CheckName::Purpose, .. }));
+    assert!(matches!(
+        d.verdict,
+        Verdict::Deny {
+            check: CheckName::Purpose,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -319,10 +846,24 @@ fn an_unlisted_tool_answers_exactly_like_an_unknown_one() {
     let k = keys();
     let engine = Engine::new(&reg, &k);
     let inputs = payment(10.0);
-    let hidden = engine.decide(&CallRequest::new("planner", "payment.schedule", &inputs), NOW);
-    let missing = engine.decide(&CallRequest::new("planner", "payment.scheduled", &inputs), NOW);
+    let hidden = engine.decide(
+        &CallRequest::new("planner", "payment.schedule", &inputs),
+        NOW,
+    );
+    let missing = engine.decide(
+        &CallRequest::new("planner", "payment.scheduled", &inputs),
+        NOW,
+    );
     let reason = |d: &toolgate_core::Decision| match &d.verdict {
-        Verdict::Deny { reason, rule, check } => (reason.replace("payment.scheduled", "payment.schedule"), rule.clone(), *check),
+        Verdict::Deny {
+            reason,
+            rule,
+            check,
+        } => (
+            reason.replace("payment.scheduled", "payment.schedule"),
+            rule.clone(),
+            *check,
+        ),
         v => panic!("{v:?}"),
     };
     assert_eq!(reason(&hidden), reason(&missing));
@@ -334,11 +875,27 @@ fn two_person_rule_says_who_approved_first() {
     let k = keys();
     let engine = Engine::new(&reg, &k);
     let prio = json!({"invoice_id": "INV-20260611", "amount": 900.0});
-    let approvals = vec![approval(&k, "payment.priority", "1.0.0", &prio, "alice", "a")];
-    let req = CallRequest { purpose: Some("billing"), reason: Some("same-day"), subject: "call-1", approvals: &approvals,
-        ..CallRequest::new("fin-worker", "payment.priority", &prio) };
+    let approvals = vec![approval(
+        &k,
+        "payment.priority",
+        "1.0.0",
+        &prio,
+        "alice",
+        "a",
+    )];
+    let req = CallRequest {
+        purpose: Some("billing"),
+        reason: Some("same-day"),
+        subject: "call-1",
+        approvals: &approvals,
+        ..CallRequest::new("fin-worker", "payment.priority", &prio)
+    };
     match engine.decide(&req, NOW).verdict {
-        Verdict::NeedsApproval { approvers_needed, approved_by, .. } => {
+        Verdict::NeedsApproval {
+            approvers_needed,
+            approved_by,
+            ..
+        } => {
             assert_eq!(approvers_needed, 1);
             assert_eq!(approved_by, vec!["alice".to_string()]);
         }
@@ -352,15 +909,38 @@ fn an_expired_or_reused_approval_sends_the_call_back_to_the_gate() {
     let k = keys();
     let engine = Engine::new(&reg, &k);
     let big = payment(12_000.0);
-    let approvals = vec![approval(&k, "payment.schedule", "3.1.0", &big, "alice", "once")];
-    let base = CallRequest { purpose: Some("billing"), reason: Some("r"), subject: "call-1", approvals: &approvals,
-        ..CallRequest::new("fin-worker", "payment.schedule", &big) };
+    let approvals = vec![approval(
+        &k,
+        "payment.schedule",
+        "3.1.0",
+        &big,
+        "alice",
+        "once",
+    )];
+    let base = CallRequest {
+        purpose: Some("billing"),
+        reason: Some("r"),
+        subject: "call-1",
+        approvals: &approvals,
+        ..CallRequest::new("fin-worker", "payment.schedule", &big)
+    };
     assert!(engine.decide(&base, NOW).is_allow());
     let late = engine.decide(&base, NOW.plus_hours(73));
     assert!(matches!(late.verdict, Verdict::NeedsApproval { .. }));
     assert!(late.check(CheckName::Gate).detail.contains("expired"));
     let used = |n: &str| n == "once";
-    let reused = engine.decide(&CallRequest { nonce_used: &used, ..base }, NOW);
+    let reused = engine.decide(
+        &CallRequest {
+            nonce_used: &used,
+            ..base
+        },
+        NOW,
+    );
     assert!(matches!(reused.verdict, Verdict::NeedsApproval { .. }));
-    assert!(reused.check(CheckName::Gate).detail.contains("already used"));
+    assert!(
+        reused
+            .check(CheckName::Gate)
+            .detail
+            .contains("already used")
+    );
 }

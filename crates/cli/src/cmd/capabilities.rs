@@ -27,7 +27,15 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     let Action::List { config, role } = &args.action;
     let registry = config.load()?;
     let mut t = Table::new(&[
-        "tool", "version", "effect", "tier", "sensitivity", "scopes", "purposes", "roles", "gate",
+        "tool",
+        "version",
+        "effect",
+        "tier",
+        "sensitivity",
+        "scopes",
+        "purposes",
+        "roles",
+        "gate",
         "limit",
     ]);
     for tool in registry.tools() {

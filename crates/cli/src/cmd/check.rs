@@ -33,7 +33,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     };
     if args.cedar_schema {
         if let Some(r) = &registry {
-            writeln!(out, "{}", serde_json::to_string_pretty(r.policies.schema_json())?)?;
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(r.policies.schema_json())?
+            )?;
         }
         return Ok(if findings.is_empty() { 0 } else { 1 });
     }

@@ -70,7 +70,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     let text = match args.file.as_deref() {
         None => read_stdin()?,
         Some(p) if p.as_os_str() == "-" => read_stdin()?,
-        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
     };
     let input: DecideInput = serde_json::from_str(&text).context(
         "the call must be JSON with at least {\"principal\", \"tool\", \"inputs\"}; see `toolgate decide --help`",
@@ -78,9 +80,17 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     let keys = keys(&registry);
     let engine = Engine::new(&registry, &keys);
     let run = RunHistory { calls: input.run };
-    let budgets = BudgetView { used: input.budgets };
-    let facts = DestinationFacts { allowed: input.destinations };
-    let approvals: Vec<ApprovalToken> = input.approvals.into_iter().map(ApprovalToken::from_wire).collect();
+    let budgets = BudgetView {
+        used: input.budgets,
+    };
+    let facts = DestinationFacts {
+        allowed: input.destinations,
+    };
+    let approvals: Vec<ApprovalToken> = input
+        .approvals
+        .into_iter()
+        .map(ApprovalToken::from_wire)
+        .collect();
     let subject = input.subject.unwrap_or_else(|| "dry-run".into());
     let req = CallRequest {
         purpose: input.purpose.as_deref(),
@@ -103,12 +113,24 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     } else {
         match &d.verdict {
             Verdict::Allow => writeln!(out, "decision: ALLOW")?,
-            Verdict::Deny { check, rule, reason } => {
+            Verdict::Deny {
+                check,
+                rule,
+                reason,
+            } => {
                 writeln!(out, "decision: DENY at check '{check}' (rule {rule})")?;
                 writeln!(out, "reason:   {reason}")?;
             }
-            Verdict::NeedsApproval { rule, reason, approvers_needed, approved_by } => {
-                writeln!(out, "decision: NEEDS APPROVAL (rule {rule}, {approvers_needed} more approver(s))")?;
+            Verdict::NeedsApproval {
+                rule,
+                reason,
+                approvers_needed,
+                approved_by,
+            } => {
+                writeln!(
+                    out,
+                    "decision: NEEDS APPROVAL (rule {rule}, {approvers_needed} more approver(s))"
+                )?;
                 writeln!(out, "reason:   {reason}")?;
                 if !approved_by.is_empty() {
                     writeln!(out, "approved first by: {}", approved_by.join(", "))?;
@@ -118,7 +140,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         writeln!(out, "inputs:   {}", d.input_hash)?;
         writeln!(out, "registry: {}", registry.version)?;
         if !d.shadow.is_empty() {
-            writeln!(out, "shadow:   would also be stopped by {}", d.shadow.join(", "))?;
+            writeln!(
+                out,
+                "shadow:   would also be stopped by {}",
+                d.shadow.join(", ")
+            )?;
         }
         writeln!(out)?;
         let mut t = Table::new(&["#", "check", "outcome", "rule", "detail"]);

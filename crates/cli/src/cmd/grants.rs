@@ -28,7 +28,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     let registry = config.load()?;
     let Some(p) = registry.principal(principal) else {
         let known: Vec<&str> = registry.principals().iter().map(|p| p.id()).collect();
-        writeln!(out, "no principal '{principal}'; known: {}", known.join(", "))?;
+        writeln!(
+            out,
+            "no principal '{principal}'; known: {}",
+            known.join(", ")
+        )?;
         return Ok(1);
     };
     let c = &p.config;
@@ -49,7 +53,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     if !p.ancestors.is_empty() {
         writeln!(out, "draws from {}", p.ancestors.join(" -> "))?;
     }
-    let budget = |t: Tier| p.budget(t).map_or("unbudgeted".to_string(), |b| format!("{b}/day"));
+    let budget = |t: Tier| {
+        p.budget(t)
+            .map_or("unbudgeted".to_string(), |b| format!("{b}/day"))
+    };
     writeln!(
         out,
         "budgets    act {}, spend {} (read is never budgeted)",

@@ -26,7 +26,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
             let key = format!("tg_{}", hex_encode(&bytes));
             writeln!(out, "key:    {key}")?;
             writeln!(out, "sha256: {}", api_key_hash(&key))?;
-            writeln!(out, "Put the sha256 line in principals.yaml; give the key to the agent once.")?;
+            writeln!(
+                out,
+                "Put the sha256 line in principals.yaml; give the key to the agent once."
+            )?;
         }
         Action::Hash => {
             let mut key = String::new();

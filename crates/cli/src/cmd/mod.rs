@@ -5,6 +5,7 @@ pub mod check;
 pub mod decide;
 pub mod grants;
 pub mod key;
+pub mod serve;
 
 use std::path::PathBuf;
 
@@ -15,7 +16,12 @@ use toolgate_core::{LoadError, Registry};
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConfigArg {
     /// The registry folder (toolgate.yaml, tools/, principals.yaml, policies/).
-    #[arg(long = "config", short = 'c', env = "TOOLGATE_CONFIG", default_value = ".")]
+    #[arg(
+        long = "config",
+        short = 'c',
+        env = "TOOLGATE_CONFIG",
+        default_value = "."
+    )]
     pub dir: PathBuf,
 }
 

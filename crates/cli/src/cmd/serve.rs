@@ -1,0 +1,82 @@
+//! `toolgate serve`: the MCP gateway. Parsing only; everything else is in `toolgate_gateway`.
+
+use std::io::Write;
+
+use clap::ValueEnum;
+use toolgate_gateway::{LogFormat, OAuthOptions, ServeOptions};
+
+use super::ConfigArg;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Serve streamable HTTP at ADDR (default: `server.http` from toolgate.yaml, loopback only).
+    /// Given without --stdio, or when neither is given, HTTP is served.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
+    pub http: Option<String>,
+    /// Serve one client over stdin/stdout as the principal whose API key is in TOOLGATE_API_KEY.
+    #[arg(long)]
+    pub stdio: bool,
+    /// Overrides `store.url` from toolgate.yaml.
+    #[arg(long, value_name = "URL", env = "TOOLGATE_STORE_URL")]
+    pub store_url: Option<String>,
+    /// Log lines as text or JSON (always on stderr).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: Format,
+    /// Accept OAuth 2.1 access tokens (JWT) verified against this JWKS file or http:// URL.
+    #[arg(long, value_name = "FILE|URL", env = "TOOLGATE_OAUTH_JWKS")]
+    pub oauth_jwks: Option<String>,
+    /// The audience access tokens must carry (required with --oauth-jwks).
+    #[arg(long, value_name = "AUD", env = "TOOLGATE_OAUTH_AUDIENCE")]
+    pub oauth_audience: Option<String>,
+    /// The issuer access tokens must carry.
+    #[arg(long, value_name = "ISS", env = "TOOLGATE_OAUTH_ISSUER")]
+    pub oauth_issuer: Option<String>,
+    /// Authorization servers to list in the protected-resource metadata (repeatable).
+    #[arg(long = "oauth-authorization-server", value_name = "URL")]
+    pub oauth_authorization_servers: Vec<String>,
+    /// The public URL of the MCP endpoint (overrides `server.public_url`).
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+}
+
+pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
+    toolgate_gateway::init_logging(match args.log_format {
+        Format::Text => LogFormat::Text,
+        Format::Json => LogFormat::Json,
+    });
+    let oauth = match (&args.oauth_jwks, &args.oauth_audience) {
+        (Some(jwks), Some(aud)) => Some(OAuthOptions {
+            jwks: jwks.clone(),
+            audience: aud.clone(),
+            issuer: args.oauth_issuer.clone(),
+            authorization_servers: args.oauth_authorization_servers.clone(),
+        }),
+        (Some(_), None) => {
+            anyhow::bail!("--oauth-jwks needs --oauth-audience (this server's resource identifier)")
+        }
+        _ => None,
+    };
+    let opts = ServeOptions {
+        config_dir: args.config.dir.clone(),
+        http: args.http.is_some() || !args.stdio,
+        http_addr: args.http.clone().filter(|a| !a.is_empty()),
+        stdio: args.stdio,
+        stdio_api_key: std::env::var("TOOLGATE_API_KEY").ok(),
+        store_url: args.store_url.clone(),
+        oauth,
+        public_url: args.public_url.clone(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(toolgate_gateway::serve(opts))?;
+    Ok(0)
+}
