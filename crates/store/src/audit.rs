@@ -136,13 +136,17 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
         return Ok(Vec::new());
     }
     let head = if tx.is_pg() {
-        tx.opt("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE", args![])
-            .await?
+        tx.opt(
+            "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
+            args![],
+        )
+        .await?
     } else {
         tx.opt("SELECT seq, hash FROM audit_head WHERE id = 1", args![])
             .await?
     };
-    let head = head.ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
+    let head =
+        head.ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
     let (mut seq, mut prev) = (head.i64(0)?, head.text(1)?);
     let mut seqs = Vec::with_capacity(drafts.len());
     for body in drafts {
@@ -215,12 +219,17 @@ pub(crate) fn check_link(
     stored_hash: &str,
 ) -> std::result::Result<String, String> {
     if seq != expected_seq {
-        return Err(format!("expected record {expected_seq} next, found {seq} (a record is missing)"));
+        return Err(format!(
+            "expected record {expected_seq} next, found {seq} (a record is missing)"
+        ));
     }
     let record: AuditRecord = serde_json::from_str(text)
         .map_err(|e| format!("the record is not a valid audit record: {e}"))?;
     if record.seq != seq {
-        return Err(format!("the record says it is number {}, but is stored as {seq}", record.seq));
+        return Err(format!(
+            "the record says it is number {}, but is stored as {seq}",
+            record.seq
+        ));
     }
     if record.prev != expected_prev {
         return Err(format!(
@@ -229,7 +238,9 @@ pub(crate) fn check_link(
         ));
     }
     if record.canonical() != text {
-        return Err("the stored text is not the canonical form of the record (it was edited)".into());
+        return Err(
+            "the stored text is not the canonical form of the record (it was edited)".into(),
+        );
     }
     let hash = sha256_tagged(text.as_bytes());
     if hash != stored_hash {

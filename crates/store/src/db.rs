@@ -158,7 +158,10 @@ impl Pool {
             let mut o =
                 PgConnectOptions::from_str(url).map_err(|_| StoreError::BadUrl(url.to_string()))?;
             if let Some(schema) = &opts.schema {
-                if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                if !schema
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
                     return Err(StoreError::BadUrl(format!(
                         "{url} (schema '{schema}' must be letters, digits and _)"
                     )));

@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use toolgate_core::{
-    ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, Registry, CallRequest, CheckName, Clock, Decision,
-    DestinationFacts, Effect, Engine, IdempotencyKey, IdempotencyState, InputHash, PriorCall,
-    PriorOutcome, RunHistory, StepStatus, Tier, Timestamp, Verdict, canonical,
+    ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName, Clock,
+    Decision, DestinationFacts, Effect, Engine, IdempotencyKey, IdempotencyState, InputHash,
+    PriorCall, PriorOutcome, Registry, RunHistory, StepStatus, Tier, Timestamp, Verdict, canonical,
 };
 
 use crate::audit::{
@@ -25,8 +25,8 @@ use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};
 use crate::store::{
-    BudgetAction, IdemAction, NewStep, Settle, Store, insert_step, new_id,
-    parse_status, parse_tier, step_cols, step_from_row, to_json, used_nonces,
+    BudgetAction, IdemAction, NewStep, Settle, Store, insert_step, new_id, parse_status,
+    parse_tier, step_cols, step_from_row, to_json, used_nonces,
 };
 
 /// A boxed future, so [`Handler`] stays object-safe.
@@ -280,7 +280,11 @@ impl Executor {
         let reg: &Registry = &self.registry;
         let tool = reg.tool(&p.tool);
         let (inputs, redacted) = match tool {
-            Some(t) => self.store.config().redactor.redact(&p.inputs, &t.config.redact),
+            Some(t) => self
+                .store
+                .config()
+                .redactor
+                .redact(&p.inputs, &t.config.redact),
             None => (p.inputs.clone(), Vec::new()),
         };
         AuditDraft {
@@ -307,7 +311,10 @@ impl Executor {
                 reason: p.reason.clone(),
                 evidence: p.evidence.clone(),
                 decision: kind,
-                rule: decision.rule().map(str::to_string).or_else(|| outcome.rule.clone()),
+                rule: decision
+                    .rule()
+                    .map(str::to_string)
+                    .or_else(|| outcome.rule.clone()),
                 checks: decision.checks.clone(),
             },
             approval: (!approvals.is_empty()).then(|| AuditApproval {
@@ -424,31 +431,35 @@ impl Executor {
             .filter_map(|t| self.keys.open(t).ok().map(|c| c.nonce))
             .collect();
         let used = used_nonces(tx, &nonces).await?;
-        let nonce_used = |n: &str| used.contains(n);
-
-        let req = CallRequest {
-            principal: &p.principal,
-            tool: &p.tool,
-            purpose: p.purpose.as_deref(),
-            reason: p.reason.as_deref(),
-            inputs: &p.inputs,
-            subject: &subject,
-            run: &run,
-            budgets: &budgets,
-            idempotency: idem,
-            approvals: &tokens,
-            destinations: &self.destinations,
-            definition_hash: None,
-            nonce_used: &nonce_used,
+        // Decided in its own scope: the request borrows a non-`Send` closure.
+        let decision = {
+            let nonce_used = |n: &str| used.contains(n);
+            let req = CallRequest {
+                principal: &p.principal,
+                tool: &p.tool,
+                purpose: p.purpose.as_deref(),
+                reason: p.reason.as_deref(),
+                inputs: &p.inputs,
+                subject: &subject,
+                run: &run,
+                budgets: &budgets,
+                idempotency: idem,
+                approvals: &tokens,
+                destinations: &self.destinations,
+                definition_hash: None,
+                nonce_used: &nonce_used,
+            };
+            self.engine().decide(&req, now)
         };
-        let decision = self.engine().decide(&req, now);
 
         match decision.verdict.clone() {
             Verdict::Allow if idem == IdempotencyState::Done => {
                 let outcome: StepOutcome = stored_outcome
                     .as_deref()
                     .and_then(|t| serde_json::from_str(t).ok())
-                    .ok_or_else(|| StoreError::Corrupt("a done key has no stored outcome".into()))?;
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("a done key has no stored outcome".into())
+                    })?;
                 if p.kind != StepKind::Direct {
                     tx.exec(
                         "UPDATE steps SET status = $1, outcome = $2, lease_until = NULL, updated_at = $3 \
@@ -457,7 +468,15 @@ impl Executor {
                     )
                     .await?;
                 }
-                let d = self.draft(&p, &decision, AuditDecision::Replay, &outcome, &[], &[], now);
+                let d = self.draft(
+                    &p,
+                    &decision,
+                    AuditDecision::Replay,
+                    &outcome,
+                    &[],
+                    &[],
+                    now,
+                );
                 let seq = audit::append(tx, vec![d]).await?[0];
                 Ok(Prepared::Settled {
                     p,
@@ -470,7 +489,15 @@ impl Executor {
             Verdict::Allow => {
                 let tool = tool.expect("an allowed call names a registry tool");
                 match self
-                    .reserve(tx, &mut p, &decision, tool.config.tier, &chain, &subject, now)
+                    .reserve(
+                        tx,
+                        &mut p,
+                        &decision,
+                        tool.config.tier,
+                        &chain,
+                        &subject,
+                        now,
+                    )
                     .await?
                 {
                     None => Ok(Prepared::Call {
@@ -489,7 +516,8 @@ impl Executor {
                         if p.kind != StepKind::Direct && status == CallStatus::Refused {
                             self.settle_inline(tx, &p, &outcome, now).await?;
                         }
-                        let d = self.draft(&p, &decision, AuditDecision::Deny, &outcome, &[], &[], now);
+                        let d =
+                            self.draft(&p, &decision, AuditDecision::Deny, &outcome, &[], &[], now);
                         let seq = audit::append(tx, vec![d]).await?[0];
                         Ok(Prepared::Settled {
                             p,
@@ -581,7 +609,15 @@ impl Executor {
                 if p.kind != StepKind::Direct {
                     self.settle_inline(tx, &p, &outcome, now).await?;
                 }
-                let d = self.draft(&p, &decision, AuditDecision::NeedsApproval, &outcome, &[], &[], now);
+                let d = self.draft(
+                    &p,
+                    &decision,
+                    AuditDecision::NeedsApproval,
+                    &outcome,
+                    &[],
+                    &[],
+                    now,
+                );
                 let seq = audit::append(tx, vec![d]).await?[0];
                 Ok(Prepared::Settled {
                     p,
@@ -612,7 +648,12 @@ impl Executor {
         tx.exec(
             "UPDATE steps SET status = $1, outcome = $2, lease_until = NULL, updated_at = $3 \
              WHERE step_id = $4",
-            args![outcome.status.as_str(), to_json(outcome), now.millis(), &p.step_id],
+            args![
+                outcome.status.as_str(),
+                to_json(outcome),
+                now.millis(),
+                &p.step_id
+            ],
         )
         .await?;
         Ok(())
@@ -668,8 +709,11 @@ impl Executor {
                 Some(r) => {
                     let (id, attempts) = (r.text(0)?, r.i64(1)?);
                     if attempts >= 4 {
-                        tx.exec("DELETE FROM idempotency WHERE idem_key = $1", args![p.idem_key.as_str()])
-                            .await?;
+                        tx.exec(
+                            "DELETE FROM idempotency WHERE idem_key = $1",
+                            args![p.idem_key.as_str()],
+                        )
+                        .await?;
                         return Ok(Some((
                             CallStatus::Refused,
                             "attempts.exhausted".into(),
@@ -884,7 +928,13 @@ impl Executor {
                 o.target_ref = out.target_ref;
                 o.latency_ms = Some(latency);
                 let stored = to_json(&o);
-                (CallStatus::Done, o, IdemAction::Done(stored), BudgetAction::Charge, None)
+                (
+                    CallStatus::Done,
+                    o,
+                    IdemAction::Done(stored),
+                    BudgetAction::Charge,
+                    None,
+                )
             }
             Err(HandlerError::Failed(msg)) => {
                 // The target answered "no": recorded, and replayed to a retry with the same key.
@@ -893,7 +943,13 @@ impl Executor {
                 o.rule = Some("handler.failed".into());
                 o.latency_ms = Some(latency);
                 let stored = to_json(&o);
-                (CallStatus::Failed, o, IdemAction::Done(stored), BudgetAction::Release, None)
+                (
+                    CallStatus::Failed,
+                    o,
+                    IdemAction::Done(stored),
+                    BudgetAction::Release,
+                    None,
+                )
             }
             Err(HandlerError::Timeout) if effect == Effect::Irreversible => {
                 let mut o = StepOutcome::status(StepStatus::Unknown);
@@ -904,7 +960,13 @@ impl Executor {
                 );
                 o.rule = Some("timeout.irreversible".into());
                 o.latency_ms = Some(latency);
-                (CallStatus::Unknown, o, IdemAction::Keep, BudgetAction::Hold, None)
+                (
+                    CallStatus::Unknown,
+                    o,
+                    IdemAction::Keep,
+                    BudgetAction::Hold,
+                    None,
+                )
             }
             Err(HandlerError::Timeout) => {
                 let mut o = StepOutcome::status(StepStatus::Failed);
@@ -912,7 +974,13 @@ impl Executor {
                 o.rule = Some("timeout.retryable".into());
                 o.latency_ms = Some(latency);
                 let retry = (p.attempts < 4).then_some(now.millis() + backoff);
-                (CallStatus::Failed, o, IdemAction::Release, BudgetAction::Release, retry)
+                (
+                    CallStatus::Failed,
+                    o,
+                    IdemAction::Release,
+                    BudgetAction::Release,
+                    retry,
+                )
             }
         };
         let settle = Settle {
@@ -924,7 +992,15 @@ impl Executor {
             budget,
             now,
         };
-        let draft = self.draft(&p, &decision, AuditDecision::Allow, &outcome, &tokens, &approvals, now);
+        let draft = self.draft(
+            &p,
+            &decision,
+            AuditDecision::Allow,
+            &outcome,
+            &tokens,
+            &approvals,
+            now,
+        );
         let seq = self.store.commit_record(Some(settle), draft).await?;
         Ok((status, outcome, seq, p, decision))
     }
@@ -1026,7 +1102,9 @@ impl Executor {
                 step_cols!()
             )
         };
-        let rows = tx.rows(sql, args![lease, now.millis(), limit as i64]).await?;
+        let rows = tx
+            .rows(sql, args![lease, now.millis(), limit as i64])
+            .await?;
         let mut claimed = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
         claimed.sort_by(|a, b| (a.created_at, a.seq).cmp(&(b.created_at, b.seq)));
         self.execute_claimed(tx, claimed, now).await
@@ -1078,7 +1156,9 @@ impl Executor {
                 continue;
             }
             match self.prepare(&mut tx, Pending::from_step(s), now).await? {
-                Prepared::Settled { p, status, outcome, .. } => reports.push(StepReport {
+                Prepared::Settled {
+                    p, status, outcome, ..
+                } => reports.push(StepReport {
                     step_id: p.step_id,
                     status: outcome.status,
                     replayed: status == CallStatus::Replayed,
@@ -1097,12 +1177,11 @@ impl Executor {
         let mut set = tokio::task::JoinSet::new();
         for (p, decision, tokens, approvals) in calls {
             let this = self.clone();
-            set.spawn(async move {
-                this.call_and_record(p, decision, tokens, approvals).await
-            });
+            set.spawn(async move { this.call_and_record(p, decision, tokens, approvals).await });
         }
         while let Some(r) = set.join_next().await {
-            let (_, outcome, _, p, _) = r.map_err(|e| StoreError::Corrupt(format!("a call task panicked: {e}")))??;
+            let (_, outcome, _, p, _) =
+                r.map_err(|e| StoreError::Corrupt(format!("a call task panicked: {e}")))??;
             reports.push(StepReport {
                 step_id: p.step_id,
                 status: outcome.status,
@@ -1171,7 +1250,8 @@ impl Executor {
         for s in &stale {
             let (outcome, rule) = if s.effect == Effect::Read {
                 let mut o = StepOutcome::status(StepStatus::Failed);
-                o.error = Some("the worker stopped before recording; a read is safe to repeat".into());
+                o.error =
+                    Some("the worker stopped before recording; a read is safe to repeat".into());
                 o.rule = Some("recovery.read".into());
                 (o, "recovery.read")
             } else {
@@ -1184,14 +1264,23 @@ impl Executor {
                 o.rule = Some("recovery.unknown".into());
                 (o, "recovery.unknown")
             };
-            let retry = (outcome.status == StepStatus::Failed && s.attempts < 4).then_some(now.millis());
+            let retry =
+                (outcome.status == StepStatus::Failed && s.attempts < 4).then_some(now.millis());
             let settle = Settle {
                 step_id: s.step_id.clone(),
                 outcome: outcome.clone(),
                 retry_at: retry,
                 idem_key: s.idem_key.to_string(),
-                idem: if outcome.status == StepStatus::Failed { IdemAction::Release } else { IdemAction::Keep },
-                budget: if outcome.status == StepStatus::Failed { BudgetAction::Release } else { BudgetAction::Hold },
+                idem: if outcome.status == StepStatus::Failed {
+                    IdemAction::Release
+                } else {
+                    IdemAction::Keep
+                },
+                budget: if outcome.status == StepStatus::Failed {
+                    BudgetAction::Release
+                } else {
+                    BudgetAction::Hold
+                },
                 now,
             };
             crate::store::apply_settle(&mut tx, &settle).await?;
@@ -1218,7 +1307,11 @@ impl Executor {
             let mut tx = self.store.begin().await?;
             let rows = tx
                 .rows(
-                    concat!("SELECT ", step_cols!(), " FROM steps WHERE status = 'unknown' ORDER BY updated_at, seq"),
+                    concat!(
+                        "SELECT ",
+                        step_cols!(),
+                        " FROM steps WHERE status = 'unknown' ORDER BY updated_at, seq"
+                    ),
                     args![],
                 )
                 .await?;
@@ -1227,7 +1320,11 @@ impl Executor {
         };
         let mut reports = Vec::new();
         for s in unknown {
-            let Some(lookup) = self.registry.tool(&s.tool).and_then(|t| t.config.reconcile.clone()) else {
+            let Some(lookup) = self
+                .registry
+                .tool(&s.tool)
+                .and_then(|t| t.config.reconcile.clone())
+            else {
                 continue;
             };
             let meta = CallMeta {
@@ -1249,7 +1346,11 @@ impl Executor {
                 _ => continue, // no answer: still unknown
             };
             let now = self.clock.now();
-            let found = answer.result.get("found").and_then(Value::as_bool).unwrap_or(false);
+            let found = answer
+                .result
+                .get("found")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             let (outcome, idem, budget, retry) = if found {
                 let mut o = StepOutcome::status(StepStatus::Done);
                 o.target_ref = answer.target_ref.clone();
@@ -1259,7 +1360,9 @@ impl Executor {
                 (o, IdemAction::Done(stored), BudgetAction::Charge, None)
             } else {
                 let mut o = StepOutcome::status(StepStatus::Failed);
-                o.error = Some(format!("{lookup} says the call never landed; it may be retried"));
+                o.error = Some(format!(
+                    "{lookup} says the call never landed; it may be retried"
+                ));
                 o.rule = Some(format!("reconciled.{lookup}"));
                 let retry = (s.attempts < 4).then_some(now.millis());
                 (o, IdemAction::Release, BudgetAction::Release, retry)
@@ -1273,7 +1376,13 @@ impl Executor {
                 budget,
                 now,
             };
-            let draft = self.system_draft(&s, AuditDecision::Reconcile, &format!("reconciled.{lookup}"), &outcome, now);
+            let draft = self.system_draft(
+                &s,
+                AuditDecision::Reconcile,
+                &format!("reconciled.{lookup}"),
+                &outcome,
+                now,
+            );
             self.store.commit_record(Some(settle), draft).await?;
             reports.push(StepReport {
                 step_id: s.step_id.clone(),
@@ -1298,7 +1407,10 @@ impl Executor {
             )
             .await?;
         if n == 0 {
-            return Err(StoreError::NotFound { what: "run", id: run_id.to_string() });
+            return Err(StoreError::NotFound {
+                what: "run",
+                id: run_id.to_string(),
+            });
         }
         let mut refused = StepOutcome::status(StepStatus::Refused);
         refused.rule = Some("run.aborted".into());
@@ -1322,24 +1434,41 @@ impl Executor {
             .await?;
         let done = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
         let mut next_seq = tx
-            .opt("SELECT COALESCE(MAX(seq), 0) FROM steps WHERE run_id = $1", args![run_id])
+            .opt(
+                "SELECT COALESCE(MAX(seq), 0) FROM steps WHERE run_id = $1",
+                args![run_id],
+            )
             .await?
             .map(|r| r.i64(0))
             .transpose()?
             .unwrap_or(0);
         let mut todo = Vec::new();
         for s in &done {
-            let Some(comp) = self.registry.tool(&s.tool).and_then(|t| t.config.compensate.clone()) else {
+            let Some(comp) = self
+                .registry
+                .tool(&s.tool)
+                .and_then(|t| t.config.compensate.clone())
+            else {
                 continue;
             };
-            let Some(comp_tool) = self.registry.tool(&comp) else { continue };
+            let Some(comp_tool) = self.registry.tool(&comp) else {
+                continue;
+            };
             // The compensating call takes the fields its schema names, from the original
             // inputs first, then from what the call returned.
             let mut inputs = serde_json::Map::new();
-            if let Some(props) = comp_tool.config.input_schema.get("properties").and_then(Value::as_object) {
+            if let Some(props) = comp_tool
+                .config
+                .input_schema
+                .get("properties")
+                .and_then(Value::as_object)
+            {
                 for name in props.keys() {
                     let v = s.inputs.get(name).cloned().or_else(|| {
-                        s.outcome.as_ref().and_then(|o| o.result.as_ref()).and_then(|r| r.get(name).cloned())
+                        s.outcome
+                            .as_ref()
+                            .and_then(|o| o.result.as_ref())
+                            .and_then(|r| r.get(name).cloned())
                     });
                     if let Some(v) = v {
                         inputs.insert(name.clone(), v);
@@ -1348,7 +1477,11 @@ impl Executor {
             }
             let inputs = Value::Object(inputs);
             next_seq += 1;
-            let key = IdempotencyKey::for_step(run_id, next_seq as u32, &json!({"compensates": s.step_id, "inputs": inputs}));
+            let key = IdempotencyKey::for_step(
+                run_id,
+                next_seq as u32,
+                &json!({"compensates": s.step_id, "inputs": inputs}),
+            );
             let id = new_id();
             let lease = now.millis() + self.store.config().lease.as_millis() as i64;
             insert_step(
@@ -1442,9 +1575,20 @@ impl Executor {
                 budget: BudgetAction::Hold,
                 now,
             };
-            let draft = self.system_draft(&step, AuditDecision::Compensation, &format!("compensates.{}", original.step_id), &outcome, now);
+            let draft = self.system_draft(
+                &step,
+                AuditDecision::Compensation,
+                &format!("compensates.{}", original.step_id),
+                &outcome,
+                now,
+            );
             self.store.commit_record(Some(settle), draft).await?;
-            reports.push(StepReport { step_id: id, status: outcome.status, outcome: Some(outcome), replayed: false });
+            reports.push(StepReport {
+                step_id: id,
+                status: outcome.status,
+                outcome: Some(outcome),
+                replayed: false,
+            });
         }
         Ok(reports)
     }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::{
-    ApprovalClaims, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash,
-    PrincipalKind, Redactor, Registry, StepStatus, Tier, Timestamp, canonical,
+    ApprovalClaims, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash, PrincipalKind,
+    Redactor, Registry, StepStatus, Tier, Timestamp, canonical,
 };
 
 use crate::audit::{
@@ -62,7 +62,9 @@ impl Default for StoreConfig {
 impl StoreConfig {
     /// Retention of idempotency records: the configured value, raised to the approval expiry.
     pub fn retention_ms(&self) -> i64 {
-        self.idempotency_retention_hours.max(self.approval_expiry_hours) * 3_600_000
+        self.idempotency_retention_hours
+            .max(self.approval_expiry_hours)
+            * 3_600_000
     }
 }
 
@@ -205,7 +207,8 @@ fn approval_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalReques
         rule: r.text(10)?,
         approvers_needed: r.i64(11)?,
         approved_by,
-        status: ApprovalStatus::parse(&status).ok_or_else(|| corrupt("approval status", &status))?,
+        status: ApprovalStatus::parse(&status)
+            .ok_or_else(|| corrupt("approval status", &status))?,
         created_at: Timestamp::from_millis(r.i64(13)?),
         expires_at: Timestamp::from_millis(r.i64(14)?),
     })
@@ -259,7 +262,11 @@ impl Store {
 
     /// Queues a settlement and its audit record for the next group commit and waits until it
     /// is durable. Returns the audit sequence number.
-    pub(crate) async fn commit_record(&self, settle: Option<Settle>, audit: AuditDraft) -> Result<i64> {
+    pub(crate) async fn commit_record(
+        &self,
+        settle: Option<Settle>,
+        audit: AuditDraft,
+    ) -> Result<i64> {
         let (reply, rx) = oneshot::channel();
         self.inner
             .writer
@@ -271,7 +278,9 @@ impl Store {
             .map_err(|_| StoreError::WriterGone)?;
         match rx.await {
             Ok(Ok(seq)) => Ok(seq),
-            Ok(Err(e)) => Err(StoreError::Corrupt(format!("recording the outcome failed: {e}"))),
+            Ok(Err(e)) => Err(StoreError::Corrupt(format!(
+                "recording the outcome failed: {e}"
+            ))),
             Err(_) => Err(StoreError::WriterGone),
         }
     }
@@ -403,7 +412,11 @@ impl Store {
         let mut c = self.inner.pool.conn().await?;
         let rows = c
             .rows(
-                concat!("SELECT ", step_cols!(), " FROM steps WHERE run_id = $1 ORDER BY seq"),
+                concat!(
+                    "SELECT ",
+                    step_cols!(),
+                    " FROM steps WHERE run_id = $1 ORDER BY seq"
+                ),
                 args![run_id],
             )
             .await?;
@@ -826,10 +839,16 @@ impl Store {
                 .await?
             }
             (None, Some(r)) => {
-                c.rows("SELECT record FROM audit WHERE run_id = $1 ORDER BY seq", args![r])
+                c.rows(
+                    "SELECT record FROM audit WHERE run_id = $1 ORDER BY seq",
+                    args![r],
+                )
+                .await?
+            }
+            (None, None) => {
+                c.rows("SELECT record FROM audit ORDER BY seq", args![])
                     .await?
             }
-            (None, None) => c.rows("SELECT record FROM audit ORDER BY seq", args![]).await?,
         };
         rows.iter()
             .map(|r| {
@@ -868,7 +887,12 @@ impl Store {
         let steps = self.steps(run_id).await?;
         let records = self.audit_records(None, Some(run_id)).await?;
         let mut s = String::new();
-        let _ = writeln!(s, "run {run_id}: {} step(s), {} audit record(s)", steps.len(), records.len());
+        let _ = writeln!(
+            s,
+            "run {run_id}: {} step(s), {} audit record(s)",
+            steps.len(),
+            records.len()
+        );
         for st in &steps {
             let _ = writeln!(
                 s,
@@ -880,7 +904,10 @@ impl Store {
                 st.effect,
                 st.attempts
             );
-            for rec in records.iter().filter(|r| r.body.step_id.as_deref() == Some(&st.step_id)) {
+            for rec in records
+                .iter()
+                .filter(|r| r.body.step_id.as_deref() == Some(&st.step_id))
+            {
                 write_record(&mut s, rec, verbose);
             }
         }
@@ -894,7 +921,10 @@ impl Store {
             })
             .collect();
         if !loose.is_empty() {
-            let _ = writeln!(s, "  calls without a step row (refused or parked direct calls):");
+            let _ = writeln!(
+                s,
+                "  calls without a step row (refused or parked direct calls):"
+            );
             for rec in loose {
                 let _ = writeln!(s, "   {}", rec.body.tool);
                 write_record(&mut s, rec, verbose);
@@ -913,7 +943,11 @@ fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
         rec.seq,
         b.why.decision,
         b.outcome.status,
-        b.why.rule.as_deref().map(|r| format!(" (rule {r})")).unwrap_or_default()
+        b.why
+            .rule
+            .as_deref()
+            .map(|r| format!(" (rule {r})"))
+            .unwrap_or_default()
     );
     for c in &b.why.checks {
         let failed = !matches!(c.outcome, toolgate_core::decide::Outcome::Pass);
@@ -924,7 +958,10 @@ fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
                 c.name.as_str(),
                 c.outcome,
                 c.detail,
-                c.rule.as_deref().map(|r| format!(" [{r}]")).unwrap_or_default()
+                c.rule
+                    .as_deref()
+                    .map(|r| format!(" [{r}]"))
+                    .unwrap_or_default()
             );
         } else {
             let _ = writeln!(s, "      {:<16} Pass", c.name.as_str());
@@ -1124,7 +1161,10 @@ pub(crate) async fn used_nonces(tx: &mut Tx, nonces: &[String]) -> Result<HashSe
     let mut used = HashSet::new();
     for n in nonces {
         if tx
-            .opt("SELECT nonce FROM consumed_nonces WHERE nonce = $1", args![n])
+            .opt(
+                "SELECT nonce FROM consumed_nonces WHERE nonce = $1",
+                args![n],
+            )
             .await?
             .is_some()
         {
@@ -1133,4 +1173,3 @@ pub(crate) async fn used_nonces(tx: &mut Tx, nonces: &[String]) -> Result<HashSe
     }
     Ok(used)
 }
-

@@ -1,0 +1,267 @@
+//! Shared test support: one database per test on either backend, the fixture registry, and a
+//! recording fake handler.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use toolgate_core::{ApprovalKeys, FixedClock, Registry, Timestamp};
+use toolgate_store::{
+    BoxFuture, CallMeta, ConnectOptions, Executor, Handler, HandlerError, HandlerOutput, Store,
+    StoreConfig, Target,
+};
+
+pub const T0: Timestamp = Timestamp::from_millis(1_780_000_000_000);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub fn pg_url() -> String {
+    std::env::var("TOOLGATE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// One test's database: a SQLite file in a temp dir, or a fresh PostgreSQL schema that is
+/// dropped when this value is.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    pub schema: Option<String>,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    /// `None` (with a notice) when PostgreSQL is unreachable outside CI.
+    pub async fn new(backend: Backend) -> Option<TestDb> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        match backend {
+            Backend::Sqlite => Some(TestDb {
+                backend,
+                url: format!("sqlite://{}", dir.path().join("toolgate.db").display()),
+                schema: None,
+                dir,
+            }),
+            Backend::Postgres => {
+                let url = pg_url();
+                let probe = sqlx::PgPool::connect(&url).await;
+                match probe {
+                    Ok(p) => p.close().await,
+                    Err(e) => {
+                        if ci() {
+                            panic!("CI=true and PostgreSQL at {url} is unreachable: {e}");
+                        }
+                        eprintln!("NOTICE: skipping PostgreSQL test: {url} unreachable ({e})");
+                        return None;
+                    }
+                }
+                let schema = format!("tg_test_{}", uuid::Uuid::new_v4().simple());
+                Some(TestDb {
+                    backend,
+                    url,
+                    schema: Some(schema),
+                    dir,
+                })
+            }
+        }
+    }
+
+    pub fn options(&self, max_connections: u32) -> ConnectOptions {
+        ConnectOptions {
+            schema: self.schema.clone(),
+            max_connections,
+        }
+    }
+
+    pub async fn store(&self, cfg: StoreConfig) -> Store {
+        Store::connect_with(&self.url, cfg, self.options(8))
+            .await
+            .expect("connect")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(schema) = self.schema.take() {
+            let url = self.url.clone();
+            // A fresh runtime on its own thread: Drop cannot await.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    if let Ok(p) = sqlx::PgPool::connect(&url).await {
+                        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                        )))
+                        .execute(&p)
+                        .await;
+                        p.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+pub fn registry() -> Arc<Registry> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/registry");
+    Arc::new(Registry::load(&dir).unwrap_or_else(|e| panic!("fixture registry: {e}")))
+}
+
+pub fn keys() -> Arc<ApprovalKeys> {
+    Arc::new(ApprovalKeys::new("k1", vec![7u8; 32]))
+}
+
+/// How the fake answers a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Ok,
+    /// The call lands, but the answer never comes back.
+    TimeoutAfterLanding,
+    Fail,
+}
+
+/// A fake upstream that records every call it receives (tool and idempotency key), answers
+/// `*.lookup` tools by key from what landed, and can also append each call to a file so a
+/// killed process's calls are still counted.
+#[derive(Default)]
+pub struct Recorder {
+    pub calls: Mutex<Vec<(String, String, Value)>>,
+    pub landed: Mutex<HashSet<String>>,
+    pub modes: Mutex<HashMap<String, Mode>>,
+    pub log: Option<PathBuf>,
+    pub gate: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Recorder> {
+        Arc::new(Recorder::default())
+    }
+    pub fn with_log(path: PathBuf) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            log: Some(path),
+            ..Recorder::default()
+        })
+    }
+    pub fn set(&self, tool: &str, mode: Mode) {
+        self.modes.lock().unwrap().insert(tool.to_string(), mode);
+    }
+    /// Calls of `tool` (lookups excluded unless asked for).
+    pub fn count(&self, tool: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.0 == tool)
+            .count()
+    }
+    pub fn keys_of(&self, tool: &str) -> Vec<String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.0 == tool)
+            .map(|c| c.1.clone())
+            .collect()
+    }
+    pub fn tools(&self) -> Vec<String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.0.clone())
+            .collect()
+    }
+    fn landed_keys(&self) -> HashSet<String> {
+        let mut set = self.landed.lock().unwrap().clone();
+        if let Some(log) = &self.log
+            && let Ok(text) = std::fs::read_to_string(log)
+        {
+            for line in text.lines() {
+                if let Some((_, key)) = line.split_once(' ') {
+                    set.insert(key.to_string());
+                }
+            }
+        }
+        set
+    }
+}
+
+impl Handler for Recorder {
+    fn call<'a>(
+        &'a self,
+        target: &'a Target,
+        inputs: &'a Value,
+        meta: &'a CallMeta,
+    ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
+        Box::pin(async move {
+            if target.tool.ends_with(".lookup") {
+                let key = inputs["idempotency_key"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let found = self.landed_keys().contains(&key);
+                return Ok(HandlerOutput {
+                    result: json!({"found": found}),
+                    target_ref: found.then(|| format!("REF-{}", &key[7..19])),
+                });
+            }
+            if let Some(g) = &self.gate {
+                g.notified().await;
+            }
+            let key = meta.idempotency_key.to_string();
+            self.calls
+                .lock()
+                .unwrap()
+                .push((target.tool.clone(), key.clone(), inputs.clone()));
+            self.landed.lock().unwrap().insert(key.clone());
+            if let Some(log) = &self.log {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .unwrap();
+                writeln!(f, "{} {}", target.tool, key).unwrap();
+                f.sync_all().unwrap();
+            }
+            let mode = self
+                .modes
+                .lock()
+                .unwrap()
+                .get(&target.tool)
+                .copied()
+                .unwrap_or(Mode::Ok);
+            match mode {
+                Mode::Ok => Ok(HandlerOutput {
+                    result: json!({"ok": true, "tool": target.tool}),
+                    target_ref: Some(format!("REF-{}", &key[7..19])),
+                }),
+                Mode::TimeoutAfterLanding => Err(HandlerError::Timeout),
+                Mode::Fail => Err(HandlerError::Failed(
+                    "the target refused: account closed".into(),
+                )),
+            }
+        })
+    }
+}
+
+pub fn clock() -> Arc<FixedClock> {
+    Arc::new(FixedClock::at(T0))
+}
+
+pub fn executor(store: &Store, handler: Arc<dyn Handler>, clock: Arc<FixedClock>) -> Executor {
+    Executor::new(store.clone(), registry(), keys(), handler, clock)
+}

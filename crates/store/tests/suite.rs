@@ -1,0 +1,819 @@
+//! The store's test suite, written once and run against both backends: each `suite!` entry
+//! becomes a `<name>_sqlite` and a `<name>_postgres` test.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use serde_json::{Value, json};
+use toolgate_core::{ApprovalToken, CheckName, StepStatus};
+use toolgate_store::{
+    Actor, ApprovalStatus, CallStatus, DirectCall, PlannedStep, StoreConfig, StoreError,
+};
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
+                    super::$name(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
+                    super::$name(&db).await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    duplicate_direct_call_is_replayed,
+    duplicate_planned_step_is_suppressed,
+    same_key_other_inputs_and_in_flight,
+    failed_call_replays_its_error,
+    irreversible_timeout_is_unknown_then_reconciled,
+    write_timeout_is_failed_and_retried,
+    approval_for_other_amount_is_refused,
+    two_person_rule_needs_two_distinct_approvers,
+    expired_gate_fails_closed,
+    audit_is_append_only_and_tampering_is_named,
+    budgets_are_conserved_up_the_parent_chain,
+    abort_compensates_newest_first,
+    export_and_trace,
+);
+
+fn direct(tool: &str, inputs: Value) -> DirectCall {
+    DirectCall {
+        principal: "worker".into(),
+        tool: tool.into(),
+        inputs,
+        run_id: "run-direct-1".into(),
+        purpose: Some("ops".into()),
+        reason: Some("settle invoice per contract".into()),
+        evidence: vec!["doc-1".into()],
+        approvals: Vec::new(),
+        actor: Actor {
+            model: Some("worker-mid".into()),
+            prompt_rev: Some("w-3".into()),
+            usage: None,
+        },
+    }
+}
+
+fn payment(amount: f64) -> Value {
+    json!({"invoice_id": "INV-1001", "amount": amount, "currency": "EUR", "iban": "DE89370400440532013000"})
+}
+
+fn step(principal: &str, tool: &str, inputs: Value) -> PlannedStep {
+    PlannedStep {
+        tool: tool.into(),
+        inputs,
+        principal: principal.into(),
+        purpose: Some("ops".into()),
+        reason: Some("planned by the test".into()),
+        evidence: vec![],
+        actor: Actor::default(),
+    }
+}
+
+async fn duplicate_direct_call_is_replayed(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let first = ex
+        .governed_call(direct("payment.send", payment(4180.0)))
+        .await
+        .unwrap();
+    let second = ex
+        .governed_call(direct("payment.send", payment(4180.0)))
+        .await
+        .unwrap();
+    assert_eq!(first.status, CallStatus::Done, "{first:?}");
+    assert_eq!(second.status, CallStatus::Replayed, "{second:?}");
+    assert_eq!(fake.count("payment.send"), 1, "same key, one upstream call");
+    let (a, b) = (first.outcome.unwrap(), second.outcome.unwrap());
+    assert_eq!(a.target_ref, b.target_ref);
+    assert!(a.target_ref.is_some());
+    assert_eq!(first.idem_key, second.idem_key);
+    // The key travelled to the target; the IBAN did not reach the audit log in clear.
+    assert_eq!(
+        fake.keys_of("payment.send"),
+        vec![first.idem_key.to_string()]
+    );
+    let recs = store.audit_records(Some("worker"), None).await.unwrap();
+    assert_eq!(recs.len(), 2);
+    assert!(
+        recs[0].body.inputs["iban"]
+            .as_str()
+            .unwrap()
+            .starts_with("hmac:")
+    );
+    assert_eq!(recs[0].body.redacted, vec!["iban".to_string()]);
+    assert_eq!(recs[0].body.why.checks.len(), 11, "every check recorded");
+    assert!(store.verify_chain().await.unwrap().is_intact());
+}
+
+async fn duplicate_planned_step_is_suppressed(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+    let run = store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[step("worker", "payment.send", payment(4180.0))],
+            T0,
+        )
+        .await
+        .unwrap();
+    let steps = store.steps(&run).await.unwrap();
+    let first = ex.execute_step(&steps[0].step_id).await.unwrap();
+    let second = ex.execute_step(&steps[0].step_id).await.unwrap();
+    assert_eq!(first.status, StepStatus::Done);
+    assert!(!first.replayed);
+    assert_eq!(second.status, StepStatus::Done);
+    assert!(second.replayed, "a done step returns what was recorded");
+    assert_eq!(
+        first.outcome.unwrap().target_ref,
+        second.outcome.unwrap().target_ref
+    );
+    assert_eq!(fake.count("payment.send"), 1);
+    // The queue does not pick a done step up again either.
+    assert!(ex.run_batch(10).await.unwrap().is_empty());
+    assert_eq!(fake.count("payment.send"), 1);
+    let s = store.step(&steps[0].step_id).await.unwrap();
+    assert_eq!(s.attempts, 1);
+}
+
+async fn same_key_other_inputs_and_in_flight(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    // ticket.update's identity is (ticket_id, status): a different note is the same operation.
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let a = ex
+        .governed_call(direct(
+            "ticket.update",
+            json!({"ticket_id": "T-1", "status": "closed", "note": "a"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(a.status, CallStatus::Done);
+    let b = ex
+        .governed_call(direct(
+            "ticket.update",
+            json!({"ticket_id": "T-1", "status": "closed", "note": "b"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(b.status, CallStatus::InputsDiffer, "{b:?}");
+    assert_eq!(b.decision.rule(), Some("idempotency.inputs_differ"));
+    assert_eq!(fake.count("ticket.update"), 1);
+
+    // In flight: the first call is held inside the handler while the second arrives.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let slow = Arc::new(Recorder {
+        gate: Some(gate.clone()),
+        ..Recorder::default()
+    });
+    let ex2 = executor(&store, slow.clone(), clock());
+    let call = direct(
+        "ticket.update",
+        json!({"ticket_id": "T-2", "status": "hold"}),
+    );
+    let ex_bg = ex2.clone();
+    let call_bg = call.clone();
+    let first = tokio::spawn(async move { ex_bg.governed_call(call_bg).await.unwrap() });
+    // Wait until the first call holds the key.
+    for _ in 0..200 {
+        let r = ex.governed_call(call.clone()).await.unwrap();
+        if r.status == CallStatus::InProgress {
+            assert_eq!(r.decision.rule(), Some("idempotency.in_progress"));
+            gate.notify_one();
+            let done = first.await.unwrap();
+            assert_eq!(done.status, CallStatus::Done);
+            assert_eq!(slow.count("ticket.update"), 1);
+            let again = ex.governed_call(call).await.unwrap();
+            assert_eq!(again.status, CallStatus::Replayed);
+            assert_eq!(
+                fake.count("ticket.update"),
+                1,
+                "the replay did not call the target"
+            );
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the second call never saw the first in flight");
+}
+
+async fn failed_call_replays_its_error(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    fake.set("ticket.update", Mode::Fail);
+    let ex = executor(&store, fake.clone(), clock());
+    let call = direct(
+        "ticket.update",
+        json!({"ticket_id": "T-9", "status": "open"}),
+    );
+    let a = ex.governed_call(call.clone()).await.unwrap();
+    assert_eq!(a.status, CallStatus::Failed);
+    let b = ex.governed_call(call).await.unwrap();
+    assert_eq!(b.status, CallStatus::Replayed);
+    assert_eq!(b.outcome.as_ref().unwrap().status, StepStatus::Failed);
+    assert_eq!(a.outcome.unwrap().error, b.outcome.unwrap().error);
+    assert_eq!(fake.count("ticket.update"), 1);
+    // A failure spends nothing.
+    let used = store.budget_use(T0).await.unwrap();
+    assert!(used.iter().all(|u| u.used == 0), "{used:?}");
+}
+
+async fn irreversible_timeout_is_unknown_then_reconciled(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    fake.set("payment.send", Mode::TimeoutAfterLanding);
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+
+    // Planned step.
+    let run = store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[step("worker", "payment.send", payment(900.0))],
+            T0,
+        )
+        .await
+        .unwrap();
+    let id = store.steps(&run).await.unwrap()[0].step_id.clone();
+    let r = ex.execute_step(&id).await.unwrap();
+    assert_eq!(r.status, StepStatus::Unknown);
+    // Never retried blind: neither by id nor by the queue.
+    let again = ex.execute_step(&id).await.unwrap();
+    assert_eq!(again.status, StepStatus::Unknown);
+    assert!(ex.run_batch(10).await.unwrap().is_empty());
+    assert_eq!(fake.count("payment.send"), 1);
+    // The budget stays reserved while nobody knows.
+    let spent = |u: &Vec<toolgate_store::BudgetUse>| {
+        u.iter()
+            .find(|b| b.principal == "worker")
+            .map(|b| b.used)
+            .unwrap_or(0)
+    };
+    assert_eq!(spent(&store.budget_use(T0).await.unwrap()), 1);
+
+    // Direct call with the same behaviour: a duplicate is told it is in progress.
+    let d = ex
+        .governed_call(direct("payment.send", payment(700.0)))
+        .await
+        .unwrap();
+    assert_eq!(d.status, CallStatus::Unknown);
+    let d2 = ex
+        .governed_call(direct("payment.send", payment(700.0)))
+        .await
+        .unwrap();
+    assert_eq!(d2.status, CallStatus::InProgress);
+    assert_eq!(fake.count("payment.send"), 2);
+
+    // The reconciler asks the target by key: both landed, both settle done.
+    let settled = ex.reconcile().await.unwrap();
+    assert_eq!(settled.len(), 2);
+    assert!(
+        settled.iter().all(|s| s.status == StepStatus::Done),
+        "{settled:?}"
+    );
+    assert_eq!(store.step(&id).await.unwrap().status, StepStatus::Done);
+    assert_eq!(
+        fake.count("payment.send"),
+        2,
+        "reconciliation reads, it does not resend"
+    );
+    let d3 = ex
+        .governed_call(direct("payment.send", payment(700.0)))
+        .await
+        .unwrap();
+    assert_eq!(d3.status, CallStatus::Replayed);
+    assert_eq!(spent(&store.budget_use(T0).await.unwrap()), 2);
+
+    // A timeout whose call never landed is settled failed, and only then retried.
+    let fake2 = Recorder::new();
+    let ex2 = executor(&store, fake2.clone(), clock());
+    let run2 = store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[step("worker", "payment.send", payment(50.0))],
+            T0,
+        )
+        .await
+        .unwrap();
+    let id2 = store.steps(&run2).await.unwrap()[0].step_id.clone();
+    store
+        .execute_raw(&format!(
+            "UPDATE steps SET status = 'unknown', attempts = 1 WHERE step_id = '{id2}'"
+        ))
+        .await
+        .unwrap();
+    let s = ex2.reconcile().await.unwrap();
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].status, StepStatus::Failed);
+    let retried = ex2.execute_step(&id2).await.unwrap();
+    assert_eq!(retried.status, StepStatus::Done);
+    assert_eq!(fake2.count("payment.send"), 1);
+    assert!(store.verify_chain().await.unwrap().is_intact());
+}
+
+async fn write_timeout_is_failed_and_retried(db: &TestDb) {
+    let cfg = StoreConfig {
+        retry_backoff: std::time::Duration::ZERO,
+        ..StoreConfig::default()
+    };
+    let store = db.store(cfg).await;
+    let fake = Recorder::new();
+    fake.set("ticket.update", Mode::TimeoutAfterLanding);
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+    let run = store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[step(
+                "worker",
+                "ticket.update",
+                json!({"ticket_id": "T-5", "status": "open"}),
+            )],
+            T0,
+        )
+        .await
+        .unwrap();
+    let id = store.steps(&run).await.unwrap()[0].step_id.clone();
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let r = ex.run_batch(10).await.unwrap();
+        if r.is_empty() {
+            break;
+        }
+        statuses.push(r[0].status);
+    }
+    assert_eq!(
+        statuses,
+        vec![StepStatus::Failed; 4],
+        "retried until 4 attempts"
+    );
+    let s = store.step(&id).await.unwrap();
+    assert_eq!(s.attempts, 4);
+    assert_eq!(s.status, StepStatus::Failed);
+    // Every attempt carried the same key.
+    let keys = fake.keys_of("ticket.update");
+    assert_eq!(keys.len(), 4);
+    assert!(keys.iter().all(|k| *k == s.idem_key.to_string()));
+    // Failed attempts released their budget.
+    assert!(
+        store
+            .budget_use(T0)
+            .await
+            .unwrap()
+            .iter()
+            .all(|u| u.used == 0)
+    );
+}
+
+async fn approval_for_other_amount_is_refused(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let clk = clock();
+    let ex = executor(&store, fake.clone(), clk.clone());
+    let reg = registry();
+
+    let parked = ex
+        .governed_call(direct("payment.send", payment(12000.00)))
+        .await
+        .unwrap();
+    assert_eq!(parked.status, CallStatus::NeedsApproval, "{parked:?}");
+    assert_eq!(parked.decision.rule(), Some("large-payment-needs-approval"));
+    let approval_id = parked.approval_id.clone().unwrap();
+    let req = store.approval(&approval_id).await.unwrap();
+    assert_eq!(toolgate_core::canonical(&req.inputs), toolgate_core::canonical(&payment(12000.00)));
+    assert_eq!(req.reason.as_deref(), Some("settle invoice per contract"));
+    assert_eq!(req.evidence, vec!["doc-1".to_string()]);
+    assert_eq!(req.expires_at, T0.plus_hours(72));
+    let token = store
+        .approve(&reg, &keys(), &approval_id, "alice", T0)
+        .await
+        .unwrap();
+
+    // The same token presented with the amount changed by one cent.
+    let mut changed = direct("payment.send", payment(12000.01));
+    changed.approvals = vec![token.clone()];
+    let r = ex.governed_call(changed).await.unwrap();
+    assert_eq!(r.status, CallStatus::NeedsApproval, "{r:?}");
+    let gate = r.decision.check(CheckName::Gate);
+    assert!(gate.detail.contains("approval refused"), "{}", gate.detail);
+    assert_eq!(fake.count("payment.send"), 0, "nothing was sent");
+
+    // The exact approved call goes through, once; the token is then spent.
+    let mut exact = direct("payment.send", payment(12000.00));
+    exact.approvals = vec![token.clone()];
+    let ok = ex.governed_call(exact).await.unwrap();
+    assert_eq!(ok.status, CallStatus::Done, "{ok:?}");
+    assert_eq!(fake.count("payment.send"), 1);
+    assert_eq!(
+        store.approval(&approval_id).await.unwrap().status,
+        ApprovalStatus::Consumed
+    );
+    let recs = store.audit_records(Some("worker"), None).await.unwrap();
+    let last = recs.last().unwrap();
+    assert_eq!(
+        last.body.approval.as_ref().unwrap().approvers,
+        vec!["alice".to_string()]
+    );
+    assert_eq!(
+        last.body.approval.as_ref().unwrap().token_fingerprints,
+        vec![token.fingerprint()]
+    );
+
+    // Reusing the spent token on another call (different run, same inputs) fails closed.
+    let mut reuse = direct("payment.send", payment(12000.00));
+    reuse.run_id = "run-direct-2".into();
+    reuse.approvals = vec![token];
+    let again = ex.governed_call(reuse).await.unwrap();
+    assert_eq!(again.status, CallStatus::NeedsApproval);
+    assert_eq!(fake.count("payment.send"), 1);
+
+    // A forged token is refused too.
+    let mut forged = direct("payment.send", payment(12000.00));
+    forged.run_id = "run-direct-3".into();
+    forged.approvals = vec![ApprovalToken::from_wire("tg1.k1.e30.AAAA")];
+    let f = ex.governed_call(forged).await.unwrap();
+    assert_eq!(f.status, CallStatus::NeedsApproval);
+    assert_eq!(fake.count("payment.send"), 1);
+}
+
+async fn two_person_rule_needs_two_distinct_approvers(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+    let run = store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[step(
+                "worker",
+                "payment.priority",
+                json!({"invoice_id": "INV-7", "amount": 10.0}),
+            )],
+            T0,
+        )
+        .await
+        .unwrap();
+    let r = ex.run_batch(10).await.unwrap();
+    assert_eq!(r[0].status, StepStatus::NeedsApproval);
+    let approval_id = r[0].outcome.as_ref().unwrap().approval_id.clone().unwrap();
+    assert!(matches!(
+        store
+            .approve(&reg, &keys(), &approval_id, "worker", T0)
+            .await,
+        Err(StoreError::NotAnApprover(_))
+    ));
+    store
+        .approve(&reg, &keys(), &approval_id, "alice", T0)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .approve(&reg, &keys(), &approval_id, "alice", T0)
+            .await,
+        Err(StoreError::SameApprover { .. })
+    ));
+    // One approval is not enough: the step stays parked and is not queued.
+    assert!(ex.run_batch(10).await.unwrap().is_empty());
+    assert_eq!(
+        store.steps(&run).await.unwrap()[0].status,
+        StepStatus::NeedsApproval
+    );
+    store
+        .approve(&reg, &keys(), &approval_id, "bob", T0)
+        .await
+        .unwrap();
+    let r = ex.run_batch(10).await.unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].status, StepStatus::Done, "{r:?}");
+    assert_eq!(fake.count("payment.priority"), 1);
+    let s = store.steps(&run).await.unwrap().remove(0);
+    assert_eq!(s.approval.unwrap()["by"], json!(["alice", "bob"]));
+}
+
+async fn expired_gate_fails_closed(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let clk = clock();
+    let ex = executor(&store, fake.clone(), clk.clone());
+    let reg = registry();
+    let run = store
+        .create_run(&reg, "worker", Some("ops"), &[
+            step("worker", "payment.send", payment(20000.0)),
+            step("worker", "payment.send", json!({"invoice_id": "INV-2002", "amount": 30000.0, "currency": "EUR", "iban": "X"})),
+        ], T0)
+        .await
+        .unwrap();
+    let r = ex.run_batch(10).await.unwrap();
+    assert!(r.iter().all(|s| s.status == StepStatus::NeedsApproval));
+    let pending = store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 2);
+
+    // Step 2 is approved in time, but executed after the approval lapsed.
+    let second = store.steps(&run).await.unwrap()[1].step_id.clone();
+    let a2 = pending
+        .iter()
+        .find(|a| a.subject == second)
+        .unwrap()
+        .approval_id
+        .clone();
+    store
+        .approve(&reg, &keys(), &a2, "alice", T0)
+        .await
+        .unwrap();
+
+    clk.advance_hours(73);
+    let now = clk.0.load(std::sync::atomic::Ordering::SeqCst);
+    let now = toolgate_core::Timestamp::from_millis(now);
+    // Step 1: approving after 72 h is refused and the request is closed.
+    let first = store.steps(&run).await.unwrap()[0].step_id.clone();
+    let a1 = pending
+        .iter()
+        .find(|a| a.subject == first)
+        .unwrap()
+        .approval_id
+        .clone();
+    let err = store
+        .approve(&reg, &keys(), &a1, "alice", now)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ApprovalExpired { .. }), "{err}");
+    assert_eq!(
+        store.approval(&a1).await.unwrap().status,
+        ApprovalStatus::Expired
+    );
+    assert_eq!(
+        store.step(&first).await.unwrap().status,
+        StepStatus::NeedsApproval
+    );
+
+    // Step 2: its token expired, so it goes back to the gate with a new request.
+    let r = ex.run_batch(10).await.unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].status, StepStatus::NeedsApproval, "{r:?}");
+    let new_req = r[0].outcome.as_ref().unwrap().approval_id.clone().unwrap();
+    assert_ne!(new_req, a2);
+    assert_eq!(
+        store.approval(&a2).await.unwrap().status,
+        ApprovalStatus::Expired
+    );
+    assert_eq!(
+        fake.count("payment.send"),
+        0,
+        "nothing was sent under a lapsed gate"
+    );
+}
+
+async fn audit_is_append_only_and_tampering_is_named(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    for i in 0..5 {
+        ex.governed_call(direct(
+            "ticket.read",
+            json!({"ticket_id": format!("T-{i}")}),
+        ))
+        .await
+        .unwrap();
+    }
+    // A refusal is recorded too.
+    let mut bad = direct("ticket.read", json!({"ticket_id": "T-1"}));
+    bad.purpose = Some("marketing".into());
+    let r = ex.governed_call(bad).await.unwrap();
+    assert_eq!(r.status, CallStatus::Refused);
+    let report = store.verify_chain().await.unwrap();
+    assert!(report.is_intact(), "{report}");
+    assert_eq!(report.records, 6);
+
+    assert!(
+        store
+            .execute_raw("UPDATE audit SET ts = 0 WHERE seq = 2")
+            .await
+            .is_err()
+    );
+    assert!(
+        store
+            .execute_raw("DELETE FROM audit WHERE seq = 2")
+            .await
+            .is_err()
+    );
+
+    match db.backend {
+        Backend::Sqlite => {
+            store
+                .execute_raw("DROP TRIGGER audit_no_update")
+                .await
+                .unwrap();
+        }
+        Backend::Postgres => {
+            store
+                .execute_raw("ALTER TABLE audit DISABLE TRIGGER audit_no_update")
+                .await
+                .unwrap();
+        }
+    }
+    // One byte: T-3 becomes T-8 in record 4.
+    let n = store
+        .execute_raw(
+            "UPDATE audit SET record = REPLACE(record, '\"T-3\"', '\"T-8\"') WHERE seq = 4",
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let report = store.verify_chain().await.unwrap();
+    let broken = report.broken.clone().expect("tampering detected");
+    assert_eq!(broken.seq, 4, "{report}");
+    assert!(
+        report.to_string().contains("BROKEN at record 4"),
+        "{report}"
+    );
+}
+
+async fn budgets_are_conserved_up_the_parent_chain(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+    // child-a and child-b may each take 400 act steps; their parent only 600 in total.
+    for r in 0..40 {
+        let steps: Vec<PlannedStep> = (0..25)
+            .map(|i| {
+                let who = if i % 2 == 0 { "child-a" } else { "child-b" };
+                step(
+                    who,
+                    "ticket.update",
+                    json!({"ticket_id": format!("T-{}", r * 100 + i), "status": "closed"}),
+                )
+            })
+            .collect();
+        store
+            .create_run(&reg, "capped-lead", Some("ops"), &steps, T0)
+            .await
+            .unwrap();
+    }
+    let reports = ex.drain().await.unwrap();
+    assert_eq!(reports.len(), 1000);
+    let done = reports
+        .iter()
+        .filter(|r| r.status == StepStatus::Done)
+        .count();
+    let refused = reports
+        .iter()
+        .filter(|r| r.status == StepStatus::Refused)
+        .count();
+    assert_eq!(done, 600, "the parent's 600 is the ceiling for the tree");
+    assert_eq!(refused, 400);
+    assert_eq!(fake.count("ticket.update"), 600);
+    let used = store.budget_use(T0).await.unwrap();
+    let get = |p: &str| {
+        used.iter()
+            .find(|u| u.principal == p)
+            .map(|u| u.used)
+            .unwrap_or(0)
+    };
+    assert_eq!(get("capped-lead"), 600);
+    assert!(get("child-a") <= 400 && get("child-b") <= 400);
+    assert_eq!(get("child-a") + get("child-b"), 600);
+}
+
+async fn abort_compensates_newest_first(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+    let run = store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[
+                step(
+                    "worker",
+                    "ticket.update",
+                    json!({"ticket_id": "T-1", "status": "closed"}),
+                ),
+                step("worker", "ticket.read", json!({"ticket_id": "T-1"})),
+                step(
+                    "worker",
+                    "ticket.update",
+                    json!({"ticket_id": "T-2", "status": "hold"}),
+                ),
+                step("worker", "payment.send", payment(20000.0)),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    let r = ex.drain().await.unwrap();
+    assert_eq!(r.len(), 4);
+    let comps = ex
+        .abort_run(&run, "the invoice was disputed")
+        .await
+        .unwrap();
+    assert_eq!(comps.len(), 2);
+    assert!(comps.iter().all(|c| c.status == StepStatus::Done));
+    let reverts: Vec<Value> = fake
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.0 == "ticket.revert")
+        .map(|c| c.2.clone())
+        .collect();
+    assert_eq!(
+        reverts,
+        vec![json!({"ticket_id": "T-2"}), json!({"ticket_id": "T-1"})],
+        "newest first"
+    );
+    let steps = store.steps(&run).await.unwrap();
+    assert_eq!(steps.len(), 6);
+    let parked = &steps[3];
+    assert_eq!(
+        parked.status,
+        StepStatus::Refused,
+        "the parked payment is refused by the abort"
+    );
+    assert_eq!(
+        steps[4].compensates.as_deref(),
+        Some(steps[2].step_id.as_str())
+    );
+    assert_eq!(
+        steps[5].compensates.as_deref(),
+        Some(steps[0].step_id.as_str())
+    );
+    assert!(ex.run_batch(10).await.unwrap().is_empty());
+    let recs = store.audit_records(None, Some(&run)).await.unwrap();
+    assert_eq!(
+        recs.iter()
+            .filter(|r| r.body.why.decision == toolgate_store::AuditDecision::Compensation)
+            .count(),
+        2
+    );
+}
+
+async fn export_and_trace(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+    let run = store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[
+                step("worker", "ticket.read", json!({"ticket_id": "T-1"})),
+                step("worker", "payment.send", payment(20000.0)),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    ex.drain().await.unwrap();
+    let mut out = Vec::new();
+    let n = store.export_principal("worker", &mut out).await.unwrap();
+    assert_eq!(n, 2);
+    let text = String::from_utf8(out).unwrap();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["who"]["principal"], "worker");
+        assert!(v["prev"].as_str().unwrap().starts_with("sha256:") || v["prev"] == "genesis");
+    }
+    let trace = store.trace(&run, false).await.unwrap();
+    assert!(trace.contains("ticket.read"), "{trace}");
+    assert!(trace.contains("needs_approval"), "{trace}");
+    assert!(trace.contains("large-payment-needs-approval"), "{trace}");
+    let verbose = store.trace(&run, true).await.unwrap();
+    assert!(verbose.lines().count() > trace.lines().count());
+    assert!(verbose.contains("credential"));
+}
