@@ -1,1 +1,31 @@
-//! placeholder
+//! The MCP edge of toolgate. Agents connect here (stdio or streamable HTTP), authenticate with a
+//! credential, see only the tools their role is granted, and every `tools/call` goes through the
+//! store's governed call path before an upstream server is reached. The engine never depends on
+//! this crate; this crate only translates between MCP and the engine's values.
+//!
+//! - [`serve`]: load a registry folder, open the store, connect the upstreams, serve.
+//! - [`GatewayServer`]: the hand-written rmcp `ServerHandler` (per-role `tools/list`, governed
+//!   `tools/call`).
+//! - [`Upstreams`]: rmcp clients to the upstream servers, as the store's [`toolgate_store::Handler`].
+//! - [`auth`]: API keys and OAuth 2.1 bearer tokens at the HTTP boundary.
+
+pub mod auth;
+mod calls;
+mod error;
+pub mod http;
+pub mod jwt;
+mod logging;
+mod meta;
+mod render;
+mod serve;
+mod server;
+pub mod upstream;
+
+pub use auth::{Authenticator, Caller, CredentialKind};
+pub use error::GatewayError;
+pub use jwt::{JwtVerifier, OAuthOptions};
+pub use logging::{LogFormat, init_logging};
+pub use render::{from_stored, to_stored};
+pub use serve::{Gateway, ServeOptions, serve};
+pub use server::{GatewayServer, derive_annotations, mcp_tool};
+pub use upstream::{ToolsChangedHook, Upstreams};

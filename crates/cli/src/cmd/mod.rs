@@ -6,6 +6,7 @@ pub mod decide;
 pub mod grants;
 pub mod key;
 pub mod serve;
+pub mod serve;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,72 @@
+//! The HTTP face: the MCP endpoint (`/mcp`, streamable HTTP) behind the credential middleware,
+//! health (`/healthz`: the process answers) and readiness (`/readyz`: the store answers and
+//! every upstream is connected), and the OAuth protected-resource metadata document the MCP
+//! authorization spec asks for (RFC 9728).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Authenticator, require_caller};
+use crate::server::{GatewayServer, GatewayState};
+
+/// What the HTTP routes need.
+#[derive(Clone)]
+pub struct HttpState {
+    pub gateway: Arc<GatewayState>,
+    pub auth: Arc<Authenticator>,
+    /// The resource identifier (the MCP endpoint's public URL).
+    pub resource: String,
+    pub authorization_servers: Vec<String>,
+}
+
+/// The router: `/mcp`, `/healthz`, `/readyz`, `/.well-known/oauth-protected-resource[/mcp]`.
+/// `allowed_hosts` are the `Host` values accepted on `/mcp` (DNS-rebinding protection).
+pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: CancellationToken) -> Router {
+    let gateway = state.gateway.clone();
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(allowed_hosts)
+        .with_cancellation_token(shutdown);
+    let mcp = StreamableHttpService::new(
+        move || Ok(GatewayServer::new(gateway.clone(), None)),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), require_caller));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/.well-known/oauth-protected-resource", get(resource_metadata))
+        .route("/.well-known/oauth-protected-resource/mcp", get(resource_metadata))
+        .with_state(state)
+        .merge(mcp)
+}
+
+async fn ready(State(s): State<HttpState>) -> impl IntoResponse {
+    let store_ok = s.gateway.executor.store.status_counts().await.is_ok();
+    let down = s.gateway.upstreams.disconnected();
+    let ok = store_ok && down.is_empty();
+    let body = json!({"ready": ok, "store": store_ok, "upstreams_down": down});
+    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(body))
+}
+
+async fn resource_metadata(State(s): State<HttpState>) -> impl IntoResponse {
+    Json(json!({
+        "resource": s.resource,
+        "authorization_servers": s.authorization_servers,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "toolgate",
+    }))
+}

@@ -1,0 +1,87 @@
+//! OAuth 2.1 access tokens as JWTs, verified against a JWKS (a file, or a URL fetched at start):
+//! signature with the key named by `kid`, audience (this resource), expiry, and the issuer when
+//! one is configured. The registry has no section for these settings yet, so they come from the
+//! command line or the environment ([`OAuthOptions`]).
+
+use std::path::Path;
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{DecodingKey, Validation, decode, decode_header};
+use serde::Deserialize;
+
+/// How access tokens are verified, and what the protected-resource metadata advertises.
+#[derive(Debug, Clone, Default)]
+pub struct OAuthOptions {
+    /// A JWKS file path, or an `http://` URL serving one.
+    pub jwks: String,
+    /// The audience every token must carry (this MCP server's resource identifier).
+    pub audience: String,
+    /// The issuer every token must carry, when set.
+    pub issuer: Option<String>,
+    /// Authorization servers listed in the protected-resource metadata.
+    pub authorization_servers: Vec<String>,
+}
+
+/// Verifies access tokens.
+pub struct JwtVerifier {
+    keys: JwkSet,
+    audience: String,
+    issuer: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Claims {
+    sub: String,
+}
+
+impl JwtVerifier {
+    /// Loads the JWKS named by `opts.jwks`.
+    pub async fn load(opts: &OAuthOptions) -> Result<JwtVerifier, String> {
+        let text = if opts.jwks.starts_with("http://") || opts.jwks.starts_with("https://") {
+            reqwest::get(&opts.jwks)
+                .await
+                .and_then(|r| r.error_for_status())
+                .map_err(|e| format!("fetching the JWKS at {}: {e}", opts.jwks))?
+                .text()
+                .await
+                .map_err(|e| format!("reading the JWKS at {}: {e}", opts.jwks))?
+        } else {
+            std::fs::read_to_string(Path::new(&opts.jwks))
+                .map_err(|e| format!("reading the JWKS file {}: {e}", opts.jwks))?
+        };
+        let keys: JwkSet = serde_json::from_str(&text)
+            .map_err(|e| format!("the JWKS at {} is not a JSON Web Key Set: {e}", opts.jwks))?;
+        if opts.audience.is_empty() {
+            return Err("an audience is required to accept access tokens (--oauth-audience)".into());
+        }
+        Ok(JwtVerifier::from_keys(keys, &opts.audience, opts.issuer.clone()))
+    }
+
+    pub fn from_keys(keys: JwkSet, audience: &str, issuer: Option<String>) -> JwtVerifier {
+        JwtVerifier {
+            keys,
+            audience: audience.to_string(),
+            issuer,
+        }
+    }
+
+    /// The token's subject, if the token is valid for this resource now.
+    pub fn verify(&self, token: &str) -> Result<String, String> {
+        let header = decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
+        let jwk = match &header.kid {
+            Some(kid) => self.keys.find(kid),
+            None if self.keys.keys.len() == 1 => self.keys.keys.first(),
+            None => None,
+        }
+        .ok_or("no key in the JWKS matches the token's kid")?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("unusable key: {e}"))?;
+        let mut v = Validation::new(header.alg);
+        v.set_audience(&[&self.audience]);
+        v.set_required_spec_claims(&["exp", "aud", "sub"]);
+        if let Some(iss) = &self.issuer {
+            v.set_issuer(&[iss]);
+        }
+        let data = decode::<Claims>(token, &key, &v).map_err(|e| e.to_string())?;
+        Ok(data.claims.sub)
+    }
+}

@@ -1,0 +1,24 @@
+//! Structured logs through `tracing`, always on stderr (stdout may be the MCP transport).
+
+use tracing_subscriber::EnvFilter;
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Installs the global subscriber (filter from `RUST_LOG`, `info` by default). Safe to call
+/// twice: the second call does nothing.
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}

@@ -1,0 +1,278 @@
+//! From the store's answer to what the model reads. A refusal the model can correct is a tool
+//! result with `isError: true` that names what fired, what would pass and the legitimate next
+//! move (seed 002: validation failures the model can read); a parked call says how to follow
+//! it; a replay returns the stored result. Only a tool that does not exist for the caller is a
+//! protocol error, worded exactly like a tool that does not exist at all.
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, ResultType};
+use serde_json::{Value, json};
+use toolgate_core::decide::unknown_tool_message;
+use toolgate_core::{CheckName, Decision, Outcome, StepStatus, Verdict};
+use toolgate_store::{CallResult, CallStatus, StepOutcome};
+
+/// The key under which a result that is not plain structured content is stored whole.
+const WHOLE: &str = "$mcp";
+
+/// How an upstream result is kept by the store: its structured content when that is all it
+/// says (so reconciliation and redaction see plain fields), otherwise the whole MCP result.
+pub fn to_stored(result: &CallToolResult) -> Value {
+    if let Some(s) = &result.structured_content {
+        let plain = match result.content.as_slice() {
+            [] => true,
+            [only] => only
+                .as_text()
+                .and_then(|t| serde_json::from_str::<Value>(&t.text).ok())
+                .is_some_and(|v| &v == s),
+            _ => false,
+        };
+        if plain {
+            return s.clone();
+        }
+    }
+    let mut whole = serde_json::to_value(result).unwrap_or(Value::Null);
+    if let Some(o) = whole.as_object_mut() {
+        o.remove("resultType");
+    }
+    json!({ WHOLE: whole })
+}
+
+/// The MCP result for a stored one (see [`to_stored`]), always with `resultType` filled: an
+/// upstream on an older revision sends none, and newer clients reject a result without it.
+pub fn from_stored(v: &Value) -> CallToolResult {
+    let mut r = match v.as_object().and_then(|o| o.get(WHOLE).filter(|_| o.len() == 1)) {
+        Some(whole) => serde_json::from_value::<CallToolResult>(whole.clone())
+            .unwrap_or_else(|_| CallToolResult::structured(v.clone())),
+        None => CallToolResult::structured(v.clone()),
+    };
+    r.result_type = Some(ResultType::COMPLETE);
+    r
+}
+
+/// A tool result the model reads as a failure: text for it, and the same facts as structured
+/// content for programs.
+fn readable_error(text: String, facts: Value) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(facts);
+    r.result_type = Some(ResultType::COMPLETE);
+    r
+}
+
+/// What the caller may legitimately do after a refusal by `check`.
+fn next_moves(check: CheckName) -> &'static str {
+    match check {
+        CheckName::Schema => {
+            "correct the named field(s) to a value that passes and call again; do not invent values \
+             you were not given — if the right value is unknown, ask for it"
+        }
+        CheckName::Destination => {
+            "use one of the allowed destinations listed above; if the intended recipient is not \
+             among them, stop and ask a person to verify it — it cannot be added from here"
+        }
+        CheckName::Purpose => {
+            "state the purpose and reason in the request's _meta (`purpose`, `reason`) if they were \
+             missing; if the purpose is not granted for this tool, this call is not yours to make — \
+             report it instead of retrying"
+        }
+        CheckName::TierSensitivity => {
+            "this tool is beyond your grant; do not retry — hand the step to a role that holds the \
+             grant, or ask a person"
+        }
+        CheckName::RateLimit => {
+            "this run has used its allowance for this tool; finish with what you have or start a new, \
+             planned run"
+        }
+        CheckName::Policy => {
+            "a policy forbids this call in this situation; do not work around it — report the refusal \
+             and the policy id to a person"
+        }
+        CheckName::Budget => {
+            "today's budget for this tier is used up; wait for the next day's budget or ask a person \
+             to act"
+        }
+        CheckName::Idempotency => "wait for the earlier call with the same key, then ask for its result",
+        CheckName::Gate => "wait for a person's approval",
+        CheckName::Credential | CheckName::Listed => "stop",
+    }
+}
+
+fn failed_checks(decision: &Decision) -> Vec<Value> {
+    decision
+        .checks
+        .iter()
+        .filter(|c| c.outcome == Outcome::Fail)
+        .map(|c| json!({"check": c.name.to_string(), "rule": c.rule, "detail": c.detail}))
+        .collect()
+}
+
+/// Maps the store's answer to the MCP answer for `tool`.
+pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorData> {
+    let key = r.idem_key.as_str();
+    match r.status {
+        CallStatus::Done => Ok(stored_result(r.outcome.as_ref())),
+        CallStatus::Replayed => Ok(replayed(tool, key, r.outcome.as_ref())),
+        CallStatus::Failed => Ok(handler_failed(tool, key, r.outcome.as_ref())),
+        CallStatus::Unknown => Ok(readable_error(
+            format!(
+                "The outcome of '{tool}' is unknown: the target did not answer in time, and this kind \
+                 of call is never retried blind. It is being reconciled with the target by its \
+                 idempotency key. Do not call it again with other inputs; calling it again with the \
+                 same inputs returns the reconciled outcome once known."
+            ),
+            json!({"status": "unknown", "tool": tool, "idempotency_key": key}),
+        )),
+        CallStatus::InProgress => Ok(readable_error(
+            format!(
+                "The same '{tool}' call (same idempotency key) is already in progress. Wait, then call \
+                 again with the same inputs to get its result; do not change the inputs to get around this."
+            ),
+            json!({"status": "in_progress", "tool": tool, "idempotency_key": key}),
+        )),
+        CallStatus::InputsDiffer => Ok(readable_error(
+            format!(
+                "A '{tool}' call with the same identity was already made with different inputs \
+                 (idempotency key {key}). The first call stands; to do something different, it must \
+                 be a different operation (different identifying fields), not a retry."
+            ),
+            json!({"status": "inputs_differ", "tool": tool, "idempotency_key": key}),
+        )),
+        CallStatus::NeedsApproval => {
+            let (rule, reason, needed) = match &r.decision.verdict {
+                Verdict::NeedsApproval {
+                    rule,
+                    reason,
+                    approvers_needed,
+                    ..
+                } => (rule.clone(), reason.clone(), *approvers_needed),
+                _ => (String::new(), String::new(), 1),
+            };
+            let id = r.approval_id.clone().unwrap_or_default();
+            Ok(readable_error(
+                format!(
+                    "'{tool}' was NOT executed: it needs a person's approval ({reason}; rule {rule}). \
+                     Approval request {id} is waiting for {needed} approver(s). Check on it with \
+                     `toolgate approvals list` or ask the operator; once approved, call '{tool}' again \
+                     with exactly the same inputs and the approval token in _meta.approval_token. \
+                     Changed inputs need a new approval."
+                ),
+                json!({
+                    "status": "needs_approval",
+                    "tool": tool,
+                    "approval_id": id,
+                    "rule": rule,
+                    "reason": reason,
+                    "approvers_needed": needed,
+                    "idempotency_key": key,
+                }),
+            ))
+        }
+        CallStatus::Refused => match &r.decision.verdict {
+            Verdict::Deny {
+                check: CheckName::Listed | CheckName::Credential,
+                ..
+            } => Err(unknown_tool(tool)),
+            Verdict::Deny {
+                check,
+                rule,
+                reason,
+            } => {
+                let failed = failed_checks(&r.decision);
+                let all: Vec<String> = failed
+                    .iter()
+                    .filter_map(|f| f["detail"].as_str().map(str::to_string))
+                    .collect();
+                let text = format!(
+                    "'{tool}' was refused by the {check} check (rule {rule}): {}. Next: {}.",
+                    if all.len() > 1 { all.join("; ") } else { reason.clone() },
+                    next_moves(*check)
+                );
+                Ok(readable_error(
+                    text,
+                    json!({
+                        "status": "refused",
+                        "tool": tool,
+                        "check": check.to_string(),
+                        "rule": rule,
+                        "reason": reason,
+                        "failed": failed,
+                        "next": next_moves(*check),
+                    }),
+                ))
+            }
+            _ => Ok(readable_error(
+                format!("'{tool}' was refused"),
+                json!({"status": "refused", "tool": tool}),
+            )),
+        },
+    }
+}
+
+/// The protocol answer for a tool that does not exist for the caller.
+pub fn unknown_tool(tool: &str) -> ErrorData {
+    ErrorData::invalid_params(unknown_tool_message(tool), None)
+}
+
+fn stored_result(outcome: Option<&StepOutcome>) -> CallToolResult {
+    match outcome.and_then(|o| o.result.as_ref()) {
+        Some(v) => from_stored(v),
+        None => {
+            let mut r = CallToolResult::success(Vec::new());
+            r.result_type = Some(ResultType::COMPLETE);
+            r
+        }
+    }
+}
+
+fn replayed(tool: &str, key: &str, outcome: Option<&StepOutcome>) -> CallToolResult {
+    match outcome.map(|o| o.status) {
+        Some(StepStatus::Done) | None => stored_result(outcome),
+        _ => handler_failed(tool, key, outcome),
+    }
+}
+
+fn handler_failed(tool: &str, key: &str, outcome: Option<&StepOutcome>) -> CallToolResult {
+    let err = outcome
+        .and_then(|o| o.error.clone())
+        .unwrap_or_else(|| "the call failed".into());
+    let rule = outcome.and_then(|o| o.rule.clone()).unwrap_or_default();
+    let retryable = rule == "timeout.retryable";
+    let next = if retryable {
+        "it did not happen and may be retried with the same inputs"
+    } else {
+        "the target answered no; read its message, correct the request if it is yours to correct, \
+         otherwise report it (the same inputs return the same answer)"
+    };
+    readable_error(
+        format!("'{tool}' failed at the target: {err}. Next: {next}."),
+        json!({"status": "failed", "tool": tool, "rule": rule, "error": err, "idempotency_key": key, "retryable": retryable}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structured_results_are_stored_plain_and_come_back_complete() {
+        let r = CallToolResult::structured(json!({"found": true, "ref": "P-1"}));
+        let stored = to_stored(&r);
+        assert_eq!(stored, json!({"found": true, "ref": "P-1"}));
+        let back = from_stored(&stored);
+        assert_eq!(back.structured_content, Some(json!({"found": true, "ref": "P-1"})));
+        assert_eq!(back.result_type, Some(ResultType::COMPLETE));
+    }
+
+    #[test]
+    fn rich_content_is_stored_whole() {
+        let mut r = CallToolResult::success(vec![
+            ContentBlock::text("hello"),
+            ContentBlock::image("aGVsbG8=", "image/png"),
+        ]);
+        r.result_type = None;
+        let stored = to_stored(&r);
+        assert!(stored.get(WHOLE).is_some());
+        let back = from_stored(&stored);
+        assert_eq!(back.content, r.content);
+        assert_eq!(back.result_type, Some(ResultType::COMPLETE));
+    }
+}

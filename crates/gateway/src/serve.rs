@@ -1,0 +1,377 @@
+//! Starting and stopping: load the registry, open (and migrate) the store, connect the
+//! upstreams, then serve MCP over streamable HTTP and/or stdio until SIGINT or SIGTERM (or, on
+//! stdio, until the client closes), and stop cleanly: in-flight calls finish and are recorded,
+//! the store's pending group commits are flushed, upstream children are asked to exit.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
+use toolgate_core::{ApprovalKeys, Redactor, Registry, SystemClock};
+use toolgate_store::{Executor, Store, StoreConfig};
+
+use crate::calls::CallPool;
+use crate::auth::{Authenticator, Caller, CredentialKind};
+use crate::error::GatewayError;
+use crate::http::{HttpState, router};
+use crate::jwt::{JwtVerifier, OAuthOptions};
+use crate::server::{GatewayServer, GatewayState};
+use crate::upstream::{ToolsChangedHook, Upstreams};
+
+/// What `toolgate serve` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The registry folder.
+    pub config_dir: PathBuf,
+    /// Serve streamable HTTP. The address is `http_addr`, or `server.http` from toolgate.yaml.
+    pub http: bool,
+    pub http_addr: Option<String>,
+    /// Serve one client over stdin/stdout, as the principal holding `stdio_api_key`.
+    pub stdio: bool,
+    pub stdio_api_key: Option<String>,
+    /// Overrides `store.url` from toolgate.yaml.
+    pub store_url: Option<String>,
+    /// Accept OAuth access tokens (JWT) verified against this JWKS.
+    pub oauth: Option<OAuthOptions>,
+    /// Overrides `server.public_url` (the resource identifier in OAuth metadata).
+    pub public_url: Option<String>,
+}
+
+/// A loaded gateway: registry, store, executor, upstreams, authenticator.
+pub struct Gateway {
+    pub state: Arc<GatewayState>,
+    pub auth: Arc<Authenticator>,
+    pub dir: PathBuf,
+    oauth: Option<OAuthOptions>,
+    public_url: Option<String>,
+}
+
+/// Resolves a relative SQLite path against the registry folder, so the database lives beside
+/// the registry whatever the working directory.
+fn resolve_store_url(dir: &Path, url: &str) -> String {
+    let Some(rest) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) else {
+        return url.to_string();
+    };
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    if path.is_empty() || path.starts_with('/') || path.starts_with(':') {
+        return url.to_string();
+    }
+    let abs = dir.join(path);
+    match query {
+        Some(q) => format!("sqlite://{}?{q}", abs.display()),
+        None => format!("sqlite://{}", abs.display()),
+    }
+}
+
+fn approval_keys(registry: &Registry) -> ApprovalKeys {
+    let a = &registry.gateway.approvals;
+    match std::env::var(&a.key_env) {
+        Ok(k) if k.len() >= 32 => ApprovalKeys::new(a.key_id.clone(), k.into_bytes()),
+        _ => {
+            tracing::warn!(
+                env = %a.key_env,
+                "no approval key (≥ 32 bytes) in the environment: using a random key for this process; \
+                 approval tokens issued elsewhere will not verify here"
+            );
+            let mut k = uuid::Uuid::new_v4().as_bytes().to_vec();
+            k.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+            ApprovalKeys::new(a.key_id.clone(), k)
+        }
+    }
+}
+
+fn store_config(registry: &Registry, upstreams: &Upstreams) -> StoreConfig {
+    let g = &registry.gateway;
+    let mut cfg = StoreConfig {
+        idempotency_retention_hours: g.idempotency.retention_hours,
+        approval_expiry_hours: g.approvals.expiry_hours,
+        // The upstream's own timeout fires first; this is the backstop.
+        call_timeout: upstreams.max_timeout() + Duration::from_secs(1),
+        ..StoreConfig::default()
+    };
+    match std::env::var(&g.redaction.key_env) {
+        Ok(k) if !k.is_empty() => cfg.redactor = Redactor::new(k.into_bytes()),
+        _ => tracing::warn!(
+            env = %g.redaction.key_env,
+            "no redaction key in the environment: redacted fields use the built-in development key"
+        ),
+    }
+    cfg
+}
+
+impl Gateway {
+    /// Loads everything `opts` names and connects the upstreams (an upstream that cannot be
+    /// reached is logged, reported by `/readyz`, and retried on its first call).
+    pub async fn build(opts: &ServeOptions) -> Result<Gateway, GatewayError> {
+        Self::build_with_hook(opts, None).await
+    }
+
+    /// As [`Gateway::build`], with a hook told when an upstream's `tools/list` changes.
+    pub async fn build_with_hook(
+        opts: &ServeOptions,
+        hook: Option<ToolsChangedHook>,
+    ) -> Result<Gateway, GatewayError> {
+        let dir = opts.config_dir.clone();
+        let registry = Arc::new(Registry::load(&dir).map_err(|source| GatewayError::Registry {
+            dir: dir.clone(),
+            source,
+        })?);
+        let upstreams = Arc::new(Upstreams::new(&dir, &registry.gateway.upstreams, hook));
+        let url = resolve_store_url(
+            &dir,
+            opts.store_url.as_deref().unwrap_or(&registry.gateway.store.url),
+        );
+        let store = Store::connect(&url, store_config(&registry, &upstreams))
+            .await
+            .map_err(|source| GatewayError::Store {
+                url: url.clone(),
+                source,
+            })?;
+        tracing::info!(store = %url, registry = %registry.version.label, "store open, migrations applied");
+        let failed = upstreams.connect_all().await;
+        for (name, why) in &failed {
+            tracing::warn!(upstream = %name, error = %why, "serving without this upstream for now");
+        }
+        let keys = Arc::new(approval_keys(&registry));
+        let executor = Executor::new(
+            store,
+            registry.clone(),
+            keys,
+            upstreams.clone(),
+            Arc::new(SystemClock),
+        );
+        let jwt = match &opts.oauth {
+            Some(o) => Some(JwtVerifier::load(o).await.map_err(GatewayError::OAuth)?),
+            None => None,
+        };
+        let public_url = opts
+            .public_url
+            .clone()
+            .or_else(|| registry.gateway.server.public_url.clone());
+        let metadata_url = match &public_url {
+            Some(u) => metadata_url_for(u),
+            None => format!(
+                "http://{}/.well-known/oauth-protected-resource",
+                opts.http_addr.as_deref().unwrap_or(&registry.gateway.server.http)
+            ),
+        };
+        let auth = Arc::new(Authenticator::new(registry.clone(), jwt, metadata_url));
+        Ok(Gateway {
+            state: Arc::new(GatewayState {
+                registry,
+                calls: CallPool::start(executor.clone(), 2),
+                executor,
+                upstreams,
+            }),
+            auth,
+            dir,
+            oauth: opts.oauth.clone(),
+            public_url,
+        })
+    }
+
+    /// Binds the HTTP listener (port 0 picks a free port) and returns its address and the
+    /// server future, which runs until `shutdown` is cancelled.
+    pub async fn bind_http(
+        &self,
+        addr: &str,
+        shutdown: CancellationToken,
+    ) -> Result<(SocketAddr, impl Future<Output = std::io::Result<()>> + use<>), GatewayError> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| GatewayError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let local = listener.local_addr()?;
+        let resource = self
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{local}/mcp"));
+        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        hosts.push(local.ip().to_string());
+        hosts.push(local.to_string());
+        hosts.push(format!("localhost:{}", local.port()));
+        if let Some(h) = self.public_url.as_deref().and_then(host_of) {
+            hosts.push(h);
+        }
+        let state = HttpState {
+            gateway: self.state.clone(),
+            auth: self.auth.clone(),
+            resource,
+            authorization_servers: self
+                .oauth
+                .as_ref()
+                .map(|o| o.authorization_servers.clone())
+                .unwrap_or_default(),
+        };
+        let app = router(state, hosts, shutdown.clone());
+        tracing::info!(addr = %local, "serving MCP over streamable HTTP at http://{local}/mcp");
+        let fut = async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await
+        };
+        Ok((local, fut))
+    }
+
+    /// The stdio caller: the principal holding `key`.
+    pub fn stdio_caller(&self, key: Option<&str>) -> Result<Caller, GatewayError> {
+        let key = key.filter(|k| !k.is_empty()).ok_or_else(|| {
+            GatewayError::Stdio("set TOOLGATE_API_KEY to the API key of the principal to serve".into())
+        })?;
+        let mut c = self.auth.by_api_key(key).ok_or_else(|| {
+            GatewayError::Stdio("TOOLGATE_API_KEY matches no credential in principals.yaml".into())
+        })?;
+        c.credential = CredentialKind::Stdio;
+        Ok(c)
+    }
+
+    /// Serves one client over stdin/stdout until it disconnects or `shutdown` is cancelled.
+    pub async fn serve_stdio(&self, caller: Caller, shutdown: CancellationToken) -> Result<(), GatewayError> {
+        tracing::info!(principal = %caller.principal, role = %caller.role, "serving MCP over stdio");
+        let server = GatewayServer::new(self.state.clone(), Some(caller));
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| GatewayError::Stdio(e.to_string()))?;
+        let ct = running.cancellation_token();
+        tokio::select! {
+            r = running.waiting() => { r.map_err(|e| GatewayError::Stdio(e.to_string()))?; }
+            _ = shutdown.cancelled() => { ct.cancel(); }
+        }
+        Ok(())
+    }
+
+    /// Closes the upstreams and the store.
+    pub async fn close(&self) {
+        self.state.upstreams.close().await;
+        self.state.executor.store.close().await;
+    }
+}
+
+fn metadata_url_for(public_url: &str) -> String {
+    // RFC 9728: the well-known path is inserted between the host and the resource's path.
+    match public_url.find("://").map(|i| i + 3) {
+        Some(start) => {
+            let rest = &public_url[start..];
+            let (host, path) = match rest.find('/') {
+                Some(i) => (&rest[..i], &rest[i..]),
+                None => (rest, ""),
+            };
+            format!(
+                "{}{host}/.well-known/oauth-protected-resource{}",
+                &public_url[..start],
+                path.trim_end_matches('/')
+            )
+        }
+        None => public_url.to_string(),
+    }
+}
+
+fn host_of(url: &str) -> Option<String> {
+    let rest = &url[url.find("://")? + 3..];
+    let authority = rest.split('/').next()?;
+    Some(authority.to_string())
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+async fn signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+/// `toolgate serve`: builds the gateway from `opts` and serves until a signal (or, with stdio,
+/// until the client disconnects).
+pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
+    if !opts.http && !opts.stdio {
+        return Err(GatewayError::NoTransport);
+    }
+    let gw = Gateway::build(&opts).await?;
+    let shutdown = CancellationToken::new();
+    {
+        let s = shutdown.clone();
+        tokio::spawn(async move {
+            signal().await;
+            tracing::info!("shutting down: finishing in-flight calls");
+            s.cancel();
+        });
+    }
+    let stdio_caller = if opts.stdio {
+        Some(gw.stdio_caller(opts.stdio_api_key.as_deref())?)
+    } else {
+        None
+    };
+    let http = if opts.http {
+        let addr = opts
+            .http_addr
+            .clone()
+            .unwrap_or_else(|| gw.state.registry.gateway.server.http.clone());
+        let (_, fut) = gw.bind_http(&addr, shutdown.clone()).await?;
+        Some(tokio::spawn(fut))
+    } else {
+        None
+    };
+    if let Some(caller) = stdio_caller {
+        let r = gw.serve_stdio(caller, shutdown.clone()).await;
+        if http.is_none() {
+            shutdown.cancel();
+        }
+        r?;
+    }
+    if let Some(h) = http {
+        match h.await {
+            Ok(r) => r?,
+            Err(e) => tracing::error!(error = %e, "the HTTP server task failed"),
+        }
+    }
+    gw.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_sqlite_paths_live_beside_the_registry() {
+        let d = Path::new("/etc/tg");
+        assert_eq!(resolve_store_url(d, "sqlite://t.db"), "sqlite:///etc/tg/t.db");
+        assert_eq!(resolve_store_url(d, "sqlite://t.db?mode=rwc"), "sqlite:///etc/tg/t.db?mode=rwc");
+        assert_eq!(resolve_store_url(d, "sqlite:///abs.db"), "sqlite:///abs.db");
+        assert_eq!(resolve_store_url(d, "sqlite::memory:"), "sqlite::memory:");
+        assert_eq!(resolve_store_url(d, "postgres://x/y"), "postgres://x/y");
+    }
+
+    #[test]
+    fn metadata_url_inserts_the_well_known_path() {
+        assert_eq!(
+            metadata_url_for("https://gw.example.com/mcp"),
+            "https://gw.example.com/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(
+            metadata_url_for("https://gw.example.com"),
+            "https://gw.example.com/.well-known/oauth-protected-resource"
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The MCP server agents talk to, written by hand against rmcp's `ServerHandler`: a caller's
+//! `tools/list` is its role's tools as the registry declares them (schemas unchanged,
+//! annotations derived from the effect class, never copied from an upstream), and every
+//! `tools/call` is one governed call through the store's executor.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, Implementation, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use toolgate_core::registry::Tool as RegistryTool;
+use toolgate_core::{Effect, Registry};
+use toolgate_store::{DirectCall, Executor};
+use tracing::Instrument;
+
+use crate::auth::Caller;
+use crate::calls::CallPool;
+use crate::meta::CallContext;
+use crate::render;
+use crate::upstream::Upstreams;
+
+/// What every connection shares.
+pub struct GatewayState {
+    pub registry: Arc<Registry>,
+    pub executor: Executor,
+    pub calls: Arc<CallPool>,
+    pub upstreams: Arc<Upstreams>,
+}
+
+/// One MCP server instance: one per HTTP session (or per stateless request), or the single
+/// stdio connection.
+#[derive(Clone)]
+pub struct GatewayServer {
+    state: Arc<GatewayState>,
+    /// The stdio caller, fixed at start. Over HTTP the caller comes from each request.
+    fixed: Option<Caller>,
+    /// The run id of calls whose `_meta` names none: one per connection.
+    session_run: String,
+}
+
+/// MCP annotations from the registry's effect class and handler (never from the upstream):
+/// read → read-only; write → not destructive, idempotent when identity fields derive its key;
+/// irreversible → destructive; open world when an upstream system does the work.
+pub fn derive_annotations(tool: &RegistryTool) -> ToolAnnotations {
+    let cfg = &tool.config;
+    let open = cfg.handler.upstream.is_some();
+    let a = ToolAnnotations::new().open_world(open);
+    match cfg.effect {
+        Effect::Read => a.read_only(true),
+        Effect::Write => a
+            .read_only(false)
+            .destructive(false)
+            .idempotent(!cfg.identity.is_empty()),
+        Effect::Irreversible => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(!cfg.identity.is_empty()),
+    }
+}
+
+/// The MCP definition of a registry tool: its name, description and input schema exactly as
+/// declared, its output schema if declared, and derived annotations.
+pub fn mcp_tool(tool: &RegistryTool) -> Tool {
+    let cfg = &tool.config;
+    let schema: JsonObject = match &cfg.input_schema {
+        Value::Object(m) => m.clone(),
+        _ => JsonObject::new(),
+    };
+    let mut t = Tool::new(cfg.name.clone(), cfg.description.clone(), Arc::new(schema))
+        .annotate(derive_annotations(tool));
+    if let Some(Value::Object(out)) = &cfg.output_schema {
+        t = t.with_raw_output_schema(Arc::new(out.clone()));
+    }
+    t
+}
+
+impl GatewayServer {
+    pub fn new(state: Arc<GatewayState>, fixed: Option<Caller>) -> Self {
+        GatewayServer {
+            state,
+            fixed,
+            session_run: format!("session-{}", uuid::Uuid::now_v7()),
+        }
+    }
+
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        if let Some(c) = &self.fixed {
+            return Ok(c.clone());
+        }
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .cloned()
+            .ok_or_else(|| {
+                // The HTTP boundary refuses unauthenticated requests before they get here.
+                ErrorData::invalid_request("no authenticated caller for this request", None)
+            })
+    }
+
+    /// One governed `tools/call` for an authenticated caller.
+    pub async fn governed(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        meta: &JsonObject,
+    ) -> Result<rmcp::model::CallToolResult, ErrorData> {
+        let ctx = CallContext::from_meta(meta);
+        let call = DirectCall {
+            principal: caller.principal.clone(),
+            tool: tool.to_string(),
+            inputs: Value::Object(arguments.unwrap_or_default()),
+            run_id: ctx.run_id.unwrap_or_else(|| self.session_run.clone()),
+            purpose: ctx.purpose,
+            reason: ctx.reason,
+            evidence: ctx.evidence,
+            approvals: ctx.approvals,
+            actor: ctx.actor,
+        };
+        let started = std::time::Instant::now();
+        let result = self.state.calls.governed_call(call).await.map_err(|e| {
+            tracing::error!(error = %e, "a governed call could not be recorded");
+            ErrorData::internal_error(
+                format!("toolgate could not record this call, so its outcome is not confirmed: {e}"),
+                None,
+            )
+        })?;
+        for c in &result.decision.checks {
+            tracing::debug!(check = %c.name, outcome = ?c.outcome, rule = c.rule.as_deref().unwrap_or(""), detail = %c.detail, "check");
+        }
+        tracing::info!(
+            status = ?result.status,
+            rule = result.decision.rule().unwrap_or(""),
+            audit_seq = result.audit_seq,
+            micros = started.elapsed().as_micros() as u64,
+            "governed call"
+        );
+        render::call_result(tool, &result)
+    }
+}
+
+impl ServerHandler for GatewayServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "toolgate governs every tool call. Say why in each call's _meta: `purpose` (e.g. \
+                 billing) and `reason`; optionally `run_id`, `evidence`, `approval_token`. Refusals \
+                 come back as results with isError: true that say what to change.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = self.caller(&context)?;
+        let tools: Vec<Tool> = self
+            .state
+            .registry
+            .tools_for_role(&caller.role)
+            .map(mcp_tool)
+            .collect();
+        tracing::debug!(principal = %caller.principal, role = %caller.role, tools = tools.len(), "tools/list");
+        Ok(ListToolsResult::with_all_items(tools).with_cache_scope(CacheScope::Private))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = self.caller(&context)?;
+        let mut meta = context.meta.0.0.clone();
+        if let Some(m) = &request.meta {
+            for (k, v) in &m.0.0 {
+                meta.insert(k.clone(), v.clone());
+            }
+        }
+        let tool = request.name.to_string();
+        let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
+        let result = self
+            .governed(&caller, &tool, request.arguments, &meta)
+            .instrument(span)
+            .await?;
+        Ok(result.into())
+    }
+}

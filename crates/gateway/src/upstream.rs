@@ -1,0 +1,369 @@
+//! The upstream side: one rmcp client per upstream server declared in `toolgate.yaml`, a child
+//! process over stdio or a streamable-HTTP URL. This is the store's [`Handler`]: the executor
+//! calls it only after a call was decided and reserved, with the derived idempotency key, the
+//! run and step ids and the approval tokens, which travel to the upstream in `_meta`.
+//!
+//! An upstream that does not answer within its `timeout_secs` is a [`HandlerError::Timeout`]
+//! (the store decides what that means for the effect class); a dropped connection is
+//! re-established on the next call; `notifications/tools/list_changed` re-reads the upstream's
+//! `tools/list` and hands the new list to a hook (the pinning work decides what a change may do).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
+    MetaObject, RequestMetaObject, Tool,
+};
+use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use toolgate_core::config::UpstreamConfig;
+use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Target};
+
+use crate::render::to_stored;
+
+/// Called with an upstream's name and its new `tools/list` after it announced a change.
+pub type ToolsChangedHook = Arc<dyn Fn(&str, &[Tool]) + Send + Sync>;
+
+/// The client side of one upstream connection: answers `tools/list_changed`.
+#[derive(Clone)]
+struct UpstreamClient {
+    name: String,
+    tools: Arc<RwLock<Vec<Tool>>>,
+    hook: Option<ToolsChangedHook>,
+}
+
+impl ClientHandler for UpstreamClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let this = self.clone();
+        let peer = context.peer.clone();
+        tokio::spawn(async move {
+            match peer.list_all_tools().await {
+                Ok(tools) => {
+                    tracing::warn!(upstream = %this.name, tools = tools.len(), "upstream tools/list changed; re-read");
+                    if let Some(h) = &this.hook {
+                        h(&this.name, &tools);
+                    }
+                    *this.tools.write().expect("tools lock") = tools;
+                }
+                Err(e) => tracing::error!(upstream = %this.name, error = %e, "re-reading tools/list failed"),
+            }
+        });
+    }
+}
+
+type Client = RunningService<RoleClient, UpstreamClient>;
+
+/// One upstream server.
+struct Upstream {
+    name: String,
+    cfg: UpstreamConfig,
+    dir: PathBuf,
+    timeout: Duration,
+    /// The running client (dropping it closes the connection or ends the child).
+    service: tokio::sync::Mutex<Option<Client>>,
+    /// A handle to the connected peer, for calls without taking the lock above.
+    peer: RwLock<Option<Peer<RoleClient>>>,
+    tools: Arc<RwLock<Vec<Tool>>>,
+    hook: Option<ToolsChangedHook>,
+}
+
+impl Upstream {
+    fn current_peer(&self) -> Option<Peer<RoleClient>> {
+        let p = self.peer.read().expect("peer lock").clone();
+        p.filter(|p| !p.is_transport_closed())
+    }
+
+    /// The connected peer, connecting (or reconnecting) first when needed.
+    async fn connected(&self) -> Result<Peer<RoleClient>, String> {
+        if let Some(p) = self.current_peer() {
+            return Ok(p);
+        }
+        let mut guard = self.service.lock().await;
+        if let Some(p) = self.current_peer() {
+            return Ok(p);
+        }
+        if let Some(old) = guard.take() {
+            let _ = old.cancel().await;
+        }
+        let handler = UpstreamClient {
+            name: self.name.clone(),
+            tools: self.tools.clone(),
+            hook: self.hook.clone(),
+        };
+        let service = tokio::time::timeout(self.timeout.max(Duration::from_secs(5)), self.start(handler))
+            .await
+            .map_err(|_| format!("upstream '{}' did not complete the handshake in time", self.name))??;
+        let peer = service.peer().clone();
+        let tools = peer
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("reading tools/list of upstream '{}': {e}", self.name))?;
+        tracing::info!(upstream = %self.name, tools = tools.len(), "connected to upstream");
+        *self.tools.write().expect("tools lock") = tools;
+        *self.peer.write().expect("peer lock") = Some(peer.clone());
+        *guard = Some(service);
+        Ok(peer)
+    }
+
+    async fn start(&self, handler: UpstreamClient) -> Result<Client, String> {
+        if let Some(url) = &self.cfg.url {
+            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            return handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("connecting to upstream '{}' at {url}: {e}", self.name));
+        }
+        let Some(command) = &self.cfg.command else {
+            return Err(format!("upstream '{}' has neither `command` nor `url`", self.name));
+        };
+        let program = resolve_command(&self.dir, command);
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&self.cfg.args).current_dir(&self.dir).env_clear();
+        // Only the variables the registry names pass through, plus what finding binaries needs.
+        for name in ["PATH", "HOME", "LANG", "TMPDIR"].iter().copied().chain(self.cfg.env.iter().map(String::as_str)) {
+            if let Ok(v) = std::env::var(name) {
+                cmd.env(name, v);
+            }
+        }
+        let transport = TokioChildProcess::new(cmd)
+            .map_err(|e| format!("starting upstream '{}' ({}): {e}", self.name, program.display()))?;
+        handler
+            .serve(transport)
+            .await
+            .map_err(|e| format!("initializing upstream '{}': {e}", self.name))
+    }
+
+    /// Forgets a broken connection so the next call reconnects.
+    fn drop_peer(&self) {
+        *self.peer.write().expect("peer lock") = None;
+    }
+
+    async fn call(
+        &self,
+        tool: &str,
+        inputs: &Value,
+        meta: &CallMeta,
+    ) -> Result<HandlerOutput, HandlerError> {
+        let peer = self.connected().await.map_err(|e| {
+            tracing::error!(upstream = %self.name, error = %e, "upstream unavailable");
+            // Nothing was sent: the call certainly did not happen.
+            HandlerError::Failed(format!("upstream '{}' is unavailable: {e}", self.name))
+        })?;
+        let arguments: JsonObject = match inputs {
+            Value::Object(m) => m.clone(),
+            Value::Null => JsonObject::new(),
+            other => {
+                return Err(HandlerError::Failed(format!(
+                    "inputs must be a JSON object, not {other}"
+                )));
+            }
+        };
+        let mut m = JsonObject::new();
+        m.insert("idempotency_key".into(), json!(meta.idempotency_key.as_str()));
+        m.insert("run_id".into(), json!(meta.run_id));
+        m.insert("step_id".into(), json!(meta.step_id));
+        if let Some(first) = meta.approval_tokens.first() {
+            m.insert("approval_token".into(), json!(first.as_str()));
+            let all: Vec<&str> = meta.approval_tokens.iter().map(|t| t.as_str()).collect();
+            m.insert("approval_tokens".into(), json!(all));
+        }
+        let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        params.meta = Some(RequestMetaObject(MetaObject(m)));
+        match tokio::time::timeout(self.timeout, peer.call_tool(params)).await {
+            Err(_) => Err(HandlerError::Timeout),
+            Ok(Ok(result)) => {
+                if result.is_error == Some(true) {
+                    let text: Vec<String> = result
+                        .content
+                        .iter()
+                        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+                        .collect();
+                    let msg = if text.is_empty() {
+                        "the upstream reported an error without a message".to_string()
+                    } else {
+                        text.join("\n")
+                    };
+                    return Err(HandlerError::Failed(msg));
+                }
+                let target_ref = result
+                    .structured_content
+                    .as_ref()
+                    .and_then(|s| s.get("target_ref").or_else(|| s.get("reference")))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                Ok(HandlerOutput {
+                    result: to_stored(&result),
+                    target_ref,
+                })
+            }
+            Ok(Err(ServiceError::McpError(e))) => Err(HandlerError::Failed(format!(
+                "the upstream refused the call: {}",
+                e.message
+            ))),
+            Ok(Err(ServiceError::TransportSend(e))) => {
+                self.drop_peer();
+                Err(HandlerError::Failed(format!(
+                    "could not send the call to upstream '{}': {e}",
+                    self.name
+                )))
+            }
+            Ok(Err(e)) => {
+                // The request may have reached the upstream before the connection broke: no
+                // answer, which the store treats like a timeout.
+                tracing::warn!(upstream = %self.name, error = %e, "upstream connection lost during a call");
+                self.drop_peer();
+                Err(HandlerError::Timeout)
+            }
+        }
+    }
+}
+
+fn resolve_command(dir: &Path, command: &str) -> PathBuf {
+    let p = Path::new(command);
+    if p.is_absolute() || !command.contains('/') {
+        p.to_path_buf()
+    } else {
+        dir.join(p)
+    }
+}
+
+/// The upstream servers of one registry.
+pub struct Upstreams {
+    map: BTreeMap<String, Arc<Upstream>>,
+}
+
+impl Upstreams {
+    /// Declares the upstreams of `toolgate.yaml` (relative commands resolve against `dir`);
+    /// nothing connects until [`Upstreams::connect_all`] or the first call.
+    pub fn new(
+        dir: &Path,
+        configs: &BTreeMap<String, UpstreamConfig>,
+        hook: Option<ToolsChangedHook>,
+    ) -> Upstreams {
+        let map = configs
+            .iter()
+            .map(|(name, cfg)| {
+                let secs = if cfg.timeout_secs.is_finite() && cfg.timeout_secs > 0.0 {
+                    cfg.timeout_secs
+                } else {
+                    30.0
+                };
+                (
+                    name.clone(),
+                    Arc::new(Upstream {
+                        name: name.clone(),
+                        cfg: cfg.clone(),
+                        dir: dir.to_path_buf(),
+                        timeout: Duration::from_secs_f64(secs),
+                        service: tokio::sync::Mutex::new(None),
+                        peer: RwLock::new(None),
+                        tools: Arc::new(RwLock::new(Vec::new())),
+                        hook: hook.clone(),
+                    }),
+                )
+            })
+            .collect();
+        Upstreams { map }
+    }
+
+    /// Connects every upstream and reads its tools; returns the ones that failed, with why.
+    pub async fn connect_all(&self) -> Vec<(String, String)> {
+        let mut failed = Vec::new();
+        for (name, u) in &self.map {
+            if let Err(e) = u.connected().await {
+                tracing::error!(upstream = %name, error = %e, "upstream not connected at start");
+                failed.push((name.clone(), e));
+            }
+        }
+        failed
+    }
+
+    /// Whether every upstream is connected now.
+    pub fn all_connected(&self) -> bool {
+        self.map.values().all(|u| u.current_peer().is_some())
+    }
+
+    /// Names of the upstreams that are not connected.
+    pub fn disconnected(&self) -> Vec<String> {
+        self.map
+            .iter()
+            .filter(|(_, u)| u.current_peer().is_none())
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The upstream's `tools/list` as last read.
+    pub fn tools(&self, upstream: &str) -> Vec<Tool> {
+        self.map
+            .get(upstream)
+            .map(|u| u.tools.read().expect("tools lock").clone())
+            .unwrap_or_default()
+    }
+
+    /// The longest upstream timeout (the store's own call timeout must not be shorter).
+    pub fn max_timeout(&self) -> Duration {
+        self.map
+            .values()
+            .map(|u| u.timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(30))
+    }
+
+    /// Closes every connection (children are asked to exit).
+    pub async fn close(&self) {
+        for u in self.map.values() {
+            u.drop_peer();
+            if let Some(s) = u.service.lock().await.take() {
+                let _ = s.cancel().await;
+            }
+        }
+    }
+
+    /// Calls `tool` on `upstream`.
+    pub async fn call(
+        &self,
+        upstream: &str,
+        tool: &str,
+        inputs: &Value,
+        meta: &CallMeta,
+    ) -> Result<HandlerOutput, HandlerError> {
+        let Some(u) = self.map.get(upstream) else {
+            return Err(HandlerError::Failed(format!(
+                "no upstream named '{upstream}' is declared in toolgate.yaml"
+            )));
+        };
+        u.call(tool, inputs, meta).await
+    }
+}
+
+impl Handler for Upstreams {
+    fn call<'a>(
+        &'a self,
+        target: &'a Target,
+        inputs: &'a Value,
+        meta: &'a CallMeta,
+    ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
+        Box::pin(async move {
+            let Some(upstream) = &target.upstream else {
+                return Err(HandlerError::Failed(format!(
+                    "tool '{}' has no upstream handler",
+                    target.tool
+                )));
+            };
+            let name = target.upstream_tool.as_deref().unwrap_or(&target.tool);
+            Upstreams::call(self, upstream, name, inputs, meta).await
+        })
+    }
+}
