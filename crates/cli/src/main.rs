@@ -34,6 +34,10 @@ enum Command {
     Decide(cmd::decide::Args),
     /// Make and hash API keys for principals.yaml.
     Key(cmd::key::Args),
+    /// Verify the audit chain, or export one principal's records as JSON Lines.
+    Log(cmd::log::Args),
+    /// Print a run with every step and, with --verbose, every check of every step.
+    Trace(cmd::trace::Args),
     /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call.
     Serve(cmd::serve::Args),
 }
@@ -47,6 +51,8 @@ fn main() -> ExitCode {
         Command::Grants(a) => cmd::grants::run(&a, &mut out),
         Command::Decide(a) => cmd::decide::run(&a, &mut out),
         Command::Key(a) => cmd::key::run(&a, &mut out),
+        Command::Log(a) => cmd::log::run(&a, &mut out),
+        Command::Trace(a) => cmd::trace::run(&a, &mut out),
         Command::Serve(a) => cmd::serve::run(&a, &mut out),
     };
     match result {

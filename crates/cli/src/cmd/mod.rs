@@ -5,8 +5,10 @@ pub mod check;
 pub mod decide;
 pub mod grants;
 pub mod key;
+pub mod log;
 pub mod serve;
-pub mod serve;
+pub mod store;
+pub mod trace;
 
 use std::path::PathBuf;
 
@@ -45,3 +47,6 @@ impl ConfigArg {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

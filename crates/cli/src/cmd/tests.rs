@@ -1,0 +1,161 @@
+//! The commands' output, snapshotted, called as functions with a writer.
+
+use std::path::PathBuf;
+
+use super::*;
+
+fn fixture() -> ConfigArg {
+    ConfigArg {
+        dir: PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../core/tests/fixtures/acme"
+        )),
+    }
+}
+
+fn output(f: impl FnOnce(&mut Vec<u8>) -> anyhow::Result<u8>) -> (u8, String) {
+    let mut out = Vec::new();
+    let code = f(&mut out).expect("the command runs");
+    (code, String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn check_a_clean_registry() {
+    let args = check::Args {
+        dir: fixture().dir,
+        json: false,
+        cedar_schema: false,
+    };
+    let (code, text) = output(|o| check::run(&args, o));
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn check_reports_findings_with_exit_1_and_unreadable_with_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("tools")).unwrap();
+    std::fs::write(tmp.path().join("toolgate.yaml"), "label: t\n").unwrap();
+    std::fs::write(
+        tmp.path().join("principals.yaml"),
+        "principals:\n  - {id: a, kind: agent, role: r, credentials: [{id: k, sha256: \"sha256:0000000000000000000000000000000000000000000000000000000000000009\"}], grants: [{scopes: [s], purposes: [p], max_tier: act}]}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.path().join("tools/mail.yaml"),
+        r#"tools:
+  - name: mail.send
+    version: "1"
+    owner: "@o"
+    description: Send mail.
+    effect: write
+    tier: act
+    sensitivity: internal
+    scopes: [s]
+    purposes: [p]
+    roles: [r]
+    handler: {builtin: run.status}
+    input_schema:
+      type: object
+      properties:
+        to: {type: string}
+        count: {type: integer}
+"#,
+    )
+    .unwrap();
+    let args = check::Args {
+        dir: tmp.path().into(),
+        json: false,
+        cedar_schema: false,
+    };
+    let (code, text) = output(|o| check::run(&args, o));
+    assert_eq!(code, 1);
+    insta::assert_snapshot!(text);
+
+    std::fs::write(tmp.path().join("principals.yaml"), "principals: [ {").unwrap();
+    let (code, text) = output(|o| check::run(&args, o));
+    assert_eq!(code, 2);
+    assert!(text.starts_with("unreadable: principals.yaml"), "{text}");
+}
+
+#[test]
+fn capabilities_list() {
+    let args = capabilities::Args {
+        action: capabilities::Action::List {
+            config: fixture(),
+            role: None,
+        },
+    };
+    let (code, text) = output(|o| capabilities::run(&args, o));
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn grants_show() {
+    let args = grants::Args {
+        action: grants::Action::Show {
+            principal: "fin-worker".into(),
+            config: fixture(),
+        },
+    };
+    let (code, text) = output(|o| grants::run(&args, o));
+    assert_eq!(code, 0);
+    insta::assert_snapshot!(text);
+}
+
+fn decide_with(json: &str) -> (u8, String) {
+    let tmp = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tmp.path(), json).unwrap();
+    let args = decide::Args {
+        config: fixture(),
+        file: Some(tmp.path().into()),
+        json: false,
+    };
+    output(|o| decide::run(&args, o))
+}
+
+#[test]
+fn decide_prints_every_check_of_a_gated_payment() {
+    let (code, text) = decide_with(
+        r#"{"principal": "fin-worker", "tool": "payment.schedule", "purpose": "billing", "reason": "due",
+            "inputs": {"invoice_id": "INV-20260611", "amount": 12000, "currency": "EUR",
+                       "value_date": "2026-06-30", "reason": "Three-way match complete against PO-77812."},
+            "at_ms": 1790000000000}"#,
+    );
+    assert_eq!(code, 3);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn decide_prints_the_first_failure_and_every_other_check() {
+    let (code, text) = decide_with(
+        r#"{"principal": "fin-worker", "tool": "payment.schedule", "purpose": "marketing",
+            "inputs": {"invoice_id": "INV-1", "amount": 60000, "currency": "EUR",
+                       "value_date": "2026-06-30", "reason": "Three-way match complete against PO-77812."},
+            "run": [{"tool": "invoice.search", "tier": "read", "outcome": "denied"}],
+            "budgets": {"fin-worker": {"spend": 2}}, "at_ms": 1790000000000}"#,
+    );
+    assert_eq!(code, 1);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn decide_refuses_unknown_fields_in_its_input() {
+    let tmp = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        tmp.path(),
+        r#"{"principal": "a", "tool": "b", "input": {}}"#,
+    )
+    .unwrap();
+    let args = decide::Args {
+        config: fixture(),
+        file: Some(tmp.path().into()),
+        json: false,
+    };
+    let err = decide::run(&args, &mut Vec::new()).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("unknown field `input`"),
+        "{err:#}"
+    );
+}
