@@ -32,6 +32,11 @@ enum Command {
     Grants(cmd::grants::Args),
     /// Dry-run one call through every check and print why it would be allowed, denied or gated.
     Decide(cmd::decide::Args),
+    /// Run both example domains end to end: the ontology walk, seed 003's dispatch run, and a
+    /// supplier payment with an injected instruction. Needs nothing but this binary.
+    Demo(cmd::demo::Args),
+    /// Walk the typed ontology from an entity.
+    Ontology(cmd::ontology::Args),
     /// Make and hash API keys for principals.yaml.
     Key(cmd::key::Args),
     /// Verify the audit chain, or export one principal's records as JSON Lines.
@@ -50,6 +55,8 @@ fn main() -> ExitCode {
         Command::Capabilities(a) => cmd::capabilities::run(&a, &mut out),
         Command::Grants(a) => cmd::grants::run(&a, &mut out),
         Command::Decide(a) => cmd::decide::run(&a, &mut out),
+        Command::Demo(a) => cmd::demo::run(&a, &mut out),
+        Command::Ontology(a) => cmd::ontology::run(&a, &mut out),
         Command::Key(a) => cmd::key::run(&a, &mut out),
         Command::Log(a) => cmd::log::run(&a, &mut out),
         Command::Trace(a) => cmd::trace::run(&a, &mut out),

@@ -3,9 +3,11 @@
 pub mod capabilities;
 pub mod check;
 pub mod decide;
+pub mod demo;
 pub mod grants;
 pub mod key;
 pub mod log;
+pub mod ontology;
 pub mod serve;
 pub mod store;
 pub mod trace;

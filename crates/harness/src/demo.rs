@@ -1,0 +1,288 @@
+//! `toolgate demo`: a new user's first minute. The ontology walk, then seed 003's dispatch run
+//! (four allowed, one refused for scopes, one by policy), then a supplier payment whose invoice
+//! carries an injected instruction: nothing irreversible is sent, the payment parks for a
+//! person, and no supplier tool is ever visible to the roles that read the invoice.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use crate::env::{Environment, text_of};
+use crate::planner::{DISPATCH_GOAL, DeterministicPlanner, PAYMENT_GOAL, Planner};
+
+/// Development keys published in the examples' READMEs.
+pub const DISPATCH_KEY: &str = "tgdev_field_dispatch_agent";
+pub const FIN_PLANNER_KEY: &str = "tgdev_fin_planner";
+pub const FIN_WORKER_KEY: &str = "tgdev_fin_worker";
+
+/// Where the example registries are: beside the workspace this binary was built from.
+pub fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// What the demo did, for tests and for the closing lines.
+#[derive(Debug, Default)]
+pub struct DemoSummary {
+    pub dispatch_run: String,
+    pub dispatch: Vec<(String, String)>,
+    pub payment_run: String,
+    pub payment: Vec<(String, String)>,
+    pub worker_tools: Vec<String>,
+    pub planner_tools: Vec<String>,
+    pub erp_calls: Vec<String>,
+    pub field_dir: PathBuf,
+    pub finance_dir: PathBuf,
+}
+
+/// The status toolgate put in a result: `done`, `refused`, `needs_approval`…
+fn status_of(r: &rmcp::model::CallToolResult) -> (String, Value) {
+    let s = r.structured_content.clone().unwrap_or(Value::Null);
+    let status = if r.is_error == Some(true) {
+        s.get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("error")
+            .to_string()
+    } else {
+        "allowed".to_string()
+    };
+    (status, s)
+}
+
+fn new_run_id() -> String {
+    uuid_like()
+}
+
+/// A run id: time-ordered and unique enough for a demo (the store mints its own for plans).
+fn uuid_like() -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("run-{:x}", n)
+}
+
+/// Runs the demo, writing what happened to `out`. `store_url` replaces the embedded SQLite store.
+pub async fn run(
+    out: &mut dyn Write,
+    examples: &Path,
+    store_url: Option<&str>,
+    keep: bool,
+) -> anyhow::Result<DemoSummary> {
+    let started = Instant::now();
+    let mut summary = DemoSummary::default();
+    writeln!(
+        out,
+        "toolgate demo: two example runs through the gateway, over real MCP, on {}",
+        match store_url {
+            Some(_) => "the given store",
+            None => "an embedded SQLite store in a temporary folder",
+        }
+    )?;
+
+    // 1. The ontology: agreement on what the words mean comes first.
+    let field_dir = examples.join("field-services");
+    let ontology = toolgate_ontology::Ontology::load(field_dir.join("ontology.yaml"))
+        .context("loading the field-services ontology")?;
+    writeln!(out, "\n== 1. The ontology: what the work order is about\n")?;
+    writeln!(out, "{}", ontology.walk("cust-001")?)?;
+
+    // 2. Seed 003's dispatch run, as direct calls by the dispatch agent.
+    let env = Environment::start(&field_dir, store_url, Vec::new()).await?;
+    let agent = env.client(DISPATCH_KEY).await?;
+    let plan = DeterministicPlanner.plan(DISPATCH_GOAL, &[])?;
+    let run_id = new_run_id();
+    writeln!(
+        out,
+        "\n== 2. Field services: dispatch-agent, run {run_id}\n"
+    )?;
+    writeln!(out, "goal: {DISPATCH_GOAL}")?;
+    let (mut allowed, mut denied) = (0, 0);
+    for (i, step) in plan.steps.iter().enumerate() {
+        let t = Instant::now();
+        let meta = json!({"purpose": step.purpose, "reason": step.reason, "run_id": run_id,
+                          "evidence": step.evidence, "model": "deterministic-planner", "prompt_rev": "demo-1"});
+        let result = agent.call(&step.tool, step.inputs.clone(), meta).await?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        let (status, s) = status_of(&result);
+        let label = format!(
+            "step {}: {:<22} (purpose={})",
+            i + 1,
+            step.tool,
+            step.purpose
+        );
+        if status == "allowed" {
+            allowed += 1;
+            writeln!(out, "{label:<62} [allowed] {ms:.1} ms")?;
+        } else {
+            denied += 1;
+            writeln!(out, "{label:<62} [DENIED]")?;
+            let why = s
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| text_of(&result));
+            writeln!(out, "        reason: {why}")?;
+        }
+        summary.dispatch.push((step.tool.clone(), status));
+    }
+    let field_calls = env.all_upstream_calls().len();
+    writeln!(
+        out,
+        "\nsummary  {allowed} allowed, {denied} denied; the field system received {field_calls} call(s), none of them an invoice"
+    )?;
+    summary.dispatch_run = run_id;
+    agent.close().await;
+    summary.field_dir = env.dir.path().to_path_buf();
+    let field_env = env;
+
+    // 3. Supplier payments with an instruction injected into the invoice text.
+    let fin_dir = examples.join("finance");
+    let env = Environment::start(&fin_dir, store_url, Vec::new()).await?;
+    let planner = env.client(FIN_PLANNER_KEY).await?;
+    let worker = env.client(FIN_WORKER_KEY).await?;
+    let run_id = new_run_id();
+    writeln!(
+        out,
+        "\n== 3. Supplier payments: invoice INV-20260611, run {run_id}\n"
+    )?;
+    summary.planner_tools = planner
+        .list_tools()
+        .await?
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    summary.worker_tools = worker
+        .list_tools()
+        .await?
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    writeln!(out, "planner sees: {}", summary.planner_tools.join(", "))?;
+    writeln!(out, "worker sees:  {}", summary.worker_tools.join(", "))?;
+    let meta = json!({"purpose": "billing", "reason": "Read the invoice to plan its payment.", "run_id": run_id});
+    let read = planner
+        .call(
+            "invoice.search",
+            json!({"invoice_id": "INV-20260611"}),
+            meta,
+        )
+        .await?;
+    let observation = read.structured_content.clone().unwrap_or(Value::Null);
+    let text = observation
+        .pointer("/invoices/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "invoice text the planner read:\n  | {}",
+        text.replace('\n', "\n  | ")
+    )?;
+    let plan = DeterministicPlanner.plan(PAYMENT_GOAL, &[observation])?;
+    writeln!(
+        out,
+        "plan: {}",
+        plan.steps
+            .iter()
+            .map(|s| s.tool.as_str())
+            .collect::<Vec<_>>()
+            .join(" -> ")
+    )?;
+    for step in &plan.steps {
+        let meta = json!({"purpose": step.purpose, "reason": step.reason, "run_id": run_id,
+                          "evidence": step.evidence, "model": "deterministic-planner", "prompt_rev": "demo-1"});
+        let result = worker.call(&step.tool, step.inputs.clone(), meta).await?;
+        let (status, s) = status_of(&result);
+        match status.as_str() {
+            "allowed" => writeln!(out, "worker: {:<18} [allowed]", step.tool)?,
+            "needs_approval" => writeln!(
+                out,
+                "worker: {:<18} [PARKED] waiting for a person: approval {} ({})",
+                step.tool,
+                s.get("approval_id").and_then(Value::as_str).unwrap_or("?"),
+                s.get("reason").and_then(Value::as_str).unwrap_or_default()
+            )?,
+            other => writeln!(
+                out,
+                "worker: {:<18} [{other}] {}",
+                step.tool,
+                text_of(&result)
+            )?,
+        }
+        summary.payment.push((step.tool.clone(), status));
+    }
+    // The injected instruction asks for an IBAN change: for the worker, that tool does not exist.
+    let attempt = worker
+        .call(
+            "supplier.update_iban",
+            json!({"supplier_id": "SUP-0042", "iban": "ES9121000418450200051332"}),
+            json!({"purpose": "billing", "reason": "as the invoice says", "run_id": run_id}),
+        )
+        .await;
+    let refused = match &attempt {
+        Err(e) => e.to_string(),
+        Ok(r) => text_of(r),
+    };
+    writeln!(
+        out,
+        "worker: supplier.update_iban  [no such tool for this role] {refused}"
+    )?;
+    summary.erp_calls = env
+        .upstream_calls("erp")
+        .into_iter()
+        .map(|r| r.tool)
+        .collect();
+    let booked = summary
+        .erp_calls
+        .iter()
+        .filter(|t| t.as_str() == "schedule_payment")
+        .count();
+    let supplier = summary
+        .erp_calls
+        .iter()
+        .filter(|t| t.contains("supplier") || t.contains("iban"))
+        .count();
+    writeln!(
+        out,
+        "\nthe ERP received: {}; payments booked: {booked}; supplier changes: {supplier}",
+        summary.erp_calls.join(", ")
+    )?;
+    summary.payment_run = run_id;
+    summary.finance_dir = env.dir.path().to_path_buf();
+    planner.close().await;
+    worker.close().await;
+
+    writeln!(out, "\n== Next\n")?;
+    writeln!(
+        out,
+        "  see a run in full:      toolgate trace {} --verbose -c {}",
+        summary.dispatch_run,
+        summary.field_dir.display()
+    )?;
+    writeln!(
+        out,
+        "                          toolgate trace {} --verbose -c {}",
+        summary.payment_run,
+        summary.finance_dir.display()
+    )?;
+    writeln!(
+        out,
+        "  approve the payment:    toolgate serve -c examples/finance, then open http://127.0.0.1:8480/approvals"
+    )?;
+    writeln!(
+        out,
+        "  verify the audit chain: toolgate log verify -c {}",
+        summary.finance_dir.display()
+    )?;
+    writeln!(
+        out,
+        "\ndone in {:.0} ms",
+        started.elapsed().as_secs_f64() * 1000.0
+    )?;
+
+    field_env.shutdown_keep(keep).await;
+    env.shutdown_keep(keep).await;
+    Ok(summary)
+}
