@@ -1,0 +1,24 @@
+use thiserror::Error;
+
+/// Everything that can go wrong reading, writing or observing tool contracts.
+#[derive(Debug, Error)]
+pub enum ContractError {
+    /// The lockfile is not well-formed; `path` is the exact place (`servers.billing.tools.send`).
+    #[error("{file}: {path}: {message}")]
+    Lockfile {
+        file: String,
+        path: String,
+        message: String,
+    },
+    #[error("{file}: {message}")]
+    Io { file: String, message: String },
+    /// Connecting to or reading from an MCP server failed.
+    #[error("{target}: {message}")]
+    Server { target: String, message: String },
+    /// A git revision or a registry file at it could not be read.
+    #[error("{0}")]
+    Git(String),
+    /// A request that cannot be honoured as asked (e.g. approving a tool of an unapproved server).
+    #[error("{0}")]
+    Refused(String),
+}
