@@ -57,7 +57,10 @@ pub enum OntologyError {
     Yaml { file: String, message: String },
     /// The file parsed but is not a consistent ontology; every problem is listed.
     #[error("{file}: {} problem(s):\n{}", .problems.len(), .problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
-    Invalid { file: String, problems: Vec<Problem> },
+    Invalid {
+        file: String,
+        problems: Vec<Problem>,
+    },
     /// An id (an evidence id, a walk's start) names no entity.
     #[error("{file}: no entity '{id}'{}", .suggestion.as_ref().map(|s| format!("; did you mean '{s}'?")).unwrap_or_default())]
     UnknownEntity {

@@ -46,7 +46,9 @@ impl AttributeType {
             AttributeType::Integer => v.is_i64() || v.is_u64(),
             AttributeType::Boolean => v.is_boolean(),
             AttributeType::Date => v.as_str().is_some_and(is_date),
-            AttributeType::Enum(values) => v.as_str().is_some_and(|s| values.iter().any(|e| e == s)),
+            AttributeType::Enum(values) => {
+                v.as_str().is_some_and(|s| values.iter().any(|e| e == s))
+            }
         }
     }
 
@@ -232,7 +234,11 @@ impl Ontology {
             OntologyError::Invalid {
                 file: file.to_string(),
                 problems: vec![Problem {
-                    path: if path == "." { "(top level)".into() } else { path },
+                    path: if path == "." {
+                        "(top level)".into()
+                    } else {
+                        path
+                    },
                     message: e.into_inner().to_string(),
                 }],
             }
@@ -296,11 +302,13 @@ impl Ontology {
             Some((ty, id)) if self.types.contains_key(ty) => (Some(ty), id),
             _ => (None, reference),
         };
-        let entity = self.entity(id).ok_or_else(|| OntologyError::UnknownEntity {
-            file: self.file.clone(),
-            id: id.to_string(),
-            suggestion: self.closest_id(id),
-        })?;
+        let entity = self
+            .entity(id)
+            .ok_or_else(|| OntologyError::UnknownEntity {
+                file: self.file.clone(),
+                id: id.to_string(),
+                suggestion: self.closest_id(id),
+            })?;
         match expected {
             Some(ty) if ty != entity.type_name => Err(OntologyError::WrongType {
                 file: self.file.clone(),

@@ -102,7 +102,10 @@ fn walking_a_work_order_climbs_to_its_customer_then_descends_to_its_invoice() {
         ]
     );
     assert!(walk.to_string().contains("-> raised_at site site-001"));
-    assert!(walk.to_string().contains("   -> belongs_to customer cust-001 'Harbour Bakery'"));
+    assert!(
+        walk.to_string()
+            .contains("   -> belongs_to customer cust-001 'Harbour Bakery'")
+    );
 }
 
 #[test]
@@ -146,7 +149,12 @@ fn a_relation_to_an_entity_of_the_wrong_type_is_a_load_error() {
     ));
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0].path, "entities[1].belongs_to");
-    assert!(p[0].message.contains("which is a technician; belongs_to points to a customer"), "{}", p[0].message);
+    assert!(
+        p[0].message
+            .contains("which is a technician; belongs_to points to a customer"),
+        "{}",
+        p[0].message
+    );
 }
 
 #[test]
@@ -154,14 +162,23 @@ fn a_relation_to_a_missing_entity_is_a_load_error() {
     let p = problems(&field_with("bills: [wo-003]", "bills: [wo-003, wo-404]"));
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0].path, "entities[5].bills[1]");
-    assert!(p[0].message.contains("'wo-404', which is not a declared entity"));
+    assert!(
+        p[0].message
+            .contains("'wo-404', which is not a declared entity")
+    );
 }
 
 #[test]
 fn a_relation_declared_to_an_undeclared_type_is_a_load_error() {
-    let p = problems(&field_with("relations: {belongs_to: customer}", "relations: {belongs_to: client}"));
-    assert!(p.iter().any(|p| p.path == "types.site.relations.belongs_to"
-        && p.message.contains("type 'client', which is not declared")), "{p:?}");
+    let p = problems(&field_with(
+        "relations: {belongs_to: customer}",
+        "relations: {belongs_to: client}",
+    ));
+    assert!(
+        p.iter().any(|p| p.path == "types.site.relations.belongs_to"
+            && p.message.contains("type 'client', which is not declared")),
+        "{p:?}"
+    );
 }
 
 #[test]
@@ -173,28 +190,61 @@ fn entity_fields_are_type_checked_against_their_type() {
     let p = problems(&field_with("amount: 145.0", "amount: lots"));
     assert_eq!(p[0].path, "entities[5].amount");
 
-    let p = problems(&field_with("issued: \"2026-05-02\"", "issued: \"2026-13-02\""));
+    let p = problems(&field_with(
+        "issued: \"2026-05-02\"",
+        "issued: \"2026-13-02\"",
+    ));
     assert_eq!(p[0].path, "entities[5].issued");
     assert!(p[0].message.contains("a date"));
 
-    let p = problems(&field_with("{id: tech-001, type: technician, name: Priya Shah}", "{id: tech-001, type: technician, name: Priya Shah, van: VX12}"));
+    let p = problems(&field_with(
+        "{id: tech-001, type: technician, name: Priya Shah}",
+        "{id: tech-001, type: technician, name: Priya Shah, van: VX12}",
+    ));
     assert_eq!(p[0].path, "entities[2].van");
-    assert!(p[0].message.contains("it has: name, skills"), "{}", p[0].message);
+    assert!(
+        p[0].message.contains("it has: name, skills"),
+        "{}",
+        p[0].message
+    );
 }
 
 #[test]
 fn missing_required_attributes_and_relations_unknown_types_and_duplicates_are_errors() {
     let p = problems(&field_with(", belongs_to: cust-001}", "}"));
-    assert!(p.iter().any(|p| p.path == "entities[1]" && p.message.contains("lacks relation 'belongs_to'")), "{p:?}");
+    assert!(
+        p.iter()
+            .any(|p| p.path == "entities[1]" && p.message.contains("lacks relation 'belongs_to'")),
+        "{p:?}"
+    );
 
-    let p = problems(&field_with("{id: cust-001, type: customer, name: Harbour Bakery}", "{id: cust-001, type: customer}"));
-    assert!(p.iter().any(|p| p.message.contains("lacks attribute 'name'")), "{p:?}");
+    let p = problems(&field_with(
+        "{id: cust-001, type: customer, name: Harbour Bakery}",
+        "{id: cust-001, type: customer}",
+    ));
+    assert!(
+        p.iter()
+            .any(|p| p.message.contains("lacks attribute 'name'")),
+        "{p:?}"
+    );
 
-    let p = problems(&field_with("type: technician, name", "type: engineer, name"));
-    assert!(p.iter().any(|p| p.path == "entities[2].type" && p.message.contains("'engineer' is not a declared type")), "{p:?}");
+    let p = problems(&field_with(
+        "type: technician, name",
+        "type: engineer, name",
+    ));
+    assert!(
+        p.iter().any(|p| p.path == "entities[2].type"
+            && p.message.contains("'engineer' is not a declared type")),
+        "{p:?}"
+    );
 
     let p = problems(&field_with("{id: tech-001,", "{id: cust-001,"));
-    assert!(p.iter().any(|p| p.path == "entities[2].id" && p.message.contains("already declared at entities[0]")), "{p:?}");
+    assert!(
+        p.iter()
+            .any(|p| p.path == "entities[2].id"
+                && p.message.contains("already declared at entities[0]")),
+        "{p:?}"
+    );
 }
 
 #[test]
@@ -203,7 +253,10 @@ fn shape_errors_name_their_path_and_yaml_errors_the_file() {
     assert_eq!(p[0].path, "types.a.lable");
     assert!(p[0].message.contains("lable"));
     let err = Ontology::from_yaml("x.yaml", "types: [").unwrap_err();
-    assert!(matches!(err, OntologyError::Yaml { ref file, .. } if file == "x.yaml"), "{err:?}");
+    assert!(
+        matches!(err, OntologyError::Yaml { ref file, .. } if file == "x.yaml"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -214,6 +267,9 @@ fn load_reads_a_file_and_names_a_missing_one() {
     std::fs::write(&path, FIELD).unwrap();
     assert_eq!(Ontology::load(&path).unwrap().entities().len(), 6);
     let err = Ontology::load(dir.join("missing.yaml")).unwrap_err();
-    assert!(err.to_string().contains("missing.yaml: cannot read"), "{err}");
+    assert!(
+        err.to_string().contains("missing.yaml: cannot read"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

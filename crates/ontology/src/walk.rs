@@ -91,7 +91,9 @@ impl Ontology {
     ) {
         for (rel, targets) in &from.relations {
             for target in targets {
-                let Some(next) = self.entity(target) else { continue };
+                let Some(next) = self.entity(target) else {
+                    continue;
+                };
                 if !seen.insert(next.id.as_str()) {
                     continue;
                 }

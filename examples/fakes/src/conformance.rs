@@ -139,6 +139,10 @@ impl Domain for Conformance {
             .build()
     }
 
+    fn logs(&self) -> bool {
+        true
+    }
+
     async fn call(&self, call: &Call, context: &RequestContext<RoleServer>) -> Reply {
         let result = match call.tool.as_str() {
             "test_simple_text" => text("This is a simple text response for testing."),
@@ -173,7 +177,7 @@ impl Domain for Conformance {
             }
             "test_sampling" => match str_arg(&call.arguments, "prompt") {
                 Ok(prompt) => sampling(context, prompt).await,
-                Err(e) => e,
+                Err(e) => e.into(),
             },
             "test_elicitation" => match str_arg(&call.arguments, "message") {
                 Ok(message) => {
@@ -194,7 +198,7 @@ impl Domain for Conformance {
                     )
                     .await
                 }
-                Err(e) => e,
+                Err(e) => e.into(),
             },
             "test_elicitation_sep1034_defaults" => {
                 elicit(

@@ -165,7 +165,7 @@ impl FaultPlan {
             state.seen[i] += 1;
             let fire = match spec.selector {
                 Selector::Always => true,
-                Selector::EveryNth(n) => state.seen[i] % n == 0,
+                Selector::EveryNth(n) => state.seen[i].is_multiple_of(n),
                 Selector::Rate(p) => {
                     let mut x = state.rng;
                     x ^= x << 13;

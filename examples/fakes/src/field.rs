@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::ledger::KeyLedger;
 use crate::server::{Call, Domain, Reply};
-use crate::{opt_str, read_tool, str_arg, tool_error, write_tool};
+use crate::{Refusal, opt_str, read_tool, refuse, str_arg, write_tool};
 
 #[derive(Debug, Clone)]
 struct Customer {
@@ -335,7 +335,7 @@ fn ok(v: Value) -> CallToolResult {
     CallToolResult::structured(v)
 }
 
-type Outcome = Result<Reply, CallToolResult>;
+type Outcome = Result<Reply, Refusal>;
 
 impl Domain for Field {
     fn name(&self) -> &'static str {
@@ -373,9 +373,9 @@ impl Domain for Field {
                     .collect();
                 Ok(Reply::read(ok(json!({"invoices": list}))))
             }
-            other => Err(tool_error(format!("unknown tool '{other}'"))),
+            other => Err(refuse(format!("unknown tool '{other}'"))),
         };
-        outcome.unwrap_or_else(Reply::read)
+        outcome.unwrap_or_else(|r| Reply::read(r.into()))
     }
 }
 
@@ -384,7 +384,7 @@ fn keyed(
     kind: &'static str,
     key: Option<&str>,
     args: &JsonObject,
-    op: fn(&mut State, &JsonObject) -> Result<Value, CallToolResult>,
+    op: fn(&mut State, &JsonObject) -> Result<Value, Refusal>,
 ) -> Outcome {
     if let Some(replay) = st.ledger.replay(kind, key, args) {
         return replay;
@@ -404,7 +404,7 @@ fn lookup_customer(st: &State, args: &JsonObject) -> Outcome {
     let c = st
         .customers
         .get(id)
-        .ok_or_else(|| tool_error(format!("no customer '{id}'")))?;
+        .ok_or_else(|| refuse(format!("no customer '{id}'")))?;
     let sites: Vec<Value> = st
         .sites
         .values()
@@ -466,7 +466,7 @@ fn list_technicians(st: &State, args: &JsonObject) -> CallToolResult {
     ok(json!({"technicians": list}))
 }
 
-fn slot(args: &JsonObject) -> Result<(String, String, String, String), CallToolResult> {
+fn slot(args: &JsonObject) -> Result<(String, String, String, String), Refusal> {
     Ok((
         str_arg(args, "work_order_id")?.to_string(),
         str_arg(args, "technician_id")?.to_string(),
@@ -475,21 +475,21 @@ fn slot(args: &JsonObject) -> Result<(String, String, String, String), CallToolR
     ))
 }
 
-fn schedule(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> {
+fn schedule(st: &mut State, args: &JsonObject) -> Result<Value, Refusal> {
     let (wo, tech, date, window) = slot(args)?;
     let w = st
         .work_orders
         .get(wo.as_str())
-        .ok_or_else(|| tool_error(format!("no work order '{wo}'")))?;
+        .ok_or_else(|| refuse(format!("no work order '{wo}'")))?;
     if w.status == "closed" {
-        return Err(tool_error(format!("work order '{wo}' is closed")));
+        return Err(refuse(format!("work order '{wo}' is closed")));
     }
     if !st.technicians.contains_key(tech.as_str()) {
-        return Err(tool_error(format!("no technician '{tech}'")));
+        return Err(refuse(format!("no technician '{tech}'")));
     }
     let at = (tech.clone(), date.clone(), window.clone());
     if let Some(v) = st.visits.get(&at) {
-        return Err(tool_error(format!(
+        return Err(refuse(format!(
             "{tech} is already booked on {date} ({window}) for {}",
             v["work_order_id"].as_str().unwrap_or("another work order")
         )));
@@ -507,7 +507,7 @@ fn schedule(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> 
     Ok(visit)
 }
 
-fn cancel(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> {
+fn cancel(st: &mut State, args: &JsonObject) -> Result<Value, Refusal> {
     let (wo, tech, date, window) = slot(args)?;
     let at = (tech.clone(), date.clone(), window.clone());
     match st.visits.get(&at) {
@@ -516,13 +516,13 @@ fn cancel(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> {
             v["status"] = json!("cancelled");
             Ok(v)
         }
-        _ => Err(tool_error(format!(
+        _ => Err(refuse(format!(
             "no visit of {tech} on {date} ({window}) for {wo}"
         ))),
     }
 }
 
-fn notify(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> {
+fn notify(st: &mut State, args: &JsonObject) -> Result<Value, Refusal> {
     let customer = str_arg(args, "customer_id")?;
     let wo = str_arg(args, "work_order_id")?;
     let channel = str_arg(args, "channel")?;
@@ -530,13 +530,13 @@ fn notify(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> {
     let c = st
         .customers
         .get(customer)
-        .ok_or_else(|| tool_error(format!("no customer '{customer}'")))?;
+        .ok_or_else(|| refuse(format!("no customer '{customer}'")))?;
     let belongs = st
         .work_orders
         .get(wo)
         .is_some_and(|w| st.sites[w.site_id].customer_id == customer);
     if !belongs {
-        return Err(tool_error(format!(
+        return Err(refuse(format!(
             "work order '{wo}' is not at a site of '{customer}'"
         )));
     }
@@ -555,17 +555,17 @@ fn notify(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> {
     Ok(message)
 }
 
-fn draft_invoice(st: &mut State, args: &JsonObject) -> Result<Value, CallToolResult> {
+fn draft_invoice(st: &mut State, args: &JsonObject) -> Result<Value, Refusal> {
     let wo = str_arg(args, "work_order_id")?;
     let description = str_arg(args, "description")?;
     let amount = args
         .get("amount")
         .and_then(Value::as_f64)
-        .ok_or_else(|| tool_error("missing or non-numeric argument 'amount'"))?;
+        .ok_or_else(|| refuse("missing or non-numeric argument 'amount'"))?;
     let w = st
         .work_orders
         .get(wo)
-        .ok_or_else(|| tool_error(format!("no work order '{wo}'")))?;
+        .ok_or_else(|| refuse(format!("no work order '{wo}'")))?;
     let customer = st.sites[w.site_id].customer_id;
     let n = st.invoices.len() + 1;
     let invoice = json!({

@@ -7,7 +7,7 @@ use rmcp::model::{CallToolResult, JsonObject};
 use serde_json::{Value, json};
 
 use crate::server::Reply;
-use crate::tool_error;
+use crate::{Refusal, refuse};
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -30,11 +30,11 @@ impl KeyLedger {
         kind: &'static str,
         key: Option<&str>,
         args: &JsonObject,
-    ) -> Option<Result<Reply, CallToolResult>> {
+    ) -> Option<Result<Reply, Refusal>> {
         let key = key?;
         let entry = self.entries.get(key)?;
         if entry.kind != kind || &entry.arguments != args {
-            return Some(Err(tool_error(format!(
+            return Some(Err(refuse(format!(
                 "idempotency key '{key}' was used for a different {} call; a changed call needs a new key",
                 entry.kind
             ))));

@@ -61,11 +61,25 @@ pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![rmcp::model::ContentBlock::text(message.into())])
 }
 
-/// A required string argument, or a readable tool error.
-pub(crate) fn str_arg<'a>(args: &'a JsonObject, field: &str) -> Result<&'a str, CallToolResult> {
+/// Why the target refused a call: becomes a tool error (`isError: true`) the caller can read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl From<Refusal> for CallToolResult {
+    fn from(r: Refusal) -> CallToolResult {
+        tool_error(r.0)
+    }
+}
+
+pub(crate) fn refuse(message: impl Into<String>) -> Refusal {
+    Refusal(message.into())
+}
+
+/// A required string argument, or a refusal naming it.
+pub(crate) fn str_arg<'a>(args: &'a JsonObject, field: &str) -> Result<&'a str, Refusal> {
     args.get(field)
         .and_then(Value::as_str)
-        .ok_or_else(|| tool_error(format!("missing or non-string argument '{field}'")))
+        .ok_or_else(|| refuse(format!("missing or non-string argument '{field}'")))
 }
 
 /// An optional string argument.

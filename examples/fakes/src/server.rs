@@ -91,6 +91,10 @@ pub trait Domain: Send + Sync + 'static {
     fn capabilities(&self) -> ServerCapabilities {
         ServerCapabilities::builder().enable_tools().build()
     }
+    /// Whether `logging/setLevel` is answered (only when the capabilities declare logging).
+    fn logs(&self) -> bool {
+        false
+    }
     /// Handles one delivery. Called twice for a duplicated delivery.
     fn call(
         &self,
@@ -189,6 +193,21 @@ impl<D: Domain> ServerHandler for FakeServer<D> {
             self.shared.domain.server_name(),
             env!("CARGO_PKG_VERSION"),
         ))
+    }
+
+    #[allow(deprecated)] // logging is deprecated by 2026-07-28, still part of 2025-11-25
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if self.shared.domain.logs() {
+            Ok(())
+        } else {
+            Err(ErrorData::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >())
+        }
     }
 
     async fn list_tools(

@@ -7,7 +7,9 @@ use toolgate_core::decide::{CallRequest, PriorCall, PriorOutcome, RunHistory, Ve
 use toolgate_core::{ApprovalKeys, CheckName, Engine, Registry, Tier, Timestamp};
 
 fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(name)
 }
 
 fn load(name: &str) -> Registry {
@@ -20,7 +22,11 @@ fn both_registries_load_with_zero_lint_findings() {
         let registry = load(name);
         let findings = toolgate_core::lint::lint(&registry);
         let text: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
-        assert!(findings.is_empty(), "examples/{name} lint:\n{}", text.join("\n"));
+        assert!(
+            findings.is_empty(),
+            "examples/{name} lint:\n{}",
+            text.join("\n")
+        );
     }
 }
 
@@ -35,16 +41,36 @@ fn dispatch_run() -> Vec<Step> {
     let visit = json!({"work_order_id": "wo-001", "technician_id": "tech-001", "date": "2026-06-12", "window": "am"});
     let invoice = json!({"work_order_id": "wo-001", "amount": 180.0, "currency": "GBP", "description": "Call-out and thermostat replacement"});
     vec![
-        Step { tool: "lookup_customer", purpose: "service_delivery", inputs: json!({"customer_id": "cust-001"}) },
-        Step { tool: "list_open_work_orders", purpose: "service_delivery", inputs: json!({"customer_id": "cust-001"}) },
-        Step { tool: "schedule_technician", purpose: "service_delivery", inputs: visit },
+        Step {
+            tool: "lookup_customer",
+            purpose: "service_delivery",
+            inputs: json!({"customer_id": "cust-001"}),
+        },
+        Step {
+            tool: "list_open_work_orders",
+            purpose: "service_delivery",
+            inputs: json!({"customer_id": "cust-001"}),
+        },
+        Step {
+            tool: "schedule_technician",
+            purpose: "service_delivery",
+            inputs: visit,
+        },
         Step {
             tool: "send_notification",
             purpose: "service_delivery",
             inputs: json!({"customer_id": "cust-001", "work_order_id": "wo-001", "channel": "email", "template": "visit_booked"}),
         },
-        Step { tool: "draft_invoice", purpose: "service_delivery", inputs: invoice.clone() },
-        Step { tool: "draft_invoice", purpose: "billing", inputs: invoice },
+        Step {
+            tool: "draft_invoice",
+            purpose: "service_delivery",
+            inputs: invoice.clone(),
+        },
+        Step {
+            tool: "draft_invoice",
+            purpose: "billing",
+            inputs: invoice,
+        },
     ]
 }
 
@@ -68,29 +94,50 @@ fn seed_003s_dispatch_run_comes_out_four_allowed_then_refused_for_scopes_then_by
             Verdict::Deny { .. } => PriorOutcome::Denied,
         };
         verdicts.push(decision.verdict);
-        let next = PriorCall { tool: step.tool.to_string(), tier, outcome };
+        let next = PriorCall {
+            tool: step.tool.to_string(),
+            tier,
+            outcome,
+        };
         run.calls.push(next);
     }
     for (i, v) in verdicts.iter().take(4).enumerate() {
         assert_eq!(v, &Verdict::Allow, "step {} is allowed", i + 1);
     }
     match &verdicts[4] {
-        Verdict::Deny { check, rule, reason } => {
+        Verdict::Deny {
+            check,
+            rule,
+            reason,
+        } => {
             assert_eq!(*check, CheckName::Purpose);
             assert_eq!(rule, "grant.purpose");
-            assert_eq!(reason, "scopes [\"invoices:write\"] not granted for purpose 'service_delivery'");
+            assert_eq!(
+                reason,
+                "scopes [\"invoices:write\"] not granted for purpose 'service_delivery'"
+            );
         }
         other => panic!("step 5: {other:?}"),
     }
     match &verdicts[5] {
-        Verdict::Deny { check, rule, reason } => {
+        Verdict::Deny {
+            check,
+            rule,
+            reason,
+        } => {
             assert_eq!(*check, CheckName::Policy);
             assert_eq!(rule, "no-spend-after-denial");
-            assert!(reason.starts_with("policy 'no-spend-after-denial' objects"), "{reason}");
+            assert!(
+                reason.starts_with("policy 'no-spend-after-denial' objects"),
+                "{reason}"
+            );
         }
         other => panic!("step 6: {other:?}"),
     }
-    assert_eq!(run.calls.iter().filter(|c| c.tier == Tier::Spend).count(), 2);
+    assert_eq!(
+        run.calls.iter().filter(|c| c.tier == Tier::Spend).count(),
+        2
+    );
 }
 
 #[test]
@@ -135,8 +182,16 @@ fn a_payment_is_gated_and_one_above_the_ceiling_is_refused_by_the_schema() {
         req.reason = Some("pay the approved invoice");
         engine.decide(&req, Timestamp(1_781_170_937_000)).verdict
     };
-    assert!(matches!(decide(4180.0), Verdict::NeedsApproval { ref rule, .. } if rule == "gate.always"));
-    assert!(matches!(decide(50_000.01), Verdict::Deny { check: CheckName::Schema, .. }));
+    assert!(
+        matches!(decide(4180.0), Verdict::NeedsApproval { ref rule, .. } if rule == "gate.always")
+    );
+    assert!(matches!(
+        decide(50_000.01),
+        Verdict::Deny {
+            check: CheckName::Schema,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -156,18 +211,24 @@ fn the_supplier_email_destination_is_looked_up_through_a_read_tool() {
 fn each_example_names_an_ontology_that_loads_and_walks() {
     for name in ["finance", "field-services"] {
         let registry = load(name);
-        let file = registry.gateway.ontology.clone().expect("toolgate.yaml names its ontology");
+        let file = registry
+            .gateway
+            .ontology
+            .clone()
+            .expect("toolgate.yaml names its ontology");
         toolgate_ontology::Ontology::load(example(name).join(file))
             .unwrap_or_else(|e| panic!("examples/{name}: {e}"));
     }
-    let field = toolgate_ontology::Ontology::load(example("field-services").join("ontology.yaml")).unwrap();
+    let field =
+        toolgate_ontology::Ontology::load(example("field-services").join("ontology.yaml")).unwrap();
     let walk = field.walk("cust-001").unwrap().to_string();
     assert!(walk.starts_with(
         "customer cust-001 'Harbour Bakery'\n\
          <- belongs_to site site-001 '12 Quay Street, Whitby'\n   \
             <- raised_at work_order wo-001 [open/high] 'Oven proofing cabinet not holding temperature.'\n"
     ), "{walk}");
-    let finance = toolgate_ontology::Ontology::load(example("finance").join("ontology.yaml")).unwrap();
+    let finance =
+        toolgate_ontology::Ontology::load(example("finance").join("ontology.yaml")).unwrap();
     let walk = finance.walk("INV-20260611").unwrap();
     assert_eq!(walk.ids(), ["PO-77812", "SUP-0001"]);
 }

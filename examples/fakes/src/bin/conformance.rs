@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    toolgate_fakes::run(toolgate_fakes::conformance::Conformance::default()).await
+    toolgate_fakes::run(toolgate_fakes::conformance::Conformance).await
 }
