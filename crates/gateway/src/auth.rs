@@ -92,14 +92,17 @@ impl Authenticator {
         let looks_like_jwt = token.split('.').count() == 3;
         match (&self.jwt, looks_like_jwt) {
             (Some(v), true) => {
-                let subject = v
-                    .verify(token)
-                    .map_err(|e| AuthFailure::Invalid(format!("the access token was refused: {e}")))?;
-                let p = self.registry.principal_by_subject(&subject).ok_or_else(|| {
-                    AuthFailure::Invalid(
-                        "the access token's subject is not mapped to any principal".into(),
-                    )
+                let subject = v.verify(token).map_err(|e| {
+                    AuthFailure::Invalid(format!("the access token was refused: {e}"))
                 })?;
+                let p = self
+                    .registry
+                    .principal_by_subject(&subject)
+                    .ok_or_else(|| {
+                        AuthFailure::Invalid(
+                            "the access token's subject is not mapped to any principal".into(),
+                        )
+                    })?;
                 Ok(Caller {
                     principal: p.id().to_string(),
                     role: p.role().to_string(),

@@ -43,12 +43,21 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
     );
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
-        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), require_caller));
+        .layer(axum::middleware::from_fn_with_state(
+            state.auth.clone(),
+            require_caller,
+        ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .route("/.well-known/oauth-protected-resource", get(resource_metadata))
-        .route("/.well-known/oauth-protected-resource/mcp", get(resource_metadata))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(resource_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(resource_metadata),
+        )
         .with_state(state)
         .merge(mcp)
 }
@@ -58,7 +67,11 @@ async fn ready(State(s): State<HttpState>) -> impl IntoResponse {
     let down = s.gateway.upstreams.disconnected();
     let ok = store_ok && down.is_empty();
     let body = json!({"ready": ok, "store": store_ok, "upstreams_down": down});
-    let code = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (code, Json(body))
 }
 

@@ -52,9 +52,15 @@ impl JwtVerifier {
         let keys: JwkSet = serde_json::from_str(&text)
             .map_err(|e| format!("the JWKS at {} is not a JSON Web Key Set: {e}", opts.jwks))?;
         if opts.audience.is_empty() {
-            return Err("an audience is required to accept access tokens (--oauth-audience)".into());
+            return Err(
+                "an audience is required to accept access tokens (--oauth-audience)".into(),
+            );
         }
-        Ok(JwtVerifier::from_keys(keys, &opts.audience, opts.issuer.clone()))
+        Ok(JwtVerifier::from_keys(
+            keys,
+            &opts.audience,
+            opts.issuer.clone(),
+        ))
     }
 
     pub fn from_keys(keys: JwkSet, audience: &str, issuer: Option<String>) -> JwtVerifier {

@@ -29,7 +29,9 @@ fn texts(m: &Map<String, Value>, keys: &[&str]) -> Vec<String> {
     for k in keys {
         match m.get(*k) {
             Some(Value::String(s)) if !s.is_empty() => out.push(s.clone()),
-            Some(Value::Array(a)) => out.extend(a.iter().filter_map(Value::as_str).map(str::to_string)),
+            Some(Value::Array(a)) => {
+                out.extend(a.iter().filter_map(Value::as_str).map(str::to_string))
+            }
             _ => {}
         }
     }
@@ -84,7 +86,10 @@ mod tests {
         });
         let c = CallContext::from_meta(m.as_object().unwrap());
         assert_eq!(c.purpose.as_deref(), Some("billing"));
-        assert_eq!(c.reason.as_deref(), Some("pay invoice INV-00000001 against PO-77812"));
+        assert_eq!(
+            c.reason.as_deref(),
+            Some("pay invoice INV-00000001 against PO-77812")
+        );
         assert_eq!(c.run_id.as_deref(), Some("run-1"));
         assert_eq!(c.evidence, vec!["inv:1", "po:2"]);
         assert_eq!(c.approvals.len(), 1);

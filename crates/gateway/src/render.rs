@@ -8,7 +8,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ResultType};
 use serde_json::{Value, json};
 use toolgate_core::decide::unknown_tool_message;
-use toolgate_core::{CheckName, Decision, Outcome, StepStatus, Verdict};
+use toolgate_core::{CheckName, Decision, Outcome, StepStatus, Verdict, canonical};
 use toolgate_store::{CallResult, CallStatus, StepOutcome};
 
 /// The key under which a result that is not plain structured content is stored whole.
@@ -39,11 +39,21 @@ pub fn to_stored(result: &CallToolResult) -> Value {
 
 /// The MCP result for a stored one (see [`to_stored`]), always with `resultType` filled: an
 /// upstream on an older revision sends none, and newer clients reject a result without it.
+/// Structured content is echoed as canonical JSON text, so a replay reads byte for byte like
+/// the first answer.
 pub fn from_stored(v: &Value) -> CallToolResult {
-    let mut r = match v.as_object().and_then(|o| o.get(WHOLE).filter(|_| o.len() == 1)) {
+    let structured = |v: &Value| {
+        let mut r = CallToolResult::success(vec![ContentBlock::text(canonical(v))]);
+        r.structured_content = Some(v.clone());
+        r
+    };
+    let mut r = match v
+        .as_object()
+        .and_then(|o| o.get(WHOLE).filter(|_| o.len() == 1))
+    {
         Some(whole) => serde_json::from_value::<CallToolResult>(whole.clone())
-            .unwrap_or_else(|_| CallToolResult::structured(v.clone())),
-        None => CallToolResult::structured(v.clone()),
+            .unwrap_or_else(|_| structured(v)),
+        None => structured(v),
     };
     r.result_type = Some(ResultType::COMPLETE);
     r
@@ -90,7 +100,9 @@ fn next_moves(check: CheckName) -> &'static str {
             "today's budget for this tier is used up; wait for the next day's budget or ask a person \
              to act"
         }
-        CheckName::Idempotency => "wait for the earlier call with the same key, then ask for its result",
+        CheckName::Idempotency => {
+            "wait for the earlier call with the same key, then ask for its result"
+        }
         CheckName::Gate => "wait for a person's approval",
         CheckName::Credential | CheckName::Listed => "stop",
     }
@@ -183,7 +195,11 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
                     .collect();
                 let text = format!(
                     "'{tool}' was refused by the {check} check (rule {rule}): {}. Next: {}.",
-                    if all.len() > 1 { all.join("; ") } else { reason.clone() },
+                    if all.len() > 1 {
+                        all.join("; ")
+                    } else {
+                        reason.clone()
+                    },
                     next_moves(*check)
                 );
                 Ok(readable_error(
@@ -258,7 +274,10 @@ mod tests {
         let stored = to_stored(&r);
         assert_eq!(stored, json!({"found": true, "ref": "P-1"}));
         let back = from_stored(&stored);
-        assert_eq!(back.structured_content, Some(json!({"found": true, "ref": "P-1"})));
+        assert_eq!(
+            back.structured_content,
+            Some(json!({"found": true, "ref": "P-1"}))
+        );
         assert_eq!(back.result_type, Some(ResultType::COMPLETE));
     }
 

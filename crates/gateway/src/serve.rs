@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::{ApprovalKeys, Redactor, Registry, SystemClock};
 use toolgate_store::{Executor, Store, StoreConfig};
 
-use crate::calls::CallPool;
 use crate::auth::{Authenticator, Caller, CredentialKind};
+use crate::calls::CallPool;
 use crate::error::GatewayError;
 use crate::http::{HttpState, router};
 use crate::jwt::{JwtVerifier, OAuthOptions};
@@ -52,7 +52,10 @@ pub struct Gateway {
 /// Resolves a relative SQLite path against the registry folder, so the database lives beside
 /// the registry whatever the working directory.
 fn resolve_store_url(dir: &Path, url: &str) -> String {
-    let Some(rest) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) else {
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
         return url.to_string();
     };
     let (path, query) = match rest.split_once('?') {
@@ -118,14 +121,18 @@ impl Gateway {
         hook: Option<ToolsChangedHook>,
     ) -> Result<Gateway, GatewayError> {
         let dir = opts.config_dir.clone();
-        let registry = Arc::new(Registry::load(&dir).map_err(|source| GatewayError::Registry {
-            dir: dir.clone(),
-            source,
-        })?);
+        let registry = Arc::new(
+            Registry::load(&dir).map_err(|source| GatewayError::Registry {
+                dir: dir.clone(),
+                source,
+            })?,
+        );
         let upstreams = Arc::new(Upstreams::new(&dir, &registry.gateway.upstreams, hook));
         let url = resolve_store_url(
             &dir,
-            opts.store_url.as_deref().unwrap_or(&registry.gateway.store.url),
+            opts.store_url
+                .as_deref()
+                .unwrap_or(&registry.gateway.store.url),
         );
         let store = Store::connect(&url, store_config(&registry, &upstreams))
             .await
@@ -158,7 +165,9 @@ impl Gateway {
             Some(u) => metadata_url_for(u),
             None => format!(
                 "http://{}/.well-known/oauth-protected-resource",
-                opts.http_addr.as_deref().unwrap_or(&registry.gateway.server.http)
+                opts.http_addr
+                    .as_deref()
+                    .unwrap_or(&registry.gateway.server.http)
             ),
         };
         let auth = Arc::new(Authenticator::new(registry.clone(), jwt, metadata_url));
@@ -182,7 +191,13 @@ impl Gateway {
         &self,
         addr: &str,
         shutdown: CancellationToken,
-    ) -> Result<(SocketAddr, impl Future<Output = std::io::Result<()>> + use<>), GatewayError> {
+    ) -> Result<
+        (
+            SocketAddr,
+            impl Future<Output = std::io::Result<()>> + use<>,
+        ),
+        GatewayError,
+    > {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| GatewayError::Bind {
@@ -224,7 +239,9 @@ impl Gateway {
     /// The stdio caller: the principal holding `key`.
     pub fn stdio_caller(&self, key: Option<&str>) -> Result<Caller, GatewayError> {
         let key = key.filter(|k| !k.is_empty()).ok_or_else(|| {
-            GatewayError::Stdio("set TOOLGATE_API_KEY to the API key of the principal to serve".into())
+            GatewayError::Stdio(
+                "set TOOLGATE_API_KEY to the API key of the principal to serve".into(),
+            )
         })?;
         let mut c = self.auth.by_api_key(key).ok_or_else(|| {
             GatewayError::Stdio("TOOLGATE_API_KEY matches no credential in principals.yaml".into())
@@ -234,7 +251,11 @@ impl Gateway {
     }
 
     /// Serves one client over stdin/stdout until it disconnects or `shutdown` is cancelled.
-    pub async fn serve_stdio(&self, caller: Caller, shutdown: CancellationToken) -> Result<(), GatewayError> {
+    pub async fn serve_stdio(
+        &self,
+        caller: Caller,
+        shutdown: CancellationToken,
+    ) -> Result<(), GatewayError> {
         tracing::info!(principal = %caller.principal, role = %caller.role, "serving MCP over stdio");
         let server = GatewayServer::new(self.state.clone(), Some(caller));
         let running = server
@@ -356,8 +377,14 @@ mod tests {
     #[test]
     fn relative_sqlite_paths_live_beside_the_registry() {
         let d = Path::new("/etc/tg");
-        assert_eq!(resolve_store_url(d, "sqlite://t.db"), "sqlite:///etc/tg/t.db");
-        assert_eq!(resolve_store_url(d, "sqlite://t.db?mode=rwc"), "sqlite:///etc/tg/t.db?mode=rwc");
+        assert_eq!(
+            resolve_store_url(d, "sqlite://t.db"),
+            "sqlite:///etc/tg/t.db"
+        );
+        assert_eq!(
+            resolve_store_url(d, "sqlite://t.db?mode=rwc"),
+            "sqlite:///etc/tg/t.db?mode=rwc"
+        );
         assert_eq!(resolve_store_url(d, "sqlite:///abs.db"), "sqlite:///abs.db");
         assert_eq!(resolve_store_url(d, "sqlite::memory:"), "sqlite::memory:");
         assert_eq!(resolve_store_url(d, "postgres://x/y"), "postgres://x/y");

@@ -127,7 +127,9 @@ impl GatewayServer {
         let result = self.state.calls.governed_call(call).await.map_err(|e| {
             tracing::error!(error = %e, "a governed call could not be recorded");
             ErrorData::internal_error(
-                format!("toolgate could not record this call, so its outcome is not confirmed: {e}"),
+                format!(
+                    "toolgate could not record this call, so its outcome is not confirmed: {e}"
+                ),
                 None,
             )
         })?;

@@ -57,7 +57,9 @@ impl ClientHandler for UpstreamClient {
                     }
                     *this.tools.write().expect("tools lock") = tools;
                 }
-                Err(e) => tracing::error!(upstream = %this.name, error = %e, "re-reading tools/list failed"),
+                Err(e) => {
+                    tracing::error!(upstream = %this.name, error = %e, "re-reading tools/list failed")
+                }
             }
         });
     }
@@ -102,9 +104,17 @@ impl Upstream {
             tools: self.tools.clone(),
             hook: self.hook.clone(),
         };
-        let service = tokio::time::timeout(self.timeout.max(Duration::from_secs(5)), self.start(handler))
-            .await
-            .map_err(|_| format!("upstream '{}' did not complete the handshake in time", self.name))??;
+        let service = tokio::time::timeout(
+            self.timeout.max(Duration::from_secs(5)),
+            self.start(handler),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "upstream '{}' did not complete the handshake in time",
+                self.name
+            )
+        })??;
         let peer = service.peer().clone();
         let tools = peer
             .list_all_tools()
@@ -126,19 +136,31 @@ impl Upstream {
                 .map_err(|e| format!("connecting to upstream '{}' at {url}: {e}", self.name));
         }
         let Some(command) = &self.cfg.command else {
-            return Err(format!("upstream '{}' has neither `command` nor `url`", self.name));
+            return Err(format!(
+                "upstream '{}' has neither `command` nor `url`",
+                self.name
+            ));
         };
         let program = resolve_command(&self.dir, command);
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&self.cfg.args).current_dir(&self.dir).env_clear();
         // Only the variables the registry names pass through, plus what finding binaries needs.
-        for name in ["PATH", "HOME", "LANG", "TMPDIR"].iter().copied().chain(self.cfg.env.iter().map(String::as_str)) {
+        for name in ["PATH", "HOME", "LANG", "TMPDIR"]
+            .iter()
+            .copied()
+            .chain(self.cfg.env.iter().map(String::as_str))
+        {
             if let Ok(v) = std::env::var(name) {
                 cmd.env(name, v);
             }
         }
-        let transport = TokioChildProcess::new(cmd)
-            .map_err(|e| format!("starting upstream '{}' ({}): {e}", self.name, program.display()))?;
+        let transport = TokioChildProcess::new(cmd).map_err(|e| {
+            format!(
+                "starting upstream '{}' ({}): {e}",
+                self.name,
+                program.display()
+            )
+        })?;
         handler
             .serve(transport)
             .await
@@ -171,7 +193,10 @@ impl Upstream {
             }
         };
         let mut m = JsonObject::new();
-        m.insert("idempotency_key".into(), json!(meta.idempotency_key.as_str()));
+        m.insert(
+            "idempotency_key".into(),
+            json!(meta.idempotency_key.as_str()),
+        );
         m.insert("run_id".into(), json!(meta.run_id));
         m.insert("step_id".into(), json!(meta.step_id));
         if let Some(first) = meta.approval_tokens.first() {
