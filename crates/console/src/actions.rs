@@ -1,0 +1,142 @@
+//! Approve and reject, for the page and the terminal alike. An approval is only taken for the
+//! exact inputs the person was shown: the hash they saw must be the request's, and the parked
+//! step's inputs must still hash to it. The store then issues the single-use lease bound to that
+//! hash and the approver, and once enough different people have approved, the step runs once
+//! through the executor (every check again, the lease consumed in the transaction that starts
+//! the call).
+
+use toolgate_core::{InputHash, PrincipalKind, Registry, StepStatus};
+use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, StepReport};
+
+use crate::error::ConsoleError;
+
+/// What an approval led to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Approved {
+    /// One of several approvals needed is in; the page names who approved so far.
+    Waiting {
+        approved_by: Vec<String>,
+        needed: i64,
+    },
+    /// Enough people approved and the parked step ran (or was settled) through the executor.
+    Ran(StepReport),
+    /// Enough people approved a step that was left for a worker to run (`run_now` false).
+    Queued { step_id: String },
+    /// Enough people approved a direct call: the agent's retry of the same call now passes.
+    DirectCall,
+}
+
+/// True when `principal` is a person whose role may approve.
+pub fn is_approver(registry: &Registry, principal: &str) -> bool {
+    registry.principal(principal).is_some_and(|p| {
+        p.config.kind == PrincipalKind::Human && registry.role(p.role()).is_some_and(|r| r.approver)
+    })
+}
+
+/// Refuses unless the request is open and not past its expiry. A lapsed request is marked
+/// expired in the store, so it leaves the queue.
+async fn require_open(exec: &Executor, req: &ApprovalRequest) -> Result<(), ConsoleError> {
+    if req.status != ApprovalStatus::Pending {
+        return Err(ConsoleError::Closed {
+            id: req.approval_id.clone(),
+            status: req.status.as_str().to_string(),
+        });
+    }
+    let now = exec.clock.now();
+    if now >= req.expires_at {
+        exec.store.expire_approvals(now).await?;
+        return Err(ConsoleError::Expired {
+            id: req.approval_id.clone(),
+            expires_at: crate::fmt::datetime(req.expires_at),
+        });
+    }
+    Ok(())
+}
+
+/// Approves `approval_id` as `approver`, who was shown inputs hashing to `shown_hash`.
+/// With `run_now`, a planned step whose approvals are complete is executed here, once.
+pub async fn approve(
+    exec: &Executor,
+    approval_id: &str,
+    approver: &str,
+    shown_hash: &str,
+    run_now: bool,
+) -> Result<Approved, ConsoleError> {
+    if !is_approver(&exec.registry, approver) {
+        return Err(ConsoleError::NotAnApprover(approver.to_string()));
+    }
+    let req = exec.store.approval(approval_id).await?;
+    require_open(exec, &req).await?;
+    if shown_hash != req.input_hash.as_str() {
+        return Err(ConsoleError::InputsChanged {
+            shown: shown_hash.to_string(),
+            current: req.input_hash.to_string(),
+        });
+    }
+    // A planned step is the subject: its inputs now must be the ones the request holds.
+    let step = match exec.store.step(&req.subject).await {
+        Ok(s) => Some(s),
+        Err(toolgate_store::StoreError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(s) = &step {
+        let now_hash = InputHash::of(&s.inputs);
+        if now_hash != req.input_hash {
+            return Err(ConsoleError::InputsChanged {
+                shown: shown_hash.to_string(),
+                current: now_hash.to_string(),
+            });
+        }
+        if s.status != StepStatus::NeedsApproval {
+            return Err(ConsoleError::Closed {
+                id: req.approval_id.clone(),
+                status: format!("for a step that is {}", s.status),
+            });
+        }
+    }
+    if req.approved_by.iter().any(|a| a == approver) {
+        return Err(ConsoleError::SameApprover {
+            id: req.approval_id.clone(),
+            approver: approver.to_string(),
+        });
+    }
+    let now = exec.clock.now();
+    exec.store
+        .approve(&exec.registry, &exec.keys, approval_id, approver, now)
+        .await?;
+    let after = exec.store.approval(approval_id).await?;
+    if after.status == ApprovalStatus::Pending {
+        return Ok(Approved::Waiting {
+            approved_by: after.approved_by,
+            needed: after.approvers_needed,
+        });
+    }
+    match step {
+        Some(s) if run_now => Ok(Approved::Ran(exec.execute_step(&s.step_id).await?)),
+        Some(s) => Ok(Approved::Queued { step_id: s.step_id }),
+        None => Ok(Approved::DirectCall),
+    }
+}
+
+/// Rejects `approval_id` as `approver`; the reason is required and recorded.
+pub async fn reject(
+    exec: &Executor,
+    approval_id: &str,
+    approver: &str,
+    reason: &str,
+) -> Result<(), ConsoleError> {
+    if !is_approver(&exec.registry, approver) {
+        return Err(ConsoleError::NotAnApprover(approver.to_string()));
+    }
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(ConsoleError::ReasonRequired);
+    }
+    let req = exec.store.approval(approval_id).await?;
+    require_open(exec, &req).await?;
+    let now = exec.clock.now();
+    exec.store
+        .reject(&exec.registry, approval_id, approver, reason, now)
+        .await?;
+    Ok(())
+}

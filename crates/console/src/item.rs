@@ -1,0 +1,310 @@
+//! One item, with everything needed to decide and nothing to reconstruct: the tool and its
+//! class, the inputs exactly as they will be sent, which of them the audit log redacts, the
+//! model's reason, the gating rule, the evidence, the run so far, and, for a repeated kind of
+//! call, what changed since the last approved one. A destination (an IBAN, an account, an
+//! address) that none of the same party's approved calls used is the thing an approver must
+//! not miss, so it is computed here and shouted on the page.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use toolgate_core::registry::Tool;
+use toolgate_core::{InputHash, Registry, Timestamp};
+use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, Step, StoreError};
+
+use crate::error::ConsoleError;
+
+/// Input fields that name the counterparty; calls with the same value are "the same party".
+const PARTY_FIELDS: &[&str] = &[
+    "supplier_id",
+    "supplier",
+    "vendor_id",
+    "vendor",
+    "payee_id",
+    "payee",
+    "customer_id",
+    "customer",
+    "recipient_id",
+];
+
+/// Name fragments of fields that choose where money or data goes.
+const DESTINATION_WORDS: &[&str] = &[
+    "iban",
+    "account",
+    "bic",
+    "swift",
+    "sort_code",
+    "routing",
+    "beneficiary",
+    "recipient",
+    "email",
+    "url",
+    "webhook",
+    "channel",
+    "destination",
+    "address",
+];
+
+/// True when a field (its last path segment) chooses a destination, by name or because the
+/// tool declares a destination constraint on it.
+pub fn is_destination(tool: Option<&Tool>, path: &str) -> bool {
+    let last = path.rsplit('.').next().unwrap_or(path).to_ascii_lowercase();
+    if last == "to" || last.ends_with("_to") {
+        return true;
+    }
+    if last.ends_with("_id") && PARTY_FIELDS.contains(&last.as_str()) {
+        return false;
+    }
+    DESTINATION_WORDS.iter().any(|w| last.contains(w))
+        || tool.is_some_and(|t| t.config.destinations.iter().any(|d| d.field == path))
+}
+
+/// One leaf of the inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field {
+    /// Dotted path (`supplier.iban`).
+    pub path: String,
+    pub value: Value,
+    /// The audit log stores this field as a keyed hash.
+    pub redacted: bool,
+    pub destination: bool,
+    /// The value in the last approved call of the same kind (same tool and party), when that
+    /// call had the field.
+    pub previous: Option<Value>,
+    /// Differs from `previous` (or is new).
+    pub changed: bool,
+    /// A destination no approved call of the same kind used before.
+    pub new_destination: bool,
+}
+
+/// What this call is compared against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// The party field and value that define "the same kind" (none: same tool only).
+    pub party: Option<(String, Value)>,
+    /// The last approved call of the same kind.
+    pub last: Option<ApprovalRequest>,
+    /// How many approved calls of the same kind there were.
+    pub count: usize,
+}
+
+/// The tool's class, as the registry declares it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolInfo {
+    pub version: String,
+    pub description: String,
+    pub effect: String,
+    pub tier: String,
+    pub sensitivity: String,
+    pub gate: String,
+    pub approvers: u8,
+}
+
+/// Everything the item page shows.
+#[derive(Debug, Clone)]
+pub struct ItemView {
+    pub request: ApprovalRequest,
+    pub tool: Option<ToolInfo>,
+    pub canonical: String,
+    pub fields: Vec<Field>,
+    pub comparison: Comparison,
+    /// The subject step, when the request parks a planned step.
+    pub step: Option<Step>,
+    /// The run's steps before this one.
+    pub earlier: Vec<Step>,
+    /// The current hash of the step's inputs (differs from the request's when the plan was
+    /// revised after the request was raised).
+    pub step_hash: Option<InputHash>,
+    pub now: Timestamp,
+}
+
+impl ItemView {
+    pub fn expired(&self) -> bool {
+        self.request.status == ApprovalStatus::Expired
+            || (self.request.status == ApprovalStatus::Pending
+                && self.now >= self.request.expires_at)
+    }
+    pub fn time_left_ms(&self) -> i64 {
+        self.request.expires_at.millis() - self.now.millis()
+    }
+    /// Destinations that are new for this party: the fields to shout about.
+    pub fn new_destinations(&self) -> Vec<&Field> {
+        self.fields.iter().filter(|f| f.new_destination).collect()
+    }
+    /// Whether approving is possible at all right now (status, expiry, inputs unchanged).
+    pub fn approvable(&self) -> bool {
+        self.request.status == ApprovalStatus::Pending
+            && !self.expired()
+            && self
+                .step_hash
+                .as_ref()
+                .is_none_or(|h| *h == self.request.input_hash)
+    }
+}
+
+/// Flattens objects into dotted leaves; arrays and scalars are leaves.
+pub fn leaves(v: &Value) -> Vec<(String, Value)> {
+    fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
+        match v {
+            Value::Object(map) if !map.is_empty() => {
+                for (k, x) in map {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&p, x, out);
+                }
+            }
+            other => out.push((prefix.to_string(), other.clone())),
+        }
+    }
+    let mut out = Vec::new();
+    walk("", v, &mut out);
+    out
+}
+
+fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(v, |v, seg| v.get(seg))
+}
+
+/// Compares `req` with the approved calls of the same kind among `all`.
+pub fn compare(
+    registry: &Registry,
+    req: &ApprovalRequest,
+    all: &[ApprovalRequest],
+) -> (Vec<Field>, Comparison) {
+    let tool = registry.tool(&req.tool);
+    let party = PARTY_FIELDS
+        .iter()
+        .find_map(|f| req.inputs.get(*f).map(|v| (f.to_string(), v.clone())));
+    let mut same: Vec<&ApprovalRequest> = all
+        .iter()
+        .filter(|o| {
+            o.approval_id != req.approval_id
+                && o.tool == req.tool
+                && matches!(
+                    o.status,
+                    ApprovalStatus::Approved | ApprovalStatus::Consumed
+                )
+                && o.created_at <= req.created_at
+                && party
+                    .as_ref()
+                    .is_none_or(|(f, v)| o.inputs.get(f.as_str()) == Some(v))
+        })
+        .collect();
+    same.sort_by_key(|r| std::cmp::Reverse(r.created_at));
+    let last = same.first().map(|r| (*r).clone());
+    let redact: BTreeSet<&str> = tool
+        .map(|t| t.config.redact.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let fields = leaves(&req.inputs)
+        .into_iter()
+        .map(|(path, value)| {
+            let destination = is_destination(tool, &path);
+            let previous = last
+                .as_ref()
+                .and_then(|l| lookup(&l.inputs, &path).cloned());
+            let changed = last.is_some() && previous.as_ref() != Some(&value);
+            let new_destination = destination
+                && !same.is_empty()
+                && !same
+                    .iter()
+                    .any(|o| lookup(&o.inputs, &path) == Some(&value));
+            Field {
+                redacted: redact.contains(path.as_str())
+                    || redact.iter().any(|r| path.starts_with(&format!("{r}."))),
+                path,
+                value,
+                destination,
+                previous,
+                changed,
+                new_destination,
+            }
+        })
+        .collect();
+    (
+        fields,
+        Comparison {
+            party,
+            last,
+            count: same.len(),
+        },
+    )
+}
+
+/// Loads one item for display.
+pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, ConsoleError> {
+    let request = exec.store.approval(approval_id).await?;
+    let all = exec.store.approvals(None).await?;
+    let (fields, comparison) = compare(&exec.registry, &request, &all);
+    let step = match exec.store.step(&request.subject).await {
+        Ok(s) => Some(s),
+        Err(StoreError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let earlier = match &request.run_id {
+        Some(run) => exec
+            .store
+            .steps(run)
+            .await?
+            .into_iter()
+            .filter(|s| {
+                s.step_id != request.subject && step.as_ref().is_none_or(|me| s.seq < me.seq)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let tool = exec.registry.tool(&request.tool).map(|t| ToolInfo {
+        version: t.config.version.clone(),
+        description: t.config.description.clone(),
+        effect: t.config.effect.to_string(),
+        tier: t.config.tier.to_string(),
+        sensitivity: t.config.sensitivity.to_string(),
+        gate: t.config.gate.to_string(),
+        approvers: t.config.approvers,
+    });
+    Ok(ItemView {
+        canonical: toolgate_core::canonical(&request.inputs),
+        step_hash: step.as_ref().map(|s| InputHash::of(&s.inputs)),
+        tool,
+        fields,
+        comparison,
+        step,
+        earlier,
+        now: exec.clock.now(),
+        request,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destinations_by_name() {
+        for f in [
+            "iban",
+            "beneficiary_iban",
+            "supplier.iban",
+            "to",
+            "reply_to",
+            "webhook_url",
+        ] {
+            assert!(is_destination(None, f), "{f}");
+        }
+        for f in ["amount", "total", "supplier_id", "invoice_id", "reason"] {
+            assert!(!is_destination(None, f), "{f}");
+        }
+    }
+
+    #[test]
+    fn leaves_flatten_objects_only() {
+        let v = serde_json::json!({"a": 1, "b": {"c": "x", "d": [1, 2]}});
+        let l = leaves(&v);
+        assert_eq!(
+            l.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+            vec!["a", "b.c", "b.d"]
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! The approver's page. A gate is only a control while the person at it reads what they
+//! approve, so the page is built to be worked through daily without rubber-stamping: a queue
+//! sorted by risk, like calls grouped with their differences marked, one item showing exactly
+//! what will be sent and what changed since the last approved call of the same kind (a new
+//! IBAN shouts), and approvals bound to the inputs the person saw. The surface numbers (each
+//! gate's rejection rate r and break-even ratio 1/r) say which gates earn their keep.
+//!
+//! Mount it in the gateway's HTTP app:
+//!
+//! ```ignore
+//! let console = ConsoleState::new(executor, ConsoleOptions { base: "/approvals".into(), ..Default::default() });
+//! app = app.nest("/approvals", toolgate_console::router(console.clone()))
+//!          .merge(toolgate_console::metrics_router(console));
+//! ```
+
+pub mod actions;
+pub mod auth;
+pub mod error;
+pub mod fmt;
+pub mod item;
+mod pages;
+pub mod queue;
+pub mod report;
+mod svg;
+mod web;
+
+pub use error::ConsoleError;
+pub use web::{ConsoleOptions, ConsoleState, metrics_router, router};

@@ -1,0 +1,466 @@
+//! The HTML, rendered on the server with maud: plain forms and links, so the page works with
+//! the keyboard alone (Tab order follows reading order, focus is always visible, every action
+//! is a real button) and needs no build step. The only script moves focus with `j`/`k` in the
+//! queue.
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde_json::Value;
+use toolgate_store::{ApprovalStatus, Step};
+
+use crate::fmt::{datetime, duration_ms, plain, value};
+use crate::item::ItemView;
+use crate::queue::{Filter, Group};
+use crate::report::Report;
+use crate::svg;
+
+const CSS: &str = r#"
+:root { --fg:#1b1b1b; --muted:#5a5a5a; --line:#d0d0d0; --bg:#fff; --accent:#0b57d0; --warn:#b3261e; --warnbg:#fdecea; --okbg:#e7f4ea; --chg:#fff3c4; }
+* { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); margin: 0; }
+header { display:flex; gap:1.5rem; align-items:center; padding:.6rem 1.2rem; border-bottom:1px solid var(--line); }
+header .who { margin-left:auto; color:var(--muted); }
+main { padding: 1rem 1.2rem; max-width: 1200px; }
+a { color: var(--accent); }
+:focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
+.skip { position:absolute; left:-9999px; } .skip:focus { left:1rem; top:.5rem; background:#fff; padding:.3rem; }
+table { border-collapse: collapse; width: 100%; margin: .4rem 0 1rem; }
+th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { font-weight: 600; color: var(--muted); }
+code, pre { font: 13px/1.4 ui-monospace, monospace; }
+pre { background:#f6f6f6; padding:.6rem; overflow-x:auto; white-space: pre-wrap; word-break: break-all; }
+.diff { background: var(--chg); font-weight: 600; }
+.changed td { background: var(--chg); }
+.new-destination td { background: var(--warnbg); color: var(--warn); font-weight: 700; }
+.alert { border: 2px solid var(--warn); background: var(--warnbg); color: var(--warn); padding: .6rem .8rem; font-weight: 600; margin: .6rem 0; }
+.ok { border: 2px solid #1e7a34; background: var(--okbg); padding: .6rem .8rem; margin: .6rem 0; }
+.expired { color: var(--warn); font-weight: 600; }
+.tag { display:inline-block; border:1px solid var(--line); border-radius: 3px; padding: 0 .35rem; font-size: 13px; }
+.tier-spend { border-color: var(--warn); color: var(--warn); }
+.muted { color: var(--muted); }
+form.inline { display:inline; }
+button { font: inherit; padding: .35rem .9rem; cursor: pointer; }
+button.approve { background:#1e7a34; color:#fff; border:1px solid #1e7a34; }
+button.reject { background:#fff; color:var(--warn); border:1px solid var(--warn); }
+textarea, input[type=text], input[type=password] { font: inherit; width: 100%; max-width: 36rem; padding: .3rem; }
+.actions { display:flex; gap:2rem; flex-wrap: wrap; align-items: flex-start; border-top: 1px solid var(--line); padding-top: .8rem; }
+.filters input { width: 12rem; }
+"#;
+
+const QUEUE_JS: &str = r#"
+document.addEventListener('keydown', function (e) {
+  if (e.target.matches('input, textarea') || (e.key !== 'j' && e.key !== 'k')) return;
+  var links = Array.prototype.slice.call(document.querySelectorAll('a.item'));
+  if (!links.length) return;
+  var i = links.indexOf(document.activeElement);
+  i = e.key === 'j' ? Math.min(i + 1, links.length - 1) : Math.max(i - 1, 0);
+  links[i].focus(); e.preventDefault();
+});
+"#;
+
+/// The frame around every page.
+pub fn layout(base: &str, title: &str, who: Option<(&str, &str)>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · toolgate" }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header {
+                    strong { "toolgate" }
+                    @if who.is_some() {
+                        nav {
+                            a href={(base) "/"} { "Queue" } " · "
+                            a href={(base) "/report"} { "Surface numbers" }
+                        }
+                    }
+                    @if let Some((principal, csrf)) = who {
+                        span.who {
+                            "Signed in as " strong #who { (principal) } " "
+                            form.inline method="post" action={(base) "/logout"} {
+                                input type="hidden" name="csrf" value=(csrf);
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main #main { (body) }
+            }
+        }
+    }
+}
+
+pub fn login(base: &str, csrf: &str, error: Option<&str>) -> Markup {
+    layout(
+        base,
+        "Sign in",
+        None,
+        html! {
+            h1 { "Sign in to approve" }
+            p.muted { "Approvers sign in with their own API key. Only people whose role may approve can sign in." }
+            @if let Some(e) = error { div.alert role="alert" #error { (e) } }
+            form method="post" action={(base) "/login"} {
+                input type="hidden" name="csrf" value=(csrf);
+                label for="api_key" { "API key" } br;
+                input #api_key type="password" name="api_key" autocomplete="current-password" autofocus required;
+                p { button #sign-in type="submit" { "Sign in" } }
+            }
+        },
+    )
+}
+
+fn tier_tag(tier: &str) -> Markup {
+    html! { span class={"tag tier-" (tier)} { (tier) } }
+}
+
+pub fn queue(
+    base: &str,
+    who: (&str, &str),
+    groups: &[Group],
+    filter: &Filter,
+    now_label: &str,
+) -> Markup {
+    let total: usize = groups.iter().map(|g| g.items.len()).sum();
+    layout(
+        base,
+        "Queue",
+        Some(who),
+        html! {
+            h1 { "Waiting for a decision (" (total) ")" }
+            p.muted { "Riskiest first (spend before act, larger amounts first), then oldest. Like calls are grouped; "
+                span.diff { "marked" } " fields differ within a group. Keys: Tab, or j / k between items. Now: " (now_label) }
+            form.filters method="get" action={(base) "/"} {
+                label { "Tool " input type="text" name="tool" value=(filter.tool.clone().unwrap_or_default()); } " "
+                label { "Principal " input type="text" name="principal" value=(filter.principal.clone().unwrap_or_default()); } " "
+                label { "Run " input type="text" name="run" value=(filter.run.clone().unwrap_or_default()); } " "
+                button type="submit" { "Filter" }
+            }
+            @if groups.is_empty() { p #empty { "Nothing is waiting." } }
+            @for g in groups {
+                section.group {
+                    h2 { code { (g.tool) } " · gated by " code { (g.rule) } " (" (g.items.len()) ")" }
+                    table {
+                        thead { tr {
+                            th { "Item" } th { "Tier" } th { "Principal" } th { "Run" }
+                            @for f in &g.fields { th { (f) } }
+                            th { "Waiting" } th { "Time left" } th { "Approvals" }
+                        } }
+                        tbody {
+                            @for it in &g.items {
+                                @let r = &it.request;
+                                tr {
+                                    td { a.item href={(base) "/item/" (r.approval_id)} { (short(&r.approval_id)) } }
+                                    td { (tier_tag(it.tier.as_str())) }
+                                    td { (r.principal) }
+                                    td { @if let Some(run) = &r.run_id { a href={(base) "/?run=" (run)} { (short(run)) } } }
+                                    @for f in &g.fields {
+                                        td.diff[g.varying.contains(f)] {
+                                            @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&plain(v), 40)) } }
+                                        }
+                                    }
+                                    td { (duration_ms(it.age_ms)) }
+                                    td { @if it.expired() { span.expired { "expired" } } @else { (duration_ms(it.time_left_ms)) } }
+                                    td { (r.approved_by.len()) " of " (r.approvers_needed) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            script { (PreEscaped(QUEUE_JS)) }
+        },
+    )
+}
+
+fn short(id: &str) -> String {
+    if id.len() > 13 {
+        format!("…{}", &id[id.len() - 12..])
+    } else {
+        id.to_string()
+    }
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() > n {
+        format!("{}…", s.chars().take(n).collect::<String>())
+    } else {
+        s.to_string()
+    }
+}
+
+fn status_text(v: &ItemView) -> String {
+    if v.expired() {
+        "expired".into()
+    } else {
+        v.request.status.as_str().to_string()
+    }
+}
+
+fn step_row(base: &str, s: &Step) -> Markup {
+    html! {
+        tr {
+            td { (s.seq) } td { code { (s.tool) } } td { (s.status) }
+            td { @if let Some(o) = &s.outcome {
+                @if let Some(r) = &o.target_ref { code { (r) } " " }
+                @if let Some(e) = &o.error { span.muted { (clip(e, 120)) } }
+            } }
+            td { @for e in &s.evidence { a href={(base) "/evidence/" (e)} { (e) } " " } }
+        }
+    }
+}
+
+pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Markup {
+    let r = &v.request;
+    let alerts = v.new_destinations();
+    let already = r.approved_by.iter().any(|a| a == approver);
+    html! {
+        (layout(base, "Item", Some(who), html! {
+            p { a href={(base) "/"} { "← Queue" } }
+            h1 { code #tool { (r.tool) } " "
+                @if let Some(t) = &v.tool { (tier_tag(&t.tier)) " " span.tag #effect { (t.effect) } } }
+            p #status data-status=(status_text(v)) {
+                "Status: " strong { (status_text(v)) } " · raised " (datetime(r.created_at))
+                " · expires " (datetime(r.expires_at))
+                @if !v.expired() && r.status == ApprovalStatus::Pending { " (" (duration_ms(v.time_left_ms())) " left)" }
+            }
+            @if v.expired() {
+                div.alert role="alert" #expired { "This request has expired. It fails closed and cannot be approved; the call goes back through the gate if the agent retries it." }
+            }
+            @if !alerts.is_empty() {
+                div.alert role="alert" #destination-alert {
+                    "New destination: "
+                    @for f in &alerts {
+                        code { (f.path) } " = " code.value { (plain(&f.value)) } " "
+                    }
+                    "was not used by any of the "
+                    (v.comparison.count) " approved earlier "
+                    @if let Some((pf, pv)) = &v.comparison.party { "calls for " (pf) " " (plain(pv)) } @else { "calls of this tool" }
+                    @if let Some(last) = &v.comparison.last {
+                        @for f in &alerts {
+                            @if let Some(prev) = &f.previous { " (last approved: " code { (plain(prev)) } ")" }
+                        }
+                        " — last approved " a href={(base) "/item/" (last.approval_id)} { (datetime(last.created_at)) }
+                    }
+                    ". Check it against the vendor master before approving."
+                }
+            }
+            @if let (Some(h), false) = (&v.step_hash, v.step_hash.as_ref() == Some(&r.input_hash)) {
+                div.alert role="alert" #inputs-changed { "The step's inputs changed after this request was raised (now " code { (h) } "): this request can no longer be approved." }
+            }
+            @if let Some(t) = &v.tool {
+                p.muted { (t.description) " · version " (t.version) " · effect " strong { (t.effect) } " · tier " strong { (t.tier) } " · sensitivity " (t.sensitivity) }
+            }
+            h2 { "Why" }
+            table { tbody {
+                tr { th { "Gated by rule" } td { code #rule { (r.rule) } } }
+                tr { th { "Model's reason" } td #reason { @if let Some(x) = &r.reason { (x) } @else { span.muted { "(none given)" } } } }
+                tr { th { "Evidence" } td #evidence {
+                    @if r.evidence.is_empty() { span.muted { "(none cited)" } }
+                    @for e in &r.evidence { a href={(base) "/evidence/" (e)} { (e) } " " } } }
+                tr { th { "Principal" } td { (r.principal) } }
+                tr { th { "Run" } td { @if let Some(run) = &r.run_id { code { (run) } } } }
+                tr { th { "Approvals" } td #approvals {
+                    (r.approved_by.len()) " of " (r.approvers_needed) " needed"
+                    @if let Some(first) = r.approved_by.first() {
+                        " · approved first by " strong #first-approver { (first) }
+                        @if (r.approved_by.len() as i64) < r.approvers_needed { "; a different person must approve too" }
+                    }
+                } }
+            } }
+            h2 { "Inputs, exactly as they will be sent" }
+            @if let Some(last) = &v.comparison.last {
+                p.muted { "Compared with the last approved call of the same kind (" a href={(base) "/item/" (last.approval_id)} { (datetime(last.created_at)) } "); changed fields are marked." }
+            } @else { p.muted { "No earlier approved call of the same kind to compare with." } }
+            table #inputs {
+                thead { tr { th { "Field" } th { "Value" } th { "Last approved" } th { "Notes" } } }
+                tbody {
+                    @for f in &v.fields {
+                        tr id={"field-" (f.path)} class=(row_class(f)) {
+                            th { code { (f.path) } }
+                            td { code.value { (value(&f.value)) } }
+                            td { @if let Some(p) = &f.previous { code { (value(p)) } } }
+                            td {
+                                @if f.new_destination { strong { "NEW destination for this party" } " " }
+                                @else if f.changed { "changed " }
+                                @if f.destination { span.tag { "destination" } " " }
+                                @if f.redacted { span.tag.redacted { "redacted in the audit log" } }
+                            }
+                        }
+                    }
+                }
+            }
+            details { summary { "Canonical JSON (what is hashed and sent) · " code #input-hash { (r.input_hash) } }
+                pre #canonical { (v.canonical) } }
+            h2 { "The run so far" }
+            @if v.earlier.is_empty() { p.muted { "No earlier steps in this run." } }
+            @else {
+                table #earlier { thead { tr { th { "#" } th { "Tool" } th { "Status" } th { "Outcome" } th { "Evidence" } } }
+                    tbody { @for s in &v.earlier { (step_row(base, s)) } } }
+            }
+            @if r.status == ApprovalStatus::Pending && !v.expired() {
+                div.actions {
+                    form #approve-form method="post" action={(base) "/item/" (r.approval_id) "/approve"} {
+                        input type="hidden" name="csrf" value=(who.1);
+                        input type="hidden" name="input_hash" value=(r.input_hash);
+                        @if already {
+                            p { "You approved this already; a second, different approver is needed." }
+                        } @else if v.approvable() {
+                            button.approve #approve type="submit" { "Approve exactly this" }
+                        }
+                    }
+                    form #reject-form method="post" action={(base) "/item/" (r.approval_id) "/reject"} {
+                        input type="hidden" name="csrf" value=(who.1);
+                        label for="reason-input" { "Reason for rejecting (required; the agent and the audit log see it)" } br;
+                        textarea #reason-input name="reason" rows="2" required {} br;
+                        button.reject #reject type="submit" { "Reject" }
+                    }
+                }
+            }
+        }))
+    }
+}
+
+fn row_class(f: &crate::item::Field) -> &'static str {
+    if f.new_destination {
+        "new-destination"
+    } else if f.changed {
+        "changed"
+    } else {
+        ""
+    }
+}
+
+/// What an approve/reject led to, or why it was refused.
+pub fn outcome(
+    base: &str,
+    who: (&str, &str),
+    id: &str,
+    ok: bool,
+    title: &str,
+    lines: &[String],
+) -> Markup {
+    layout(
+        base,
+        title,
+        Some(who),
+        html! {
+            div #result class=(if ok { "ok" } else { "alert" }) role="status" data-ok=(ok) {
+                strong { (title) }
+                @for l in lines { p { (l) } }
+            }
+            p { a href={(base) "/item/" (id)} { "Back to the item" } " · " a #to-queue href={(base) "/"} { "Back to the queue" } }
+        },
+    )
+}
+
+pub fn message(base: &str, who: Option<(&str, &str)>, title: &str, text: &str) -> Markup {
+    layout(
+        base,
+        title,
+        who,
+        html! { h1 { (title) } div.alert role="alert" #error { (text) } },
+    )
+}
+
+/// What the evidence page shows of a resolved id: its description, attributes, relations
+/// (to other ids) and the walk of related records.
+pub struct EvidenceView {
+    pub description: String,
+    pub attributes: Vec<(String, Value)>,
+    pub relations: Vec<(String, Vec<String>)>,
+    pub walk: String,
+}
+
+pub fn evidence(
+    base: &str,
+    who: (&str, &str),
+    id: &str,
+    found: Option<EvidenceView>,
+    note: &str,
+) -> Markup {
+    layout(
+        base,
+        id,
+        Some(who),
+        html! {
+            h1 { "Evidence " code { (id) } }
+            @match found {
+                Some(EvidenceView { description, attributes: attrs, relations, walk }) => {
+                    p { (description) }
+                    table { tbody {
+                        @for (k, v) in &attrs { tr { th { (k) } td { code { (plain(v)) } } } }
+                        @for (rel, targets) in &relations { tr { th { (rel) } td { @for t in targets { a href={(base) "/evidence/" (t)} { (t) } " " } } } }
+                    } }
+                    h2 { "Related records" }
+                    pre { (walk) }
+                }
+                None => { p.muted { (note) } }
+            }
+        },
+    )
+}
+
+pub fn report(base: &str, who: (&str, &str), r: &Report, since: &str) -> Markup {
+    layout(
+        base,
+        "Surface numbers",
+        Some(who),
+        html! {
+            h1 { "Surface numbers" }
+            form method="get" action={(base) "/report"} {
+                label { "Since (7d, 4w, or 2026-06-01) " input type="text" name="since" value=(since); } " "
+                button type="submit" { "Show" }
+            }
+            p.muted { (r.records) " audit records up to " (datetime(r.until)) "." }
+            h2 { "Gates: is each one paying for itself?" }
+            p.muted { "r = rejected / decided. A gate pays when undoing a wrong call costs more than 1/r approvals; a gate whose r stays at zero for months can be argued down to the model reviewer." }
+            table #gates {
+                thead { tr { th { "Tool" } th { "Rule" } th { "Raised" } th { "Approved" } th { "Rejected" } th { "Expired" } th { "Open" } th { "r" } th { "1/r" } th { "Weekly r" } } }
+                tbody { @for g in &r.gates { tr {
+                    td { code { (g.tool) } } td { code { (g.rule) } } td { (g.raised) } td { (g.approved) } td { (g.rejected) } td { (g.expired) } td { (g.open) }
+                    td { (g.rejection_rate().map(|x| format!("{:.1} %", x * 100.0)).unwrap_or_else(|| "-".into())) }
+                    td { (g.break_even().map(|x| format!("{x:.1}")).unwrap_or_else(|| "∞".into())) }
+                    td { (PreEscaped(svg::weekly_rates(&g.weeks))) }
+                } } }
+            }
+            h2 { "Calls by tool and decision" }
+            (PreEscaped(svg::bars("Calls by decision", &decision_totals(r))))
+            table #calls { thead { tr { th { "Tool" } th { "Decision" } th { "Records" } } }
+                tbody { @for ((t, d), n) in &r.calls { tr { td { code { (t) } } td { (d) } td { (n) } } } } }
+            h2 { "Refusals by rule" }
+            table #refusals { tbody {
+                @if r.refusals.is_empty() { tr { td.muted { "None." } } }
+                @for (rule, n) in &r.refusals { tr { td { code { (rule) } } td { (n) } } } } }
+            h2 { "Approvals, duplicates, unknowns" }
+            table { tbody {
+                tr { th { "Approvals' age at decision" } td #approval-age { (r.approval_age.n) " decided · p50 " (opt_ms(r.approval_age.p50)) " · p90 " (opt_ms(r.approval_age.p90)) " · max " (opt_ms(r.approval_age.max)) } }
+                tr { th { "Duplicates suppressed" } td #duplicates { (r.duplicates_suppressed) " replayed (nothing ran) · " (r.key_conflicts) " key conflicts refused" } }
+                tr { th { "Unknown outcomes" } td #unknowns { (r.unknowns.total) " (" (r.unknowns.reconciled) " reconciled, " (r.unknowns.open) " open) · time to reconcile p50 " (opt_ms(r.unknowns.time_to_reconcile.p50)) } }
+                tr { th { "Call latency (handler)" } td #latency { "n " (r.call_latency.n) " · p50 " (opt(r.call_latency.p50)) " ms · p95 " (opt(r.call_latency.p95)) " ms · p99 " (opt(r.call_latency.p99)) " ms" } }
+            } }
+            h2 { "Budget use today" }
+            table #budgets { thead { tr { th { "Principal" } th { "Tier" } th { "Used" } th { "Limit" } } }
+                tbody { @for b in &r.budgets { tr { td { (b.principal) } td { (b.tier) } td { (b.used) } td { (b.limit.map(|l| l.to_string()).unwrap_or_else(|| "none".into())) } } } } }
+        },
+    )
+}
+
+fn opt(x: Option<i64>) -> String {
+    x.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn opt_ms(x: Option<i64>) -> String {
+    x.map(duration_ms).unwrap_or_else(|| "-".into())
+}
+
+fn decision_totals(r: &Report) -> Vec<(String, f64)> {
+    let mut m: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for ((_, d), n) in &r.calls {
+        *m.entry(d.as_str()).or_insert(0.0) += *n as f64;
+    }
+    m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}

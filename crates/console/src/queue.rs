@@ -1,0 +1,178 @@
+//! The queue: what people work through. Riskiest first (spend before act, larger amounts
+//! first), then oldest; like items (same tool, same gating rule) sit together so an approver
+//! reads one kind of decision at a time, with the fields that differ between them marked.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+use toolgate_core::{Effect, Registry, Tier, Timestamp};
+use toolgate_store::{ApprovalRequest, ApprovalStatus};
+
+/// Which items to show.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct Filter {
+    #[serde(default)]
+    pub tool: Option<String>,
+    #[serde(default)]
+    pub principal: Option<String>,
+    #[serde(default)]
+    pub run: Option<String>,
+}
+
+impl Filter {
+    fn keeps(&self, r: &ApprovalRequest) -> bool {
+        let nonempty =
+            |o: &Option<String>| o.as_deref().filter(|s| !s.is_empty()).map(str::to_string);
+        nonempty(&self.tool).is_none_or(|t| r.tool == t)
+            && nonempty(&self.principal).is_none_or(|p| r.principal == p)
+            && nonempty(&self.run).is_none_or(|run| r.run_id.as_deref() == Some(run.as_str()))
+    }
+}
+
+/// One parked call in the queue.
+#[derive(Debug, Clone)]
+pub struct QueueItem {
+    pub request: ApprovalRequest,
+    pub tier: Tier,
+    pub effect: Effect,
+    /// The `amount` input, when the call has one.
+    pub amount: Option<f64>,
+    /// Milliseconds before the request expires (negative: expired).
+    pub time_left_ms: i64,
+    pub age_ms: i64,
+}
+
+impl QueueItem {
+    pub fn expired(&self) -> bool {
+        self.time_left_ms <= 0 || self.request.status == ApprovalStatus::Expired
+    }
+}
+
+/// Like items: one tool, one gating rule.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub tool: String,
+    pub rule: String,
+    pub items: Vec<QueueItem>,
+    /// Top-level input fields whose values are not the same across the group.
+    pub varying: BTreeSet<String>,
+    /// Every top-level input field seen in the group, in order of first appearance.
+    pub fields: Vec<String>,
+}
+
+fn tier_rank(t: Tier) -> u8 {
+    match t {
+        Tier::Spend => 2,
+        Tier::Act => 1,
+        Tier::Read => 0,
+    }
+}
+
+/// The sort key: riskier first, then larger amounts, then older.
+fn risk_order(a: &QueueItem, b: &QueueItem) -> std::cmp::Ordering {
+    tier_rank(b.tier)
+        .cmp(&tier_rank(a.tier))
+        .then_with(|| {
+            b.amount
+                .unwrap_or(0.0)
+                .partial_cmp(&a.amount.unwrap_or(0.0))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+        .then_with(|| a.request.created_at.cmp(&b.request.created_at))
+        .then_with(|| a.request.approval_id.cmp(&b.request.approval_id))
+}
+
+/// Builds the queue from open requests: filtered, sorted by risk then age, grouped.
+pub fn build(
+    requests: Vec<ApprovalRequest>,
+    registry: &Registry,
+    now: Timestamp,
+    filter: &Filter,
+) -> Vec<Group> {
+    let mut items: Vec<QueueItem> = requests
+        .into_iter()
+        .filter(|r| r.status == ApprovalStatus::Pending && filter.keeps(r))
+        .map(|r| {
+            let tool = registry.tool(&r.tool);
+            QueueItem {
+                tier: tool.map(|t| t.config.tier).unwrap_or(Tier::Spend),
+                effect: tool
+                    .map(|t| t.config.effect)
+                    .unwrap_or(Effect::Irreversible),
+                amount: r.inputs.get("amount").and_then(Value::as_f64),
+                time_left_ms: r.expires_at.millis() - now.millis(),
+                age_ms: now.millis() - r.created_at.millis(),
+                request: r,
+            }
+        })
+        .collect();
+    items.sort_by(risk_order);
+    // Groups in the order of their riskiest item; items keep the risk order inside.
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut groups: BTreeMap<(String, String), Vec<QueueItem>> = BTreeMap::new();
+    for it in items {
+        let key = (it.request.tool.clone(), it.request.rule.clone());
+        if !groups.contains_key(&key) {
+            order.push(key.clone());
+        }
+        groups.entry(key).or_default().push(it);
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let items = groups.remove(&key).unwrap_or_default();
+            let (fields, varying) = differences(items.iter().map(|i| &i.request.inputs));
+            Group {
+                tool: key.0,
+                rule: key.1,
+                items,
+                varying,
+                fields,
+            }
+        })
+        .collect()
+}
+
+/// The top-level fields of a set of input objects, and those whose values differ (a field
+/// missing from some objects differs).
+pub fn differences<'a>(inputs: impl Iterator<Item = &'a Value>) -> (Vec<String>, BTreeSet<String>) {
+    let inputs: Vec<&Value> = inputs.collect();
+    let mut fields: Vec<String> = Vec::new();
+    for v in &inputs {
+        if let Some(o) = v.as_object() {
+            for k in o.keys() {
+                if !fields.contains(k) {
+                    fields.push(k.clone());
+                }
+            }
+        }
+    }
+    let varying = fields
+        .iter()
+        .filter(|f| {
+            let mut vals = inputs.iter().map(|v| v.get(f.as_str()));
+            let first = vals.next().flatten();
+            vals.any(|x| x != first)
+        })
+        .cloned()
+        .collect();
+    (fields, varying)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn differences_mark_only_fields_that_vary() {
+        let a = json!({"supplier_id": "SUP-1", "amount": 10, "currency": "EUR"});
+        let b = json!({"supplier_id": "SUP-2", "amount": 10, "currency": "EUR", "note": "x"});
+        let (fields, varying) = differences([&a, &b].into_iter());
+        assert_eq!(fields, vec!["supplier_id", "amount", "currency", "note"]);
+        assert_eq!(
+            varying.into_iter().collect::<Vec<_>>(),
+            vec!["note".to_string(), "supplier_id".to_string()]
+        );
+    }
+}

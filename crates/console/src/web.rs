@@ -1,0 +1,570 @@
+//! The routes. Reads are GETs that change nothing; every state change is a form POST that
+//! needs the signed-in session and its CSRF token, and is refused (403) without them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use maud::Markup;
+use serde::Deserialize;
+use toolgate_ontology::Ontology;
+use toolgate_store::{ApprovalStatus, Executor};
+
+use crate::actions::{self, Approved};
+use crate::auth::{
+    LOGIN_COOKIE, SESSION_COOKIE, Session, Sessions, random_token, same_secret, set_cookie,
+};
+use crate::error::ConsoleError;
+use crate::queue::{self, Filter};
+use crate::{item, pages, report};
+
+/// How the console is mounted and run.
+#[derive(Clone)]
+pub struct ConsoleOptions {
+    /// The path the router is nested under (`/approvals`), or empty at the root. Links and
+    /// the cookie path use it.
+    pub base: String,
+    /// Mark cookies `Secure` (browsers still send them to http://localhost). Turn off only
+    /// for a plain-HTTP deployment on another host.
+    pub secure_cookies: bool,
+    pub session_ttl: Duration,
+    /// Resolves cited evidence ids to records.
+    pub ontology: Option<Arc<Ontology>>,
+    /// Run an approved planned step at once (in this process, through the executor). Off:
+    /// the step is queued for the gateway's workers.
+    pub run_on_approve: bool,
+}
+
+impl Default for ConsoleOptions {
+    fn default() -> Self {
+        ConsoleOptions {
+            base: String::new(),
+            secure_cookies: true,
+            session_ttl: Duration::from_secs(8 * 3600),
+            ontology: None,
+            run_on_approve: true,
+        }
+    }
+}
+
+/// What the routes share. Cheap to clone.
+#[derive(Clone)]
+pub struct ConsoleState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    exec: Executor,
+    opts: ConsoleOptions,
+    sessions: Sessions,
+}
+
+impl ConsoleState {
+    pub fn new(exec: Executor, opts: ConsoleOptions) -> Self {
+        let ttl = opts.session_ttl;
+        ConsoleState {
+            inner: Arc::new(Inner {
+                exec,
+                opts,
+                sessions: Sessions::new(ttl),
+            }),
+        }
+    }
+    fn base(&self) -> &str {
+        &self.inner.opts.base
+    }
+    fn cookie_path(&self) -> String {
+        if self.base().is_empty() {
+            "/".into()
+        } else {
+            self.base().to_string()
+        }
+    }
+    fn session(&self, headers: &HeaderMap) -> Option<Session> {
+        self.inner
+            .sessions
+            .current(&self.inner.exec.registry, headers)
+    }
+}
+
+/// The approver's page: `/`, `/login`, `/logout`, `/item/{id}`, `/item/{id}/approve`,
+/// `/item/{id}/reject`, `/evidence/{id}`, `/report`. Nest it under `opts.base`.
+pub fn router(state: ConsoleState) -> Router {
+    Router::new()
+        .route("/", get(queue_page))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/item/{id}", get(item_page))
+        .route("/item/{id}/approve", post(approve))
+        .route("/item/{id}/reject", post(reject))
+        .route("/evidence/{id}", get(evidence_page))
+        .route("/report", get(report_page))
+        .with_state(state)
+}
+
+/// `/metrics` in the Prometheus text format: the report's figures over all records. Merge it
+/// at the root (`app.merge(metrics_router(state))`).
+pub fn metrics_router(state: ConsoleState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+fn html(status: StatusCode, m: Markup) -> Response {
+    let mut r = (status, axum::response::Html(m.into_string())).into_response();
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    r.headers_mut()
+        .insert("x-frame-options", HeaderValue::from_static("DENY"));
+    r
+}
+
+fn redirect(to: &str) -> Response {
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(LOCATION, v);
+    }
+    r
+}
+
+fn to_login(s: &ConsoleState) -> Response {
+    redirect(&format!("{}/login", s.base()))
+}
+
+async fn login_page(State(s): State<ConsoleState>) -> Response {
+    let token = random_token();
+    let mut r = html(StatusCode::OK, pages::login(s.base(), &token, None));
+    let c = set_cookie(
+        LOGIN_COOKIE,
+        &token,
+        &s.cookie_path(),
+        s.inner.opts.secure_cookies,
+        Some(600),
+    );
+    if let Ok(v) = HeaderValue::from_str(&c) {
+        r.headers_mut().append(SET_COOKIE, v);
+    }
+    r
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    api_key: Option<String>,
+    csrf: Option<String>,
+}
+
+async fn login(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
+    let expected = crate::auth::cookie(&headers, LOGIN_COOKIE);
+    let csrf_ok = matches!((&expected, &f.csrf), (Some(a), Some(b)) if same_secret(a, b));
+    if !csrf_ok {
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::message(
+                s.base(),
+                None,
+                "Refused",
+                "The sign-in form's CSRF token is missing or wrong. Open the sign-in page again.",
+            ),
+        );
+    }
+    let key = f.api_key.unwrap_or_default();
+    match s.inner.sessions.sign_in(&s.inner.exec.registry, &key) {
+        Some((id, _)) => {
+            let mut r = redirect(&format!("{}/", s.base()));
+            let path = s.cookie_path();
+            let secure = s.inner.opts.secure_cookies;
+            for c in [
+                set_cookie(
+                    SESSION_COOKIE,
+                    &id,
+                    &path,
+                    secure,
+                    Some(s.inner.opts.session_ttl.as_secs()),
+                ),
+                set_cookie(LOGIN_COOKIE, "", &path, secure, Some(0)),
+            ] {
+                if let Ok(v) = HeaderValue::from_str(&c) {
+                    r.headers_mut().append(SET_COOKIE, v);
+                }
+            }
+            r
+        }
+        None => {
+            let token = expected.unwrap_or_default();
+            html(
+                StatusCode::UNAUTHORIZED,
+                pages::login(
+                    s.base(),
+                    &token,
+                    Some("That key does not belong to a person who may approve."),
+                ),
+            )
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    csrf: Option<String>,
+}
+
+fn csrf_refusal(s: &ConsoleState, who: &Session) -> Response {
+    html(
+        StatusCode::FORBIDDEN,
+        pages::message(
+            s.base(),
+            Some((&who.principal, &who.csrf)),
+            "Refused",
+            "This form's CSRF token is missing or wrong; nothing was changed. Reload the page and try again.",
+        ),
+    )
+}
+
+fn csrf_ok(who: &Session, given: &Option<String>) -> bool {
+    given.as_deref().is_some_and(|g| same_secret(g, &who.csrf))
+}
+
+async fn logout(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    let Some(who) = s.session(&headers) else {
+        return to_login(&s);
+    };
+    if !csrf_ok(&who, &f.csrf) {
+        return csrf_refusal(&s, &who);
+    }
+    s.inner.sessions.sign_out(&headers);
+    let mut r = to_login(&s);
+    let c = set_cookie(
+        SESSION_COOKIE,
+        "",
+        &s.cookie_path(),
+        s.inner.opts.secure_cookies,
+        Some(0),
+    );
+    if let Ok(v) = HeaderValue::from_str(&c) {
+        r.headers_mut().append(SET_COOKIE, v);
+    }
+    r
+}
+
+fn failure(s: &ConsoleState, who: &Session, e: ConsoleError) -> Response {
+    let status = match &e {
+        ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
+        ConsoleError::NotAnApprover(_) => StatusCode::FORBIDDEN,
+        ConsoleError::Expired { .. } => StatusCode::GONE,
+        ConsoleError::ReasonRequired => StatusCode::UNPROCESSABLE_ENTITY,
+        ConsoleError::Closed { .. }
+        | ConsoleError::InputsChanged { .. }
+        | ConsoleError::SameApprover { .. } => StatusCode::CONFLICT,
+        ConsoleError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    if !e.is_refusal() {
+        tracing::error!(error = %e, "console action failed");
+    }
+    html(
+        status,
+        pages::message(
+            s.base(),
+            Some((&who.principal, &who.csrf)),
+            "Refused",
+            &e.to_string(),
+        ),
+    )
+}
+
+async fn queue_page(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Query(filter): Query<Filter>,
+) -> Response {
+    let Some(who) = s.session(&headers) else {
+        return to_login(&s);
+    };
+    let exec = &s.inner.exec;
+    let now = exec.clock.now();
+    match exec.store.approvals(Some(ApprovalStatus::Pending)).await {
+        Ok(reqs) => {
+            let groups = queue::build(reqs, &exec.registry, now, &filter);
+            html(
+                StatusCode::OK,
+                pages::queue(
+                    s.base(),
+                    (&who.principal, &who.csrf),
+                    &groups,
+                    &filter,
+                    &crate::fmt::datetime(now),
+                ),
+            )
+        }
+        Err(e) => failure(&s, &who, e.into()),
+    }
+}
+
+async fn item_page(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(who) = s.session(&headers) else {
+        return to_login(&s);
+    };
+    match item::load(&s.inner.exec, &id).await {
+        Ok(view) => html(
+            StatusCode::OK,
+            pages::item(s.base(), (&who.principal, &who.csrf), &view, &who.principal),
+        ),
+        Err(e) => failure(&s, &who, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ApproveForm {
+    csrf: Option<String>,
+    input_hash: Option<String>,
+}
+
+async fn approve(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(f): Form<ApproveForm>,
+) -> Response {
+    let Some(who) = s.session(&headers) else {
+        return to_login(&s);
+    };
+    if !csrf_ok(&who, &f.csrf) {
+        return csrf_refusal(&s, &who);
+    }
+    let shown = f.input_hash.unwrap_or_default();
+    let exec = &s.inner.exec;
+    let result = actions::approve(
+        exec,
+        &id,
+        &who.principal,
+        &shown,
+        s.inner.opts.run_on_approve,
+    )
+    .await;
+    let w = (who.principal.as_str(), who.csrf.as_str());
+    match result {
+        Ok(Approved::Waiting {
+            approved_by,
+            needed,
+        }) => html(
+            StatusCode::OK,
+            pages::outcome(
+                s.base(),
+                w,
+                &id,
+                true,
+                "Approved: waiting for a second person",
+                &[format!(
+                    "{} of {needed} approvals: approved first by {}. A different approver must approve it too before it runs.",
+                    approved_by.len(),
+                    approved_by.join(", ")
+                )],
+            ),
+        ),
+        Ok(Approved::Ran(report)) => {
+            let mut lines = vec![format!("The step ran once: status {}.", report.status)];
+            if let Some(o) = &report.outcome {
+                if let Some(r) = &o.target_ref {
+                    lines.push(format!("Reference: {r}"));
+                }
+                if let Some(e) = &o.error {
+                    lines.push(e.clone());
+                }
+            }
+            html(
+                StatusCode::OK,
+                pages::outcome(s.base(), w, &id, true, "Approved", &lines),
+            )
+        }
+        Ok(Approved::Queued { step_id }) => html(
+            StatusCode::OK,
+            pages::outcome(
+                s.base(),
+                w,
+                &id,
+                true,
+                "Approved",
+                &[format!("Step {step_id} is queued; a worker runs it once.")],
+            ),
+        ),
+        Ok(Approved::DirectCall) => html(
+            StatusCode::OK,
+            pages::outcome(
+                s.base(),
+                w,
+                &id,
+                true,
+                "Approved",
+                &[
+                    "The agent's retry of exactly this call will now pass the gate (once)."
+                        .to_string(),
+                ],
+            ),
+        ),
+        Err(e) => failure(&s, &who, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct RejectForm {
+    csrf: Option<String>,
+    reason: Option<String>,
+}
+
+async fn reject(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(f): Form<RejectForm>,
+) -> Response {
+    let Some(who) = s.session(&headers) else {
+        return to_login(&s);
+    };
+    if !csrf_ok(&who, &f.csrf) {
+        return csrf_refusal(&s, &who);
+    }
+    let reason = f.reason.unwrap_or_default();
+    match actions::reject(&s.inner.exec, &id, &who.principal, &reason).await {
+        Ok(()) => html(
+            StatusCode::OK,
+            pages::outcome(
+                s.base(),
+                (&who.principal, &who.csrf),
+                &id,
+                true,
+                "Rejected",
+                &[
+                    format!("Rejected with the reason: {}", reason.trim()),
+                    "The step is refused; nothing was sent.".into(),
+                ],
+            ),
+        ),
+        Err(e) => failure(&s, &who, e),
+    }
+}
+
+async fn evidence_page(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(who) = s.session(&headers) else {
+        return to_login(&s);
+    };
+    let w = (who.principal.as_str(), who.csrf.as_str());
+    let Some(o) = &s.inner.opts.ontology else {
+        return html(
+            StatusCode::OK,
+            pages::evidence(
+                s.base(),
+                w,
+                &id,
+                None,
+                "No ontology is configured, so this id cannot be opened here.",
+            ),
+        );
+    };
+    match o.resolve(&id) {
+        Ok(e) => {
+            let attrs = e
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let rels = e
+                .relations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let walk = o.walk(&e.id).map(|w| w.to_string()).unwrap_or_default();
+            html(
+                StatusCode::OK,
+                pages::evidence(
+                    s.base(),
+                    w,
+                    &id,
+                    Some(pages::EvidenceView {
+                        description: o.describe(e),
+                        attributes: attrs,
+                        relations: rels,
+                        walk,
+                    }),
+                    "",
+                ),
+            )
+        }
+        Err(err) => html(
+            StatusCode::NOT_FOUND,
+            pages::evidence(s.base(), w, &id, None, &err.to_string()),
+        ),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct SinceQuery {
+    since: Option<String>,
+}
+
+async fn report_page(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Query(q): Query<SinceQuery>,
+) -> Response {
+    let Some(who) = s.session(&headers) else {
+        return to_login(&s);
+    };
+    let exec = &s.inner.exec;
+    let now = exec.clock.now();
+    let text = q.since.unwrap_or_default();
+    let since = if text.trim().is_empty() {
+        None
+    } else {
+        report::parse_since(&text, now)
+    };
+    match report::gather(&exec.store, &exec.registry, since, now).await {
+        Ok(r) => html(
+            StatusCode::OK,
+            pages::report(s.base(), (&who.principal, &who.csrf), &r, &text),
+        ),
+        Err(e) => failure(&s, &who, e.into()),
+    }
+}
+
+async fn metrics(State(s): State<ConsoleState>) -> Response {
+    let exec = &s.inner.exec;
+    match report::gather(&exec.store, &exec.registry, None, exec.clock.now()).await {
+        Ok(r) => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            r.to_prometheus(),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("metrics unavailable: {e}\n"),
+        )
+            .into_response(),
+    }
+}

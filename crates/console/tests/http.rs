@@ -1,0 +1,427 @@
+//! The page over HTTP, in process: sign-in, sessions and CSRF, and the refusals that must leave
+//! nothing run: an approval posted twice, after expiry, for inputs that changed after they were
+//! shown, or without (or with a wrong) CSRF token. Each asserts the fake ERP's call count and
+//! the step's status, not only the page.
+
+mod common;
+
+use axum::http::StatusCode;
+use common::*;
+use toolgate_core::{InputHash, StepStatus};
+use toolgate_store::ApprovalStatus;
+
+async fn signed_in(e: &Env, key: &str) -> Http {
+    let mut h = Http::new(toolgate_console::router(e.console("")));
+    let r = h.sign_in(key).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    h
+}
+
+/// Opens the item page and returns (csrf, shown input hash, page).
+async fn open(h: &mut Http, approval: &str) -> (String, String, String) {
+    let page = h.get(&format!("/item/{approval}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let csrf = hidden(&page.body, "csrf").expect("csrf on the item page");
+    let hash = hidden(&page.body, "input_hash").unwrap_or_default();
+    (csrf, hash, page.body)
+}
+
+#[tokio::test]
+async fn signing_in_needs_a_human_approver_key_and_sets_a_strict_cookie() {
+    let e = env().await;
+    let mut h = Http::new(toolgate_console::router(e.console("")));
+    let r = h.get("/").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.location.as_deref(), Some("/login"));
+
+    for bad in [CAROL_KEY, WORKER_KEY, "not-a-key"] {
+        let r = h.sign_in(bad).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{bad}");
+        assert!(!h.jar.contains_key("toolgate_session"));
+    }
+    // The sign-in form itself needs its double-submit token.
+    let r = h.post("/login", &[("api_key", ALICE_KEY)]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+
+    let r = h.sign_in(ALICE_KEY).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let cookie = r
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("toolgate_session="))
+        .unwrap();
+    for flag in ["HttpOnly", "SameSite=Strict", "Secure"] {
+        assert!(cookie.contains(flag), "{cookie} lacks {flag}");
+    }
+    let q = h.get("/").await;
+    assert_eq!(q.status, StatusCode::OK);
+    assert!(q.body.contains("Signed in as"), "{}", q.body);
+}
+
+#[tokio::test]
+async fn approving_runs_the_step_once_and_a_second_post_is_refused() {
+    let e = env().await;
+    e.history().await;
+    let p = e.new_iban_payment().await;
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let (csrf, hash, page) = open(&mut h, &p.approval).await;
+    assert!(
+        page.contains("destination-alert"),
+        "the new IBAN is not flagged"
+    );
+    assert_eq!(
+        hash,
+        e.store
+            .approval(&p.approval)
+            .await
+            .unwrap()
+            .input_hash
+            .as_str()
+    );
+
+    let path = format!("/item/{}/approve", p.approval);
+    let r = h
+        .post(&path, &[("csrf", &csrf), ("input_hash", &hash)])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body.contains("The step ran once: status done"),
+        "{}",
+        r.body
+    );
+    assert_eq!(e.rec.count_step(&p.step), 1);
+    assert_eq!(
+        e.store.step(&p.step).await.unwrap().status,
+        StepStatus::Done
+    );
+
+    let again = h
+        .post(&path, &[("csrf", &csrf), ("input_hash", &hash)])
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+    assert_eq!(
+        e.rec.count_step(&p.step),
+        1,
+        "a second approval ran the step again"
+    );
+    assert_eq!(
+        e.store.approval(&p.approval).await.unwrap().status,
+        ApprovalStatus::Consumed
+    );
+}
+
+#[tokio::test]
+async fn an_approval_after_expiry_is_refused_and_nothing_runs() {
+    let e = env().await;
+    let p = e.new_iban_payment().await;
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let (csrf, hash, _) = open(&mut h, &p.approval).await;
+    e.clock.advance_hours(73);
+
+    let page = h.get(&format!("/item/{}", p.approval)).await;
+    assert!(
+        page.body.contains("data-status=\"expired\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("id=\"approve\""),
+        "an expired item offers Approve"
+    );
+
+    let r = h
+        .post(
+            &format!("/item/{}/approve", p.approval),
+            &[("csrf", &csrf), ("input_hash", &hash)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::GONE, "{}", r.body);
+    assert_eq!(e.rec.count("payment.schedule"), 0);
+    let req = e.store.approval(&p.approval).await.unwrap();
+    assert_eq!(req.status, ApprovalStatus::Expired);
+    assert!(req.approved_by.is_empty());
+    assert_eq!(
+        e.store.step(&p.step).await.unwrap().status,
+        StepStatus::NeedsApproval
+    );
+}
+
+#[tokio::test]
+async fn an_approval_for_inputs_that_changed_after_they_were_shown_is_refused() {
+    let e = env().await;
+    let p = e.new_iban_payment().await;
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let (csrf, hash, _) = open(&mut h, &p.approval).await;
+
+    // The plan is revised while the page is open: one cent more.
+    let revised = payment("SUP-0001", "INV-20260612", 12600.51, NEW_IBAN);
+    let canon = toolgate_core::canonical(&revised).replace('\'', "''");
+    e.store
+        .execute_raw(&format!(
+            "UPDATE steps SET inputs = '{canon}', input_hash = '{}' WHERE step_id = '{}'",
+            InputHash::of(&revised),
+            p.step
+        ))
+        .await
+        .unwrap();
+
+    let r = h
+        .post(
+            &format!("/item/{}/approve", p.approval),
+            &[("csrf", &csrf), ("input_hash", &hash)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.body.contains("inputs changed"), "{}", r.body);
+    assert_eq!(e.rec.count("payment.schedule"), 0);
+    assert!(
+        e.store
+            .approval(&p.approval)
+            .await
+            .unwrap()
+            .approved_by
+            .is_empty()
+    );
+    // And a form carrying a hash other than the request's is refused the same way.
+    let other = InputHash::of(&revised).to_string();
+    let r = h
+        .post(
+            &format!("/item/{}/approve", p.approval),
+            &[("csrf", &csrf), ("input_hash", &other)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(e.rec.count("payment.schedule"), 0);
+}
+
+#[tokio::test]
+async fn state_changes_without_the_csrf_token_are_refused() {
+    let e = env().await;
+    let p = e.new_iban_payment().await;
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let (_, hash, _) = open(&mut h, &p.approval).await;
+    let approve = format!("/item/{}/approve", p.approval);
+    let reject = format!("/item/{}/reject", p.approval);
+
+    let r = h.post(&approve, &[("input_hash", &hash)]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = h
+        .post(&approve, &[("csrf", "0000"), ("input_hash", &hash)])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = h.post(&reject, &[("reason", "looks wrong")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+
+    assert_eq!(e.rec.count("payment.schedule"), 0);
+    let req = e.store.approval(&p.approval).await.unwrap();
+    assert_eq!(req.status, ApprovalStatus::Pending);
+    assert!(req.approved_by.is_empty());
+    assert_eq!(
+        e.store.step(&p.step).await.unwrap().status,
+        StepStatus::NeedsApproval
+    );
+
+    // Without a session at all, a POST goes to sign-in and changes nothing.
+    let mut anon = Http::new(toolgate_console::router(e.console("")));
+    let r = anon.post(&approve, &[("input_hash", &hash)]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(e.rec.count("payment.schedule"), 0);
+}
+
+#[tokio::test]
+async fn a_rejection_needs_a_reason_and_refuses_the_step() {
+    let e = env().await;
+    let p = e.new_iban_payment().await;
+    let mut h = signed_in(&e, BOB_KEY).await;
+    let (csrf, _, _) = open(&mut h, &p.approval).await;
+    let reject = format!("/item/{}/reject", p.approval);
+
+    let r = h.post(&reject, &[("csrf", &csrf), ("reason", "  ")]).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        e.store.step(&p.step).await.unwrap().status,
+        StepStatus::NeedsApproval
+    );
+
+    let r = h
+        .post(
+            &reject,
+            &[("csrf", &csrf), ("reason", "IBAN not in the vendor master")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let s = e.store.step(&p.step).await.unwrap();
+    assert_eq!(s.status, StepStatus::Refused);
+    assert!(
+        s.outcome
+            .unwrap()
+            .error
+            .unwrap()
+            .contains("IBAN not in the vendor master"),
+        "the reason is not recorded"
+    );
+    assert_eq!(e.rec.count("payment.schedule"), 0);
+}
+
+#[tokio::test]
+async fn a_two_person_tool_needs_two_different_approvers_and_names_the_first() {
+    let e = env().await;
+    let p = park(
+        &e,
+        vec![step(
+            "payment.urgent",
+            serde_json::json!({"supplier_id": "SUP-0001", "invoice_id": "INV-20260613", "amount": 900.0}),
+            &[],
+        )],
+    )
+    .await;
+    let mut a = signed_in(&e, ALICE_KEY).await;
+    let (csrf, hash, _) = open(&mut a, &p.approval).await;
+    let approve = format!("/item/{}/approve", p.approval);
+    let r = a
+        .post(&approve, &[("csrf", &csrf), ("input_hash", &hash)])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains("approved first by alice"), "{}", r.body);
+    assert_eq!(e.rec.count("payment.urgent"), 0);
+
+    // Alice again: refused, still nothing runs.
+    let r = a
+        .post(&approve, &[("csrf", &csrf), ("input_hash", &hash)])
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(e.rec.count("payment.urgent"), 0);
+
+    let mut b = signed_in(&e, BOB_KEY).await;
+    let (csrf_b, hash_b, page) = open(&mut b, &p.approval).await;
+    assert!(
+        page.contains("id=\"first-approver\">alice<"),
+        "the page does not say who approved first"
+    );
+    let r = b
+        .post(&approve, &[("csrf", &csrf_b), ("input_hash", &hash_b)])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains("The step ran once"), "{}", r.body);
+    assert_eq!(e.rec.count("payment.urgent"), 1);
+    assert_eq!(
+        e.store.step(&p.step).await.unwrap().status,
+        StepStatus::Done
+    );
+}
+
+#[tokio::test]
+async fn the_queue_puts_larger_spend_first_groups_like_calls_and_filters() {
+    let e = env().await;
+    let small = park(
+        &e,
+        vec![step(
+            "payment.schedule",
+            payment("SUP-0002", "INV-20260620", 120.0, OLD_IBAN),
+            &[],
+        )],
+    )
+    .await;
+    e.clock.advance_hours(1);
+    let large = park(
+        &e,
+        vec![step(
+            "payment.schedule",
+            payment("SUP-0001", "INV-20260621", 9000.0, OLD_IBAN),
+            &[],
+        )],
+    )
+    .await;
+    let urgent = park(
+        &e,
+        vec![step(
+            "payment.urgent",
+            serde_json::json!({"supplier_id": "SUP-0003", "invoice_id": "INV-20260622", "amount": 50.0}),
+            &[],
+        )],
+    )
+    .await;
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let q = h.get("/").await.body;
+    let pos = |id: &str| {
+        q.find(&format!("/item/{id}"))
+            .unwrap_or_else(|| panic!("{id} missing"))
+    };
+    assert!(
+        pos(&large.approval) < pos(&small.approval),
+        "larger amount not first"
+    );
+    assert!(
+        pos(&small.approval) < pos(&urgent.approval),
+        "groups out of order"
+    );
+    assert_eq!(q.matches("<section class=\"group\">").count(), 2);
+    // Within the payment.schedule group, supplier, invoice and amount differ; currency does not.
+    assert!(q.contains("class=\"diff\"><code>SUP-0001"), "{q}");
+    assert!(!q.contains("class=\"diff\"><code>EUR"));
+
+    let f = h.get(&format!("/?run={}", small.run)).await.body;
+    assert!(f.contains(&small.approval) && !f.contains(&large.approval));
+    let f = h.get("/?tool=payment.urgent").await.body;
+    assert!(f.contains(&urgent.approval) && !f.contains(&small.approval));
+}
+
+#[tokio::test]
+async fn the_item_shows_reason_rule_evidence_earlier_steps_and_redaction() {
+    let e = env().await;
+    e.history().await;
+    let p = e.new_iban_payment().await;
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let (_, _, page) = open(&mut h, &p.approval).await;
+    assert!(
+        page.contains("Three-way match complete against PO-77840"),
+        "reason"
+    );
+    assert!(
+        page.contains("href=\"/evidence/PO-77840\""),
+        "evidence link"
+    );
+    assert!(page.contains("id=\"earlier\""), "earlier steps");
+    assert!(page.contains("invoice.get"));
+    assert!(page.contains("redacted in the audit log"));
+    assert!(
+        page.contains("<code class=\"value\">12600.5</code>"),
+        "exact amount"
+    );
+    let rule = e.store.approval(&p.approval).await.unwrap().rule;
+    assert!(page.contains(&format!("id=\"rule\">{rule}<")));
+
+    let ev = h.get("/evidence/PO-77840").await;
+    assert_eq!(ev.status, StatusCode::OK);
+    assert!(ev.body.contains("Cold-chain freight June"), "{}", ev.body);
+    let missing = h.get("/evidence/PO-00000").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn metrics_and_report_pages_show_the_gate() {
+    let e = env().await;
+    e.history().await;
+    let p = e.new_iban_payment().await;
+    toolgate_console::actions::reject(&e.exec, &p.approval, "alice", "new IBAN")
+        .await
+        .unwrap();
+    let state = e.console("");
+    let mut m = Http::new(toolgate_console::metrics_router(state.clone()));
+    let text = m.get("/metrics").await.body;
+    let rule = e.store.approval(&p.approval).await.unwrap().rule;
+    assert!(
+        text.contains(&format!(
+            "toolgate_gate_rejection_rate{{tool=\"payment.schedule\",rule=\"{rule}\"}} 0.5"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "toolgate_gate_break_even_ratio{{tool=\"payment.schedule\",rule=\"{rule}\"}} 2"
+    )));
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let page = h.get("/report").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("<svg"), "no chart");
+    assert!(page.body.contains("50.0 %"), "{}", page.body);
+}
