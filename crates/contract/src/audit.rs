@@ -382,11 +382,11 @@ impl ToolAudit<'_> {
         let (severity, why) = match (idempotent, destructive) {
             (Some(true), _) => (
                 Severity::Low,
-                "declares idempotentHint, a hint nothing enforces",
+                "it declares idempotentHint, but that is a hint nothing enforces",
             ),
             (_, true) => (
                 Severity::High,
-                "and is destructive (explicitly or by MCP's default): a retry after a timeout can repeat it",
+                "it is destructive (explicitly or by MCP's default), so a retry after a timeout can repeat it",
             ),
             (_, false) => (
                 Severity::Medium,
@@ -397,7 +397,7 @@ impl ToolAudit<'_> {
             "unkeyed-write",
             severity,
             Some("inputSchema".into()),
-            format!("write with no idempotency key parameter and no keyed alternative; {why}"),
+            format!("write with no idempotency key parameter and no keyed alternative: {why}"),
         );
     }
 
@@ -452,12 +452,13 @@ impl ToolAudit<'_> {
             }
         });
         if !open.is_empty() {
+            let (path, places) = places(&open);
             self.push(
                 "open-schema",
                 Severity::Medium,
-                Some(open.join(", ")),
+                Some(path),
                 format!(
-                    "{} object schema(s) without additionalProperties: false; undeclared fields reach the server",
+                    "{} object schema(s) without additionalProperties: false{places}; undeclared fields reach the server",
                     open.len()
                 ),
             );
@@ -469,11 +470,12 @@ impl ToolAudit<'_> {
             (arrays, "array(s) without maxItems", Severity::Low),
         ] {
             if !list.is_empty() {
+                let (path, places) = places(&list);
                 self.push(
                     "unbounded-value",
                     sev,
-                    Some(list.join(", ")),
-                    format!("{} {what}", list.len()),
+                    Some(path),
+                    format!("{} {what}{places}", list.len()),
                 );
             }
         }
@@ -601,6 +603,23 @@ impl ToolAudit<'_> {
             }
         }
     }
+}
+
+/// Where a grouped finding is: its one path, or `inputSchema` and the short names of all places.
+fn places(paths: &[String]) -> (String, String) {
+    if let [one] = paths {
+        return (one.clone(), String::new());
+    }
+    let short: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let p = p.strip_prefix("inputSchema").unwrap_or(p);
+            let p = p.replace(".properties.", ".");
+            let p = p.trim_start_matches('.');
+            if p.is_empty() { "(root)".to_string() } else { p.to_string() }
+        })
+        .collect();
+    ("inputSchema".into(), format!(" ({})", short.join(", ")))
 }
 
 /// Phrases that address the model rather than describe the tool, with how strongly they do.
