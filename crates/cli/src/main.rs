@@ -35,6 +35,9 @@ enum Command {
     /// Run both example domains end to end: the ontology walk, seed 003's dispatch run, and a
     /// supplier payment with an injected instruction. Needs nothing but this binary.
     Demo(cmd::demo::Args),
+    /// Run YAML eval fixtures that script runs and assert decisions, budgets, upstream calls and
+    /// audit records; exit 1 if any fails.
+    Eval(cmd::eval::Args),
     /// Walk the typed ontology from an entity.
     Ontology(cmd::ontology::Args),
     /// Make and hash API keys for principals.yaml.
@@ -45,6 +48,12 @@ enum Command {
     Trace(cmd::trace::Args),
     /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call.
     Serve(cmd::serve::Args),
+    /// Audit any MCP server's tool contract (a command after `--`, or a URL): table, JSON or SARIF.
+    Audit(cmd::audit::Args),
+    /// Compare upstream tool definitions with toolgate.lock: status, labelled diff, approve.
+    Lock(cmd::lock::Args),
+    /// Compare the registry's tools with a git revision; a behaviour change needs a version bump.
+    Registry(cmd::registry::Args),
 }
 
 fn main() -> ExitCode {
@@ -56,11 +65,15 @@ fn main() -> ExitCode {
         Command::Grants(a) => cmd::grants::run(&a, &mut out),
         Command::Decide(a) => cmd::decide::run(&a, &mut out),
         Command::Demo(a) => cmd::demo::run(&a, &mut out),
+        Command::Eval(a) => cmd::eval::run(&a, &mut out),
         Command::Ontology(a) => cmd::ontology::run(&a, &mut out),
         Command::Key(a) => cmd::key::run(&a, &mut out),
         Command::Log(a) => cmd::log::run(&a, &mut out),
         Command::Trace(a) => cmd::trace::run(&a, &mut out),
         Command::Serve(a) => cmd::serve::run(&a, &mut out),
+        Command::Audit(a) => cmd::audit::run(&a, &mut out),
+        Command::Lock(a) => cmd::lock::run(&a, &mut out),
+        Command::Registry(a) => cmd::registry::run(&a, &mut out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -732,13 +732,23 @@ impl<'r> Engine<'r> {
                 ),
             );
         } else if covering.is_empty() {
+            // Name what is missing from the grant for this purpose that comes closest; scopes
+            // held under other grants do not count (one grant must cover the whole tool).
+            let missing: Vec<&String> = grants
+                .iter()
+                .filter(|g| g.purposes.iter().any(|p| p == purpose))
+                .map(|g| {
+                    cfg.scopes
+                        .iter()
+                        .filter(|s| !g.scopes.contains(s))
+                        .collect::<Vec<_>>()
+                })
+                .min_by_key(Vec::len)
+                .unwrap_or_else(|| cfg.scopes.iter().collect());
             rec.fail(
                 CheckName::Purpose,
                 "grant.purpose",
-                format!(
-                    "scopes {:?} not granted for purpose '{purpose}'",
-                    cfg.scopes
-                ),
+                format!("scopes {missing:?} not granted for purpose '{purpose}'"),
             );
         } else if cfg.effect != crate::model::Effect::Read
             && req.reason.is_none_or(|r| r.trim().is_empty())

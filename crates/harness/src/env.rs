@@ -87,8 +87,20 @@ impl Environment {
         store_url: Option<&str>,
         faults: Vec<FaultSpec>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(example, store_url, faults, |_| Ok(())).await
+    }
+
+    /// As [`Environment::start`], letting `prepare` change the copied registry folder first
+    /// (the eval runner adds its own credentials and principals this way).
+    pub async fn start_with(
+        example: &Path,
+        store_url: Option<&str>,
+        faults: Vec<FaultSpec>,
+        prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         copy_dir(example, dir.path()).with_context(|| format!("copying {}", example.display()))?;
+        prepare(dir.path())?;
         let top = dir.path().join("toolgate.yaml");
         let mut config: Value = yaml_serde::from_str(&std::fs::read_to_string(&top)?)?;
         let stop = CancellationToken::new();

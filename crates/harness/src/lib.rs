@@ -5,6 +5,7 @@
 
 pub mod demo;
 pub mod env;
+pub mod eval;
 pub mod planner;
 
 pub use env::{Client, Environment};

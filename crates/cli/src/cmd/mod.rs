@@ -1,13 +1,17 @@
 //! One module per subcommand.
 
+pub mod audit;
 pub mod capabilities;
 pub mod check;
 pub mod decide;
 pub mod demo;
+pub mod eval;
 pub mod grants;
 pub mod key;
+pub mod lock;
 pub mod log;
 pub mod ontology;
+pub mod registry;
 pub mod serve;
 pub mod store;
 pub mod trace;

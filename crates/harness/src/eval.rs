@@ -1,0 +1,409 @@
+//! `toolgate eval DIR`: YAML fixtures that script runs against an example registry and assert
+//! what was allowed, refused or parked and why, what budgets were used, what reached the
+//! upstream systems and what the audit log holds. Each fixture gets its own environment (fakes,
+//! store, gateway), so fixtures never see each other's state.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::Tier;
+use toolgate_core::registry::api_key_hash;
+
+use crate::env::{Environment, text_of};
+
+/// One fixture file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fixture {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The registry folder, relative to the fixture file.
+    pub registry: String,
+    /// Principals added to the registry for this fixture (same shape as in principals.yaml).
+    #[serde(default)]
+    pub add_principals: Vec<Value>,
+    /// The principal calling, unless a step says otherwise.
+    #[serde(default)]
+    pub principal: Option<String>,
+    pub steps: Vec<Step>,
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    #[serde(default, rename = "as")]
+    pub principal: Option<String>,
+    /// A label for the run the step belongs to (steps with the same label share a run).
+    #[serde(default = "first_run")]
+    pub run: String,
+    pub tool: String,
+    #[serde(default)]
+    pub purpose: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default = "empty_object")]
+    pub inputs: Value,
+    /// Make the same call this many times.
+    #[serde(default = "one")]
+    pub repeat: u32,
+    #[serde(default)]
+    pub expect: Option<StepExpect>,
+}
+
+fn first_run() -> String {
+    "1".into()
+}
+fn empty_object() -> Value {
+    json!({})
+}
+fn one() -> u32 {
+    1
+}
+
+/// What one step must come to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepExpect {
+    /// `allowed`, `denied`, `needs_approval`, `unknown_tool` (the protocol answer), or
+    /// `inputs_differ` / `in_progress`.
+    pub decision: String,
+    /// A keyword the refusal's reason must contain.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The rule that decided.
+    #[serde(default)]
+    pub rule: Option<String>,
+}
+
+/// What the whole fixture must come to.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    #[serde(default)]
+    pub allowed: Option<usize>,
+    #[serde(default)]
+    pub denied: Option<usize>,
+    #[serde(default)]
+    pub needs_approval: Option<usize>,
+    /// Deliveries per upstream tool name (the fake's names, e.g. `schedule_payment`).
+    #[serde(default)]
+    pub upstream_calls: BTreeMap<String, usize>,
+    /// Today's budget use per principal and tier.
+    #[serde(default)]
+    pub budgets: BTreeMap<String, BTreeMap<Tier, i64>>,
+    /// Audit records written by the fixture's runs.
+    #[serde(default)]
+    pub audit_records: Option<usize>,
+    /// Tools that must not be in a principal's `tools/list`.
+    #[serde(default)]
+    pub not_listed: BTreeMap<String, Vec<String>>,
+}
+
+/// The key the eval gives each principal of the fixture's registry.
+pub fn eval_key(principal: &str) -> String {
+    format!("tgeval_{principal}")
+}
+
+/// Adds an eval credential to every principal, and the fixture's extra principals.
+fn prepare(dir: &Path, extra: &[Value]) -> anyhow::Result<()> {
+    let path = dir.join("principals.yaml");
+    let mut doc: Value = yaml_serde::from_str(&std::fs::read_to_string(&path)?)?;
+    let list = doc
+        .get_mut("principals")
+        .and_then(Value::as_array_mut)
+        .context("principals.yaml has no principals list")?;
+    list.extend(extra.iter().cloned());
+    for p in list.iter_mut() {
+        let id = p
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let cred = json!({"id": "eval", "sha256": api_key_hash(&eval_key(&id))});
+        match p.get_mut("credentials").and_then(Value::as_array_mut) {
+            Some(c) => c.push(cred),
+            None => p["credentials"] = json!([cred]),
+        }
+    }
+    std::fs::write(&path, yaml_serde::to_string(&doc)?)?;
+    Ok(())
+}
+
+/// How a call came out, as the client sees it.
+fn classify(result: &anyhow::Result<rmcp::model::CallToolResult>) -> (String, String, String) {
+    match result {
+        Err(e) => ("unknown_tool".into(), e.to_string(), "tool.unknown".into()),
+        Ok(r) if r.is_error != Some(true) => ("allowed".into(), String::new(), String::new()),
+        Ok(r) => {
+            let s = r.structured_content.clone().unwrap_or(Value::Null);
+            let status = match s.get("status").and_then(Value::as_str) {
+                Some("refused") => "denied",
+                Some(other) => other,
+                None => "error",
+            };
+            let reason = s
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| text_of(r));
+            let rule = s.get("rule").and_then(Value::as_str).unwrap_or_default();
+            (status.to_string(), reason, rule.to_string())
+        }
+    }
+}
+
+/// The outcome of one fixture: the failures found (empty means it passed).
+#[derive(Debug)]
+pub struct FixtureReport {
+    pub file: PathBuf,
+    pub name: String,
+    pub steps: usize,
+    pub failures: Vec<String>,
+}
+
+/// Runs one fixture file.
+pub async fn run_fixture(file: &Path, store_url: Option<&str>) -> anyhow::Result<FixtureReport> {
+    let text = std::fs::read_to_string(file)?;
+    let fx: Fixture = toolgate_core::registry::parse_yaml(&file.display().to_string(), &text)?;
+    let registry = file.parent().unwrap_or(Path::new(".")).join(&fx.registry);
+    let env = Environment::start_with(&registry, store_url, Vec::new(), |d| {
+        prepare(d, &fx.add_principals)
+    })
+    .await
+    .with_context(|| format!("{}: starting {}", file.display(), registry.display()))?;
+    let mut failures = Vec::new();
+    let mut clients = BTreeMap::new();
+    let mut runs: BTreeMap<String, String> = BTreeMap::new();
+    let (mut allowed, mut denied, mut parked, mut steps) = (0, 0, 0, 0);
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    for (i, step) in fx.steps.iter().enumerate() {
+        let who = step
+            .principal
+            .clone()
+            .or_else(|| fx.principal.clone())
+            .with_context(|| {
+                format!(
+                    "step {} names no principal (`as:`) and the fixture has none",
+                    i + 1
+                )
+            })?;
+        if !clients.contains_key(&who) {
+            clients.insert(who.clone(), env.client(&eval_key(&who)).await?);
+        }
+        let client = &clients[&who];
+        let run_id = runs
+            .entry(step.run.clone())
+            .or_insert_with(|| format!("eval-{nonce:x}-{}", step.run))
+            .clone();
+        let mut meta = json!({"run_id": run_id, "model": "eval", "prompt_rev": fx.name});
+        if let Some(p) = &step.purpose {
+            meta["purpose"] = json!(p);
+        }
+        if let Some(r) = &step.reason {
+            meta["reason"] = json!(r);
+        }
+        for n in 0..step.repeat {
+            steps += 1;
+            let result = client
+                .call(&step.tool, step.inputs.clone(), meta.clone())
+                .await;
+            let (decision, reason, rule) = classify(&result);
+            match decision.as_str() {
+                "allowed" => allowed += 1,
+                "needs_approval" => parked += 1,
+                _ => denied += 1,
+            }
+            // A repeated step's expectation is about its last repetition.
+            if n + 1 == step.repeat
+                && let Some(want) = &step.expect
+            {
+                let at = format!("step {} ({})", i + 1, step.tool);
+                if want.decision != decision {
+                    failures.push(format!(
+                        "{at}: expected {}, got {decision}: {reason}",
+                        want.decision
+                    ));
+                }
+                if let Some(k) = &want.reason
+                    && !reason.contains(k.as_str())
+                {
+                    failures.push(format!("{at}: reason {reason:?} does not contain {k:?}"));
+                }
+                if let Some(r) = &want.rule
+                    && r != &rule
+                {
+                    failures.push(format!("{at}: expected rule {r}, got {rule:?}"));
+                }
+            }
+        }
+    }
+    let e = &fx.expect;
+    for (label, want, got) in [
+        ("allowed", e.allowed, allowed),
+        ("denied", e.denied, denied),
+        ("needs_approval", e.needs_approval, parked),
+    ] {
+        if let Some(w) = want
+            && w != got
+        {
+            failures.push(format!("expected {w} {label}, got {got}"));
+        }
+    }
+    let calls = env.all_upstream_calls();
+    for (tool, want) in &e.upstream_calls {
+        let got = calls.iter().filter(|r| &r.tool == tool).count();
+        if got != *want {
+            failures.push(format!(
+                "expected {want} upstream call(s) of {tool}, got {got}"
+            ));
+        }
+    }
+    if !e.budgets.is_empty() {
+        let now = toolgate_core::Clock::now(&toolgate_core::SystemClock);
+        let used = env.store().budget_use(now).await?;
+        for (principal, tiers) in &e.budgets {
+            for (tier, want) in tiers {
+                let got = used
+                    .iter()
+                    .filter(|u| {
+                        &u.principal == principal && u.tier == *tier && u.day == now.utc_day()
+                    })
+                    .map(|u| u.used)
+                    .sum::<i64>();
+                if got != *want {
+                    failures.push(format!(
+                        "expected {principal} to have used {want} {tier} today, got {got}"
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(want) = e.audit_records {
+        let mut got = 0;
+        for run in runs.values() {
+            got += env.store().audit_records(None, Some(run)).await?.len();
+        }
+        if got != want {
+            failures.push(format!("expected {want} audit record(s), got {got}"));
+        }
+    }
+    for (principal, tools) in &e.not_listed {
+        let client = env.client(&eval_key(principal)).await?;
+        let listed: Vec<String> = client
+            .list_tools()
+            .await?
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        for t in tools {
+            if listed.contains(t) {
+                failures.push(format!("{t} is listed for {principal}"));
+            }
+        }
+        client.close().await;
+    }
+    for (_, c) in clients {
+        c.close().await;
+    }
+    env.shutdown().await;
+    Ok(FixtureReport {
+        file: file.to_path_buf(),
+        name: fx.name,
+        steps,
+        failures,
+    })
+}
+
+/// The fixture files under `dir` (or `dir` itself, if it is a file), sorted.
+pub fn fixture_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if dir.is_file() {
+        return Ok(vec![dir.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no fixtures (*.yaml) in {}", dir.display());
+    }
+    Ok(files)
+}
+
+/// Runs every fixture, printing progress and a summary table. Returns whether all passed.
+pub async fn run_all(
+    dir: &Path,
+    store_url: Option<&str>,
+    out: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    let files = fixture_files(dir)?;
+    let total = files.len();
+    let mut reports = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let name = f
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        write!(out, "[{}/{total}] {name} ... ", i + 1)?;
+        out.flush()?;
+        let report = match run_fixture(f, store_url).await {
+            Ok(r) => r,
+            Err(e) => FixtureReport {
+                file: f.clone(),
+                name: name.clone(),
+                steps: 0,
+                failures: vec![format!("could not run: {e:#}")],
+            },
+        };
+        writeln!(
+            out,
+            "{}",
+            if report.failures.is_empty() {
+                "ok"
+            } else {
+                "FAILED"
+            }
+        )?;
+        for fail in &report.failures {
+            writeln!(out, "    {fail}")?;
+        }
+        reports.push(report);
+    }
+    let passed = reports.iter().filter(|r| r.failures.is_empty()).count();
+    writeln!(out)?;
+    let width = reports
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    writeln!(out, "{:<width$}  {:>5}  result", "fixture", "calls")?;
+    writeln!(out, "{}  {}  ------", "-".repeat(width), "-----")?;
+    for r in &reports {
+        writeln!(
+            out,
+            "{:<width$}  {:>5}  {}",
+            r.name,
+            r.steps,
+            if r.failures.is_empty() {
+                "pass"
+            } else {
+                "FAIL"
+            }
+        )?;
+    }
+    writeln!(out, "\n{passed} passed, {} failed", total - passed)?;
+    Ok(passed == total)
+}
