@@ -5,7 +5,7 @@
 //! for each `tools/call`, recovery of steps whose worker died, the reconciler of `unknown`
 //! steps, and run abortion with compensation.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -200,6 +200,45 @@ pub enum SyncPoint {
 /// A callback at each [`SyncPoint`].
 pub type SyncHook = Arc<dyn Fn(SyncPoint) + Send + Sync>;
 
+/// A call made, not yet recorded.
+struct Called {
+    status: CallStatus,
+    outcome: StepOutcome,
+    settle: Settle,
+    draft: AuditDraft,
+    p: Pending,
+    decision: Decision,
+}
+
+/// One step of a run as the batch's decisions see it.
+struct RunEntry {
+    seq: i64,
+    step_id: String,
+    tool: String,
+    tier: Tier,
+    status: StepStatus,
+}
+
+/// What one claim transaction has read already: each run's steps and each principal's budget
+/// use, kept current by the batch's own decisions. On SQLite the transaction holds the only
+/// write lock, so this is exact; on PostgreSQL the conditional updates stay authoritative.
+#[derive(Default)]
+struct BatchCache {
+    runs: HashMap<String, Vec<RunEntry>>,
+    budgets: HashMap<String, HashMap<Tier, u32>>,
+    ensured: HashSet<(String, Tier, i64)>,
+}
+
+impl BatchCache {
+    fn set_status(&mut self, run_id: &str, step_id: &str, status: StepStatus) {
+        if let Some(entries) = self.runs.get_mut(run_id)
+            && let Some(e) = entries.iter_mut().find(|e| e.step_id == step_id)
+        {
+            e.status = status;
+        }
+    }
+}
+
 /// Claims, decides, calls and records. Holds the registry, the approval keys, the handler
 /// and a clock; cheap to clone.
 #[derive(Clone)]
@@ -214,6 +253,22 @@ pub struct Executor {
     pub destinations: Arc<DestinationFacts>,
     /// Test hook at each sync point.
     pub hook: Option<SyncHook>,
+}
+
+/// Marks `check` failed in a decision the engine allowed, because the store's conditional
+/// write lost a race the engine could not see (a key or the last unit of budget taken).
+fn overrule(decision: &mut Decision, check: CheckName, rule: &str, reason: &str) {
+    for c in decision.checks.iter_mut().filter(|c| c.name == check) {
+        c.outcome = toolgate_core::Outcome::Fail;
+        c.detail = reason.to_string();
+        c.rule = Some(rule.to_string());
+    }
+    decision.verdict = Verdict::Deny {
+        check,
+        rule: rule.to_string(),
+        reason: reason.to_string(),
+    };
+    decision.approvals.clear();
 }
 
 fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {
@@ -332,30 +387,54 @@ impl Executor {
     }
 
     /// Decides one pending call inside `tx` and reserves (or settles) it.
-    async fn prepare(&self, tx: &mut Tx, mut p: Pending, now: Timestamp) -> Result<Prepared> {
+    async fn prepare(
+        &self,
+        tx: &mut Tx,
+        mut p: Pending,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Prepared> {
         let reg: &Registry = &self.registry;
         let tool = reg.tool(&p.tool);
         let principal = reg.principal(&p.principal);
 
-        // The run so far, as policies and rate limits see it.
+        // The run so far, as policies and rate limits see it: the steps before this one
+        // (a direct call sees every step of its run). Loaded once per run per batch; the
+        // batch's own decisions update it as they are taken, in order.
+        if !cache.runs.contains_key(&p.run_id) {
+            let rows = tx
+                .rows(
+                    "SELECT seq, step_id, tool, tier, status FROM steps WHERE run_id = $1 \
+                     AND kind <> 'compensation' ORDER BY seq",
+                    args![&p.run_id],
+                )
+                .await?;
+            let mut entries = Vec::with_capacity(rows.len());
+            for r in &rows {
+                entries.push(RunEntry {
+                    seq: r.i64(0)?,
+                    step_id: r.text(1)?,
+                    tool: r.text(2)?,
+                    tier: parse_tier(&r.text(3)?)?,
+                    status: parse_status(&r.text(4)?)?,
+                });
+            }
+            cache.runs.insert(p.run_id.clone(), entries);
+        }
         let mut run = RunHistory::default();
-        let rows = tx
-            .rows(
-                "SELECT tool, tier, status FROM steps WHERE run_id = $1 AND step_id <> $2 \
-                 AND kind <> 'compensation' AND status IN ('running', 'done', 'unknown', 'refused', 'needs_approval') \
-                 ORDER BY seq",
-                args![&p.run_id, &p.step_id],
-            )
-            .await?;
-        for r in &rows {
-            let outcome = match parse_status(&r.text(2)?)? {
+        for e in &cache.runs[&p.run_id] {
+            if e.step_id == p.step_id || (p.kind != StepKind::Direct && e.seq >= p.seq) {
+                continue;
+            }
+            let outcome = match e.status {
                 StepStatus::Refused => PriorOutcome::Denied,
                 StepStatus::NeedsApproval => PriorOutcome::Gated,
+                StepStatus::Pending | StepStatus::Failed => continue,
                 _ => PriorOutcome::Allowed,
             };
             run.calls.push(PriorCall {
-                tool: r.text(0)?,
-                tier: parse_tier(&r.text(1)?)?,
+                tool: e.tool.clone(),
+                tier: e.tier,
                 outcome,
             });
         }
@@ -371,14 +450,21 @@ impl Executor {
             .unwrap_or_default();
         let mut budgets = BudgetView::default();
         for id in &chain {
-            for r in tx
-                .rows(
-                    "SELECT tier, used FROM budget_usage WHERE principal = $1 AND day = $2",
-                    args![id, day],
-                )
-                .await?
-            {
-                budgets.set(id, parse_tier(&r.text(0)?)?, r.i64(1)? as u32);
+            if !cache.budgets.contains_key(id) {
+                let mut used = HashMap::new();
+                for r in tx
+                    .rows(
+                        "SELECT tier, used FROM budget_usage WHERE principal = $1 AND day = $2",
+                        args![id, day],
+                    )
+                    .await?
+                {
+                    used.insert(parse_tier(&r.text(0)?)?, r.i64(1)? as u32);
+                }
+                cache.budgets.insert(id.clone(), used);
+            }
+            for (tier, used) in &cache.budgets[id] {
+                budgets.set(id, *tier, *used);
             }
         }
 
@@ -412,15 +498,20 @@ impl Executor {
         // Approvals: what the caller presented, plus what people granted for this subject.
         let subject = self.subject(&p);
         let mut tokens = std::mem::take(&mut p.presented);
-        for r in tx
-            .rows(
+        // A planned step on its first attempt cannot have been parked yet, so has no grants.
+        let may_have_grants = p.kind == StepKind::Direct || p.attempts > 1;
+        let granted = if may_have_grants {
+            tx.rows(
                 "SELECT g.token FROM approval_grants g JOIN approval_requests r \
                  ON r.approval_id = g.approval_id \
                  WHERE r.subject = $1 AND r.status IN ('pending', 'approved') ORDER BY g.granted_at",
                 args![&subject],
             )
             .await?
-        {
+        } else {
+            Vec::new()
+        };
+        for r in granted {
             let t = ApprovalToken::from_wire(r.text(0)?);
             if !tokens.contains(&t) {
                 tokens.push(t);
@@ -497,6 +588,7 @@ impl Executor {
                         &chain,
                         &subject,
                         now,
+                        cache,
                     )
                     .await?
                 {
@@ -507,6 +599,15 @@ impl Executor {
                         tokens,
                     }),
                     Some((status, rule, reason)) => {
+                        // A race lost after the engine allowed: the record says which check
+                        // ended up failing, not "allow".
+                        let mut decision = decision;
+                        let check = if rule.starts_with("budget.") {
+                            CheckName::Budget
+                        } else {
+                            CheckName::Idempotency
+                        };
+                        overrule(&mut decision, check, &rule, &reason);
                         let mut outcome = StepOutcome::status(match status {
                             CallStatus::InProgress => StepStatus::Running,
                             _ => StepStatus::Refused,
@@ -671,6 +772,7 @@ impl Executor {
         chain: &[String],
         subject: &str,
         now: Timestamp,
+        cache: &mut BatchCache,
     ) -> Result<Option<(CallStatus, String, String)>> {
         let reg: &Registry = &self.registry;
         let input_hash = InputHash::of(&p.inputs);
@@ -792,12 +894,14 @@ impl Executor {
             limited.sort();
             let mut taken: Vec<&str> = Vec::new();
             for (id, limit) in &limited {
-                tx.exec(
-                    "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
-                     ON CONFLICT (principal, tier, day) DO NOTHING",
-                    args![*id, tier.as_str(), day],
-                )
-                .await?;
+                if cache.ensured.insert((id.to_string(), tier, day)) {
+                    tx.exec(
+                        "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
+                         ON CONFLICT (principal, tier, day) DO NOTHING",
+                        args![*id, tier.as_str(), day],
+                    )
+                    .await?;
+                }
                 let ok = tx
                     .exec(
                         "UPDATE budget_usage SET used = used + 1 \
@@ -825,6 +929,12 @@ impl Executor {
                 taken.push(id);
             }
             for id in &taken {
+                *cache
+                    .budgets
+                    .entry(id.to_string())
+                    .or_default()
+                    .entry(tier)
+                    .or_default() += 1;
                 tx.exec(
                     "INSERT INTO budget_reservations (step_id, principal, tier, day) VALUES ($1, $2, $3, $4)",
                     args![&p.step_id, *id, tier.as_str(), day],
@@ -894,6 +1004,19 @@ impl Executor {
         tokens: Vec<ApprovalToken>,
         approvals: Vec<ApprovalClaims>,
     ) -> Result<(CallStatus, StepOutcome, i64, Pending, Decision)> {
+        let c = self.call_only(p, decision, tokens, approvals).await;
+        let seq = self.store.commit_record(Some(c.settle), c.draft).await?;
+        Ok((c.status, c.outcome, seq, c.p, c.decision))
+    }
+
+    /// Calls the handler for a reserved call and builds its settlement and audit record.
+    async fn call_only(
+        &self,
+        p: Pending,
+        decision: Decision,
+        tokens: Vec<ApprovalToken>,
+        approvals: Vec<ApprovalClaims>,
+    ) -> Called {
         let reg: &Registry = &self.registry;
         let effect = reg
             .tool(&p.tool)
@@ -1001,8 +1124,14 @@ impl Executor {
             &approvals,
             now,
         );
-        let seq = self.store.commit_record(Some(settle), draft).await?;
-        Ok((status, outcome, seq, p, decision))
+        Called {
+            status,
+            outcome,
+            settle,
+            draft,
+            p,
+            decision,
+        }
     }
 
     // ------------------------------------------------------------ the direct call path
@@ -1035,7 +1164,9 @@ impl Executor {
             attempts: 0,
         };
         let mut tx = self.store.begin().await?;
-        let prepared = self.prepare(&mut tx, p, now).await?;
+        let prepared = self
+            .prepare(&mut tx, p, now, &mut BatchCache::default())
+            .await?;
         tx.commit().await?;
         match prepared {
             Prepared::Settled {
@@ -1150,12 +1281,17 @@ impl Executor {
     ) -> Result<Vec<StepReport>> {
         let mut reports = Vec::with_capacity(claimed.len());
         let mut calls = Vec::new();
-        let aborted: HashSet<String> = HashSet::new();
+        let mut cache = BatchCache::default();
         for s in &claimed {
-            if aborted.contains(&s.run_id) {
-                continue;
-            }
-            match self.prepare(&mut tx, Pending::from_step(s), now).await? {
+            let prepared = self
+                .prepare(&mut tx, Pending::from_step(s), now, &mut cache)
+                .await?;
+            let new_status = match &prepared {
+                Prepared::Call { .. } => StepStatus::Running,
+                Prepared::Settled { outcome, .. } => outcome.status,
+            };
+            cache.set_status(&s.run_id, &s.step_id, new_status);
+            match prepared {
                 Prepared::Settled {
                     p, status, outcome, ..
                 } => reports.push(StepReport {
@@ -1174,20 +1310,25 @@ impl Executor {
         }
         tx.commit().await?;
         self.point(SyncPoint::Reserved);
+        // The calls run concurrently; their outcomes are recorded together in one commit.
         let mut set = tokio::task::JoinSet::new();
         for (p, decision, tokens, approvals) in calls {
             let this = self.clone();
-            set.spawn(async move { this.call_and_record(p, decision, tokens, approvals).await });
+            set.spawn(async move { this.call_only(p, decision, tokens, approvals).await });
         }
+        let mut units = Vec::new();
         while let Some(r) = set.join_next().await {
-            let (_, outcome, _, p, _) =
-                r.map_err(|e| StoreError::Corrupt(format!("a call task panicked: {e}")))??;
+            let c = r.map_err(|e| StoreError::Corrupt(format!("a call task panicked: {e}")))?;
             reports.push(StepReport {
-                step_id: p.step_id,
-                status: outcome.status,
-                outcome: Some(outcome),
+                step_id: c.p.step_id.clone(),
+                status: c.outcome.status,
+                outcome: Some(c.outcome),
                 replayed: false,
             });
+            units.push((Some(c.settle), c.draft));
+        }
+        if !units.is_empty() {
+            self.store.commit_records(units).await?;
         }
         Ok(reports)
     }

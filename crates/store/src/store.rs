@@ -111,10 +111,10 @@ pub(crate) struct Settle {
     pub now: Timestamp,
 }
 
+/// One caller's records: applied and acknowledged together.
 pub(crate) struct WriteJob {
-    settle: Option<Settle>,
-    audit: AuditDraft,
-    reply: oneshot::Sender<std::result::Result<i64, String>>,
+    units: Vec<(Option<Settle>, AuditDraft)>,
+    reply: oneshot::Sender<std::result::Result<Vec<i64>, String>>,
 }
 
 macro_rules! step_cols {
@@ -267,17 +267,21 @@ impl Store {
         settle: Option<Settle>,
         audit: AuditDraft,
     ) -> Result<i64> {
+        Ok(self.commit_records(vec![(settle, audit)]).await?[0])
+    }
+
+    /// As [`Store::commit_record`] for several records, acknowledged together.
+    pub(crate) async fn commit_records(
+        &self,
+        units: Vec<(Option<Settle>, AuditDraft)>,
+    ) -> Result<Vec<i64>> {
         let (reply, rx) = oneshot::channel();
         self.inner
             .writer
-            .send(WriteJob {
-                settle,
-                audit,
-                reply,
-            })
+            .send(WriteJob { units, reply })
             .map_err(|_| StoreError::WriterGone)?;
         match rx.await {
-            Ok(Ok(seq)) => Ok(seq),
+            Ok(Ok(seqs)) => Ok(seqs),
             Ok(Err(e)) => Err(StoreError::Corrupt(format!(
                 "recording the outcome failed: {e}"
             ))),
@@ -1109,11 +1113,17 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
 async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
     let mut tx = pool.begin().await?;
     for j in jobs {
-        if let Some(s) = &j.settle {
-            apply_settle(&mut tx, s).await?;
+        for (settle, _) in &j.units {
+            if let Some(s) = settle {
+                apply_settle(&mut tx, s).await?;
+            }
         }
     }
-    let seqs = audit::append(&mut tx, jobs.iter().map(|j| j.audit.clone()).collect()).await?;
+    let drafts = jobs
+        .iter()
+        .flat_map(|j| j.units.iter().map(|u| u.1.clone()))
+        .collect();
+    let seqs = audit::append(&mut tx, drafts).await?;
     tx.commit().await?;
     Ok(seqs)
 }
@@ -1124,16 +1134,26 @@ async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
 async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max: usize) {
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
-        while jobs.len() < max {
+        // Take what is waiting; give callers that are about to send a few turns to do so.
+        let mut idle_turns = 0;
+        while jobs.len() < max && idle_turns < 3 {
             match rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => break,
+                Ok(j) => {
+                    jobs.push(j);
+                    idle_turns = 0;
+                }
+                Err(_) => {
+                    idle_turns += 1;
+                    tokio::task::yield_now().await;
+                }
             }
         }
         match apply_batch(&pool, &jobs).await {
             Ok(seqs) => {
-                for (j, seq) in jobs.into_iter().zip(seqs) {
-                    let _ = j.reply.send(Ok(seq));
+                let mut seqs = seqs.into_iter();
+                for j in jobs {
+                    let mine = seqs.by_ref().take(j.units.len()).collect();
+                    let _ = j.reply.send(Ok(mine));
                 }
             }
             Err(batch_err) => {
@@ -1143,7 +1163,7 @@ async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max:
                     for _ in 0..3 {
                         match apply_batch(&pool, std::slice::from_ref(&j)).await {
                             Ok(s) => {
-                                res = Ok(s[0]);
+                                res = Ok(s);
                                 break;
                             }
                             Err(e) => res = Err(e.to_string()),

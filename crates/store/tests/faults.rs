@@ -38,11 +38,22 @@ async fn four_workers_execute_each_step_once(backend: Backend) {
     for r in 0..100 {
         let steps: Vec<PlannedStep> = (0..10)
             .map(|i| {
-                let who = if (r + i) % 2 == 0 { "child-a" } else { "child-b" };
-                step(who, "ticket.update", json!({"ticket_id": format!("T-{}", r * 10 + i), "status": "closed"}))
+                let who = if (r + i) % 2 == 0 {
+                    "child-a"
+                } else {
+                    "child-b"
+                };
+                step(
+                    who,
+                    "ticket.update",
+                    json!({"ticket_id": format!("T-{}", r * 10 + i), "status": "closed"}),
+                )
             })
             .collect();
-        setup.create_run(&reg, "capped-lead", Some("ops"), &steps, T0).await.unwrap();
+        setup
+            .create_run(&reg, "capped-lead", Some("ops"), &steps, T0)
+            .await
+            .unwrap();
     }
     let fake = Recorder::new();
     let mut workers = Vec::new();
@@ -67,7 +78,11 @@ async fn four_workers_execute_each_step_once(backend: Backend) {
     for w in workers {
         claimed.push(w.await.unwrap());
     }
-    assert_eq!(claimed.iter().sum::<usize>(), 1000, "every step claimed exactly once: {claimed:?}");
+    assert_eq!(
+        claimed.iter().sum::<usize>(),
+        1000,
+        "every step claimed exactly once: {claimed:?}"
+    );
 
     // Every executed step was executed exactly once.
     let keys = fake.keys_of("ticket.update");
@@ -76,13 +91,23 @@ async fn four_workers_execute_each_step_once(backend: Backend) {
         *per_key.entry(k).or_default() += 1;
     }
     assert!(per_key.values().all(|&n| n == 1), "a key was called twice");
-    assert_eq!(keys.len(), 600, "the parent's budget of 600 bounds the tree");
+    assert_eq!(
+        keys.len(),
+        600,
+        "the parent's budget of 600 bounds the tree"
+    );
 
-    let counts: HashMap<StepStatus, i64> = setup.status_counts().await.unwrap().into_iter().collect();
+    let counts: HashMap<StepStatus, i64> =
+        setup.status_counts().await.unwrap().into_iter().collect();
     assert_eq!(counts.get(&StepStatus::Done), Some(&600));
     assert_eq!(counts.get(&StepStatus::Refused), Some(&400));
     let used = setup.budget_use(T0).await.unwrap();
-    let get = |p: &str| used.iter().find(|u| u.principal == p).map(|u| u.used).unwrap_or(0);
+    let get = |p: &str| {
+        used.iter()
+            .find(|u| u.principal == p)
+            .map(|u| u.used)
+            .unwrap_or(0)
+    };
     assert_eq!(get("capped-lead"), 600, "no overrun");
     assert!(get("child-a") <= 400 && get("child-b") <= 400);
     // Four writers appended to one chain.
@@ -110,7 +135,9 @@ async fn crash_child() {
     let Ok(url) = std::env::var("TG_CRASH_URL") else {
         return;
     };
-    let schema = std::env::var("TG_CRASH_SCHEMA").ok().filter(|s| !s.is_empty());
+    let schema = std::env::var("TG_CRASH_SCHEMA")
+        .ok()
+        .filter(|s| !s.is_empty());
     let point = match std::env::var("TG_CRASH_POINT").unwrap().as_str() {
         "reserved" => SyncPoint::Reserved,
         _ => SyncPoint::Called,
@@ -131,7 +158,13 @@ async fn crash_child() {
     )
     .await
     .unwrap();
-    let mut ex = Executor::new(store, registry(), keys(), Recorder::with_log(log.into()), Arc::new(SystemClock));
+    let mut ex = Executor::new(
+        store,
+        registry(),
+        keys(),
+        Recorder::with_log(log.into()),
+        Arc::new(SystemClock),
+    );
     ex.hook = Some(Arc::new(move |at| {
         if at == point {
             std::fs::write(&mark, b"here").unwrap();
@@ -155,7 +188,10 @@ fn wait_for(path: &Path, child: &mut std::process::Child) {
             }
             panic!("the child exited ({status}) before its sync point: {out}");
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "the child never reached its sync point");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the child never reached its sync point"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -167,10 +203,24 @@ async fn crash_at(backend: Backend, point: &str) {
     let store = db.store(StoreConfig::default()).await;
     let reg = registry();
     let pay = |inv: &str, amount: f64| {
-        step("worker", "payment.send", json!({"invoice_id": inv, "amount": amount, "currency": "EUR", "iban": "X"}))
+        step(
+            "worker",
+            "payment.send",
+            json!({"invoice_id": inv, "amount": amount, "currency": "EUR", "iban": "X"}),
+        )
     };
     let run = store
-        .create_run(&reg, "worker", Some("ops"), &[pay("INV-1", 100.0), pay("INV-2", 200.0), pay("INV-3", 300.0)], T0)
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[
+                pay("INV-1", 100.0),
+                pay("INV-2", 200.0),
+                pay("INV-3", 300.0),
+            ],
+            T0,
+        )
         .await
         .unwrap();
     let log = db.dir.path().join("calls.log");
@@ -194,29 +244,56 @@ async fn crash_at(backend: Backend, point: &str) {
     let crashed_called = calls_before.lines().count();
     assert_eq!(crashed_called, if point == "called" { 1 } else { 0 });
     let steps = store.steps(&run).await.unwrap();
-    assert_eq!(steps.iter().filter(|s| s.status == StepStatus::Running).count(), 1);
+    assert_eq!(
+        steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Running)
+            .count(),
+        1
+    );
 
     // Restart: a new process would do exactly this.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let ex = Executor::new(store.clone(), reg.clone(), keys(), Recorder::with_log(log.clone()), Arc::new(SystemClock));
+    let ex = Executor::new(
+        store.clone(),
+        reg.clone(),
+        keys(),
+        Recorder::with_log(log.clone()),
+        Arc::new(SystemClock),
+    );
     let recovered = ex.recover_stale().await.unwrap();
     assert_eq!(recovered.len(), 1);
-    assert_eq!(recovered[0].status, StepStatus::Unknown, "an irreversible call is never re-run blind");
+    assert_eq!(
+        recovered[0].status,
+        StepStatus::Unknown,
+        "an irreversible call is never re-run blind"
+    );
     let settled = ex.reconcile().await.unwrap();
     assert_eq!(settled.len(), 1);
-    let expected = if point == "called" { StepStatus::Done } else { StepStatus::Failed };
+    let expected = if point == "called" {
+        StepStatus::Done
+    } else {
+        StepStatus::Failed
+    };
     assert_eq!(settled[0].status, expected, "the target's answer decides");
     ex.drain().await.unwrap();
 
     let steps = store.steps(&run).await.unwrap();
-    assert!(steps.iter().all(|s| s.status == StepStatus::Done), "{:?}", steps.iter().map(|s| s.status).collect::<Vec<_>>());
+    assert!(
+        steps.iter().all(|s| s.status == StepStatus::Done),
+        "{:?}",
+        steps.iter().map(|s| s.status).collect::<Vec<_>>()
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     let mut per_key: HashMap<&str, usize> = HashMap::new();
     for line in text.lines() {
         *per_key.entry(line.split_once(' ').unwrap().1).or_default() += 1;
     }
     assert_eq!(per_key.len(), 3, "every step executed");
-    assert!(per_key.values().all(|&n| n == 1), "nothing executed twice: {text}");
+    assert!(
+        per_key.values().all(|&n| n == 1),
+        "nothing executed twice: {text}"
+    );
     let report = store.verify_chain().await.unwrap();
     assert!(report.is_intact(), "{report}");
 }

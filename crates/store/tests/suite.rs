@@ -182,8 +182,10 @@ async fn same_key_other_inputs_and_in_flight(db: &TestDb) {
 
     // In flight: the first call is held inside the handler while the second arrives.
     let gate = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(tokio::sync::Notify::new());
     let slow = Arc::new(Recorder {
         gate: Some(gate.clone()),
+        entered: Some(entered.clone()),
         ..Recorder::default()
     });
     let ex2 = executor(&store, slow.clone(), clock());
@@ -194,27 +196,21 @@ async fn same_key_other_inputs_and_in_flight(db: &TestDb) {
     let ex_bg = ex2.clone();
     let call_bg = call.clone();
     let first = tokio::spawn(async move { ex_bg.governed_call(call_bg).await.unwrap() });
-    // Wait until the first call holds the key.
-    for _ in 0..200 {
-        let r = ex.governed_call(call.clone()).await.unwrap();
-        if r.status == CallStatus::InProgress {
-            assert_eq!(r.decision.rule(), Some("idempotency.in_progress"));
-            gate.notify_one();
-            let done = first.await.unwrap();
-            assert_eq!(done.status, CallStatus::Done);
-            assert_eq!(slow.count("ticket.update"), 1);
-            let again = ex.governed_call(call).await.unwrap();
-            assert_eq!(again.status, CallStatus::Replayed);
-            assert_eq!(
-                fake.count("ticket.update"),
-                1,
-                "the replay did not call the target"
-            );
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("the second call never saw the first in flight");
+    entered.notified().await;
+    let r = ex.governed_call(call.clone()).await.unwrap();
+    assert_eq!(r.status, CallStatus::InProgress, "{r:?}");
+    assert_eq!(r.decision.rule(), Some("idempotency.in_progress"));
+    gate.notify_one();
+    let done = first.await.unwrap();
+    assert_eq!(done.status, CallStatus::Done);
+    assert_eq!(slow.count("ticket.update"), 1);
+    let again = ex.governed_call(call).await.unwrap();
+    assert_eq!(again.status, CallStatus::Replayed);
+    assert_eq!(
+        fake.count("ticket.update"),
+        1,
+        "the replay did not call the target"
+    );
 }
 
 async fn failed_call_replays_its_error(db: &TestDb) {
@@ -406,7 +402,10 @@ async fn approval_for_other_amount_is_refused(db: &TestDb) {
     assert_eq!(parked.decision.rule(), Some("large-payment-needs-approval"));
     let approval_id = parked.approval_id.clone().unwrap();
     let req = store.approval(&approval_id).await.unwrap();
-    assert_eq!(toolgate_core::canonical(&req.inputs), toolgate_core::canonical(&payment(12000.00)));
+    assert_eq!(
+        toolgate_core::canonical(&req.inputs),
+        toolgate_core::canonical(&payment(12000.00))
+    );
     assert_eq!(req.reason.as_deref(), Some("settle invoice per contract"));
     assert_eq!(req.evidence, vec!["doc-1".to_string()]);
     assert_eq!(req.expires_at, T0.plus_hours(72));

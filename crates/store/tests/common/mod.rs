@@ -144,6 +144,8 @@ pub struct Recorder {
     pub modes: Mutex<HashMap<String, Mode>>,
     pub log: Option<PathBuf>,
     pub gate: Option<Arc<tokio::sync::Notify>>,
+    /// Notified when a call has arrived (before waiting on `gate`).
+    pub entered: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Recorder {
@@ -218,6 +220,9 @@ impl Handler for Recorder {
                     result: json!({"found": found}),
                     target_ref: found.then(|| format!("REF-{}", &key[7..19])),
                 });
+            }
+            if let Some(e) = &self.entered {
+                e.notify_one();
             }
             if let Some(g) = &self.gate {
                 g.notified().await;
