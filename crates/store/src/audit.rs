@@ -149,6 +149,7 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
         head.ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
     let (mut seq, mut prev) = (head.i64(0)?, head.text(1)?);
     let mut seqs = Vec::with_capacity(drafts.len());
+    let mut rows = Vec::with_capacity(drafts.len());
     for body in drafts {
         seq += 1;
         let principal = body.who.principal.clone();
@@ -156,15 +157,29 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
         let record = AuditRecord { seq, prev, body };
         let text = record.canonical();
         let hash = sha256_tagged(text.as_bytes());
-        tx.exec(
-            "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            args![seq, ts, principal, run_id, step_id, text, &hash],
-        )
-        .await?;
+        rows.push(serde_json::json!({
+            "seq": seq, "ts": ts, "principal": principal, "run_id": run_id,
+            "step_id": step_id, "record": text, "hash": hash,
+        }));
         prev = hash;
         seqs.push(seq);
     }
+    // All rows in one statement: the records travel as one JSON array.
+    tx.exec(
+        if tx.is_pg() {
+            "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
+             SELECT seq, ts, principal, run_id, step_id, record, hash \
+             FROM jsonb_to_recordset($1::jsonb) AS j(seq bigint, ts bigint, principal text, \
+             run_id text, step_id text, record text, hash text)"
+        } else {
+            "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
+             SELECT j.value ->> 'seq', j.value ->> 'ts', j.value ->> 'principal', \
+             j.value ->> 'run_id', j.value ->> 'step_id', j.value ->> 'record', j.value ->> 'hash' \
+             FROM json_each($1) AS j"
+        },
+        args![Value::Array(rows).to_string()],
+    )
+    .await?;
     tx.exec(
         "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
         args![seq, prev],

@@ -1043,46 +1043,103 @@ pub(crate) async fn insert_step(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {
 
 /// Applies one settlement inside a transaction (the audit record is appended by the caller).
 pub(crate) async fn apply_settle(tx: &mut Tx, s: &Settle) -> Result<()> {
-    let now = s.now.millis();
+    apply_settles(tx, &[s]).await
+}
+
+/// Applies many settlements with a handful of set-based statements: the rows travel as one
+/// JSON array (`json_each` on SQLite, `jsonb_to_recordset` on PostgreSQL), so a group commit
+/// costs the same few statements whether it carries one call or hundreds.
+pub(crate) async fn apply_settles(tx: &mut Tx, settles: &[&Settle]) -> Result<()> {
+    if settles.is_empty() {
+        return Ok(());
+    }
+    let pg = tx.is_pg();
+    let steps: Vec<Value> = settles
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "step_id": s.step_id,
+                "status": s.outcome.status.as_str(),
+                "outcome": to_json(&s.outcome),
+                "retry_at": s.retry_at,
+                "now": s.now.millis(),
+            })
+        })
+        .collect();
     tx.exec(
-        "UPDATE steps SET status = $1, outcome = $2, retry_at = $3, lease_until = NULL, \
-         updated_at = $4 WHERE step_id = $5 AND status IN ('running', 'unknown')",
-        args![
-            s.outcome.status.as_str(),
-            to_json(&s.outcome),
-            s.retry_at,
-            now,
-            &s.step_id
-        ],
+        if pg {
+            "UPDATE steps SET status = j.status, outcome = j.outcome, retry_at = j.retry_at, \
+             lease_until = NULL, updated_at = j.now \
+             FROM jsonb_to_recordset($1::jsonb) AS j(step_id text, status text, outcome text, \
+             retry_at bigint, now bigint) \
+             WHERE steps.step_id = j.step_id AND steps.status IN ('running', 'unknown')"
+        } else {
+            "UPDATE steps SET status = j.value ->> 'status', outcome = j.value ->> 'outcome', \
+             retry_at = j.value ->> 'retry_at', lease_until = NULL, updated_at = j.value ->> 'now' \
+             FROM json_each($1) AS j \
+             WHERE steps.step_id = j.value ->> 'step_id' AND steps.status IN ('running', 'unknown')"
+        },
+        args![Value::Array(steps).to_string()],
     )
     .await?;
-    match &s.idem {
-        IdemAction::Done(outcome) => {
-            tx.exec(
-                "UPDATE idempotency SET state = 'done', outcome = $1 WHERE idem_key = $2",
-                args![outcome, &s.idem_key],
-            )
-            .await?;
-        }
-        IdemAction::Release => {
-            tx.exec(
-                "DELETE FROM idempotency WHERE idem_key = $1 AND state = 'in_flight'",
-                args![&s.idem_key],
-            )
-            .await?;
-        }
-        IdemAction::Keep => {}
+    let done: Vec<Value> = settles
+        .iter()
+        .filter_map(|s| match &s.idem {
+            IdemAction::Done(o) => Some(serde_json::json!({"key": s.idem_key, "outcome": o})),
+            _ => None,
+        })
+        .collect();
+    if !done.is_empty() {
+        tx.exec(
+            if pg {
+                "UPDATE idempotency SET state = 'done', outcome = j.outcome \
+                 FROM jsonb_to_recordset($1::jsonb) AS j(key text, outcome text) \
+                 WHERE idempotency.idem_key = j.key"
+            } else {
+                "UPDATE idempotency SET state = 'done', outcome = j.value ->> 'outcome' \
+                 FROM json_each($1) AS j WHERE idempotency.idem_key = j.value ->> 'key'"
+            },
+            args![Value::Array(done).to_string()],
+        )
+        .await?;
     }
-    match s.budget {
-        BudgetAction::Charge => {
-            tx.exec(
-                "DELETE FROM budget_reservations WHERE step_id = $1",
-                args![&s.step_id],
-            )
-            .await?;
-        }
-        BudgetAction::Release => release_budget(tx, &s.step_id).await?,
-        BudgetAction::Hold => {}
+    let released: Vec<&str> = settles
+        .iter()
+        .filter(|s| matches!(s.idem, IdemAction::Release))
+        .map(|s| s.idem_key.as_str())
+        .collect();
+    if !released.is_empty() {
+        tx.exec(
+            if pg {
+                "DELETE FROM idempotency WHERE state = 'in_flight' \
+                 AND idem_key IN (SELECT jsonb_array_elements_text($1::jsonb))"
+            } else {
+                "DELETE FROM idempotency WHERE state = 'in_flight' \
+                 AND idem_key IN (SELECT value FROM json_each($1))"
+            },
+            args![serde_json::to_string(&released).expect("strings serialise")],
+        )
+        .await?;
+    }
+    let charged: Vec<&str> = settles
+        .iter()
+        .filter(|s| s.budget == BudgetAction::Charge)
+        .map(|s| s.step_id.as_str())
+        .collect();
+    if !charged.is_empty() {
+        tx.exec(
+            if pg {
+                "DELETE FROM budget_reservations \
+                 WHERE step_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
+            } else {
+                "DELETE FROM budget_reservations WHERE step_id IN (SELECT value FROM json_each($1))"
+            },
+            args![serde_json::to_string(&charged).expect("strings serialise")],
+        )
+        .await?;
+    }
+    for s in settles.iter().filter(|s| s.budget == BudgetAction::Release) {
+        release_budget(tx, &s.step_id).await?;
     }
     Ok(())
 }
@@ -1112,13 +1169,11 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
 
 async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
     let mut tx = pool.begin().await?;
-    for j in jobs {
-        for (settle, _) in &j.units {
-            if let Some(s) = settle {
-                apply_settle(&mut tx, s).await?;
-            }
-        }
-    }
+    let settles: Vec<&Settle> = jobs
+        .iter()
+        .flat_map(|j| j.units.iter().filter_map(|u| u.0.as_ref()))
+        .collect();
+    apply_settles(&mut tx, &settles).await?;
     let drafts = jobs
         .iter()
         .flat_map(|j| j.units.iter().map(|u| u.1.clone()))
