@@ -128,10 +128,15 @@ pub async fn run(
         }
         summary.dispatch.push((step.tool.clone(), status));
     }
-    let field_calls = env.all_upstream_calls().len();
+    let field_calls = env.all_upstream_calls();
+    let invoices = field_calls
+        .iter()
+        .filter(|r| r.tool == "draft_invoice")
+        .count();
     writeln!(
         out,
-        "\nsummary  {allowed} allowed, {denied} denied; the field system received {field_calls} call(s), none of them an invoice"
+        "\nsummary  {allowed} allowed, {denied} denied; the field system received {} call(s), {invoices} of them an invoice",
+        field_calls.len()
     )?;
     summary.dispatch_run = run_id;
     agent.close().await;
