@@ -57,6 +57,15 @@ document.addEventListener('keydown', function (e) {
 });
 "#;
 
+/// The queue's address: the mount point itself (a nested router's `/`).
+pub fn home(base: &str) -> String {
+    if base.is_empty() {
+        "/".into()
+    } else {
+        base.to_string()
+    }
+}
+
 /// The frame around every page.
 pub fn layout(base: &str, title: &str, who: Option<(&str, &str)>, body: Markup) -> Markup {
     html! {
@@ -74,7 +83,7 @@ pub fn layout(base: &str, title: &str, who: Option<(&str, &str)>, body: Markup) 
                     strong { "toolgate" }
                     @if who.is_some() {
                         nav {
-                            a href={(base) "/"} { "Queue" } " · "
+                            a href=(home(base)) { "Queue" } " · "
                             a href={(base) "/report"} { "Surface numbers" }
                         }
                     }
@@ -133,7 +142,7 @@ pub fn queue(
             h1 { "Waiting for a decision (" (total) ")" }
             p.muted { "Riskiest first (spend before act, larger amounts first), then oldest. Like calls are grouped; "
                 span.diff { "marked" } " fields differ within a group. Keys: Tab, or j / k between items. Now: " (now_label) }
-            form.filters method="get" action={(base) "/"} {
+            form.filters method="get" action=(home(base)) {
                 label { "Tool " input type="text" name="tool" value=(filter.tool.clone().unwrap_or_default()); } " "
                 label { "Principal " input type="text" name="principal" value=(filter.principal.clone().unwrap_or_default()); } " "
                 label { "Run " input type="text" name="run" value=(filter.run.clone().unwrap_or_default()); } " "
@@ -156,7 +165,7 @@ pub fn queue(
                                     td { a.item href={(base) "/item/" (r.approval_id)} { (short(&r.approval_id)) } }
                                     td { (tier_tag(it.tier.as_str())) }
                                     td { (r.principal) }
-                                    td { @if let Some(run) = &r.run_id { a href={(base) "/?run=" (run)} { (short(run)) } } }
+                                    td { @if let Some(run) = &r.run_id { a href={(home(base)) "?run=" (run)} { (short(run)) } } }
                                     @for f in &g.fields {
                                         td.diff[g.varying.contains(f)] {
                                             @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&plain(v), 40)) } }
@@ -219,7 +228,7 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
     let already = r.approved_by.iter().any(|a| a == approver);
     html! {
         (layout(base, "Item", Some(who), html! {
-            p { a href={(base) "/"} { "← Queue" } }
+            p { a href=(home(base)) { "← Queue" } }
             h1 { code #tool { (r.tool) } " "
                 @if let Some(t) = &v.tool { (tier_tag(&t.tier)) " " span.tag #effect { (t.effect) } } }
             p #status data-status=(status_text(v)) {
@@ -352,7 +361,7 @@ pub fn outcome(
                 strong { (title) }
                 @for l in lines { p { (l) } }
             }
-            p { a href={(base) "/item/" (id)} { "Back to the item" } " · " a #to-queue href={(base) "/"} { "Back to the queue" } }
+            p { a href={(base) "/item/" (id)} { "Back to the item" } " · " a #to-queue href=(home(base)) { "Back to the queue" } }
         },
     )
 }

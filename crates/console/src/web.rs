@@ -185,7 +185,7 @@ async fn login(
     let key = f.api_key.unwrap_or_default();
     match s.inner.sessions.sign_in(&s.inner.exec.registry, &key) {
         Some((id, _)) => {
-            let mut r = redirect(&format!("{}/", s.base()));
+            let mut r = redirect(&pages::home(s.base()));
             let path = s.cookie_path();
             let secure = s.inner.opts.secure_cookies;
             for c in [
