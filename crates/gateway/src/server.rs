@@ -10,6 +10,9 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
+// Logging is deprecated (SEP-2577) but older clients and the conformance suite still set it.
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
@@ -147,15 +150,28 @@ impl GatewayServer {
     }
 }
 
+#[allow(deprecated)]
 impl ServerHandler for GatewayServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build())
             .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "toolgate governs every tool call. Say why in each call's _meta: `purpose` (e.g. \
                  billing) and `reason`; optionally `run_id`, `evidence`, `approval_token`. Refusals \
                  come back as results with isError: true that say what to change.",
             )
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // Accepted and noted; toolgate sends no log notifications of its own yet, and upstream
+        // log messages are not relayed (see tests/conformance/exclusions.txt).
+        let caller = self.caller(&context)?;
+        tracing::debug!(principal = %caller.principal, level = ?request.level, "logging/setLevel");
+        Ok(())
     }
 
     async fn list_tools(
