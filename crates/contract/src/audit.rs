@@ -49,7 +49,9 @@ impl FromStr for Severity {
             "low" => Ok(Severity::Low),
             "medium" => Ok(Severity::Medium),
             "high" => Ok(Severity::High),
-            other => Err(format!("unknown severity '{other}': use info, low, medium or high")),
+            other => Err(format!(
+                "unknown severity '{other}': use info, low, medium or high"
+            )),
         }
     }
 }
@@ -367,7 +369,13 @@ impl ToolAudit<'_> {
         });
     }
 
-    fn unkeyed_write(&mut self, tool: &Value, all: &[Value], idempotent: Option<bool>, destructive: bool) {
+    fn unkeyed_write(
+        &mut self,
+        tool: &Value,
+        all: &[Value],
+        idempotent: Option<bool>,
+        destructive: bool,
+    ) {
         if has_key_param(tool) {
             return;
         }
@@ -410,9 +418,15 @@ impl ToolAudit<'_> {
         });
         for path in hits {
             let (severity, what) = if read_only {
-                (Severity::Medium, "a read that reaches a free destination is an egress channel")
+                (
+                    Severity::Medium,
+                    "a read that reaches a free destination is an egress channel",
+                )
             } else {
-                (Severity::High, "a well-formed wrong value sends data or money elsewhere")
+                (
+                    Severity::High,
+                    "a well-formed wrong value sends data or money elsewhere",
+                )
             };
             self.push(
                 "free-destination",
@@ -431,7 +445,10 @@ impl ToolAudit<'_> {
             let fixed = node.contains_key("enum") || node.contains_key("const");
             let is_object = types.iter().any(|t| t == "object") || node.contains_key("properties");
             if is_object
-                && matches!(node.get("additionalProperties"), None | Some(Value::Bool(true)))
+                && matches!(
+                    node.get("additionalProperties"),
+                    None | Some(Value::Bool(true))
+                )
             {
                 open.push(path.to_string());
             }
@@ -463,9 +480,17 @@ impl ToolAudit<'_> {
                 ),
             );
         }
-        let num_sev = if read_only { Severity::Low } else { Severity::Medium };
+        let num_sev = if read_only {
+            Severity::Low
+        } else {
+            Severity::Medium
+        };
         for (list, what, sev) in [
-            (numbers, "number(s) without both a minimum and a maximum", num_sev),
+            (
+                numbers,
+                "number(s) without both a minimum and a maximum",
+                num_sev,
+            ),
             (strings, "string(s) without maxLength", Severity::Low),
             (arrays, "array(s) without maxItems", Severity::Low),
         ] {
@@ -495,7 +520,12 @@ impl ToolAudit<'_> {
         let wanted: &[&str] = if read_only {
             &["readOnlyHint", "openWorldHint"]
         } else {
-            &["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
+            &[
+                "readOnlyHint",
+                "destructiveHint",
+                "idempotentHint",
+                "openWorldHint",
+            ]
         };
         for k in wanted {
             if !ann.contains_key(*k) {
@@ -559,18 +589,24 @@ impl ToolAudit<'_> {
             }
         }
         // Property names are read by the model too.
-        walk_properties(tool.get("inputSchema").unwrap_or(&Value::Null), "inputSchema", &mut |path, name, _| {
-            if hidden_chars(name).next().is_some() {
-                texts.push((path.to_string(), name.to_string()));
-            }
-        });
+        walk_properties(
+            tool.get("inputSchema").unwrap_or(&Value::Null),
+            "inputSchema",
+            &mut |path, name, _| {
+                if hidden_chars(name).next().is_some() {
+                    texts.push((path.to_string(), name.to_string()));
+                }
+            },
+        );
         for (path, text) in texts {
             self.text(&path, &text, names);
         }
     }
 
     fn text(&mut self, path: &str, text: &str, names: &[&str]) {
-        let hidden: Vec<String> = hidden_chars(text).map(|c| format!("U+{:04X}", c as u32)).collect();
+        let hidden: Vec<String> = hidden_chars(text)
+            .map(|c| format!("U+{:04X}", c as u32))
+            .collect();
         if !hidden.is_empty() {
             let mut uniq = hidden.clone();
             uniq.dedup();
@@ -578,7 +614,11 @@ impl ToolAudit<'_> {
                 "hidden-unicode",
                 Severity::High,
                 Some(path.to_string()),
-                format!("{} invisible or control character(s): {}", hidden.len(), uniq.join(" ")),
+                format!(
+                    "{} invisible or control character(s): {}",
+                    hidden.len(),
+                    uniq.join(" ")
+                ),
             );
         }
         let lower = text.to_lowercase();
@@ -616,7 +656,11 @@ fn places(paths: &[String]) -> (String, String) {
             let p = p.strip_prefix("inputSchema").unwrap_or(p);
             let p = p.replace(".properties.", ".");
             let p = p.trim_start_matches('.');
-            if p.is_empty() { "(root)".to_string() } else { p.to_string() }
+            if p.is_empty() {
+                "(root)".to_string()
+            } else {
+                p.to_string()
+            }
         })
         .collect();
     ("inputSchema".into(), format!(" ({})", short.join(", ")))
@@ -671,7 +715,10 @@ fn hidden_chars(text: &str) -> impl Iterator<Item = char> + '_ {
 fn distinctive(name: &str) -> bool {
     name.contains('_')
         || name.contains('-')
-        || name.chars().zip(name.chars().skip(1)).any(|(a, b)| a.is_ascii_lowercase() && b.is_ascii_uppercase())
+        || name
+            .chars()
+            .zip(name.chars().skip(1))
+            .any(|(a, b)| a.is_ascii_lowercase() && b.is_ascii_uppercase())
         || name.len() >= 12
 }
 
@@ -702,7 +749,11 @@ fn write_verb(name: &str) -> Option<&'static str> {
 fn types_of(node: &Map<String, Value>) -> Vec<String> {
     match node.get("type") {
         Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -722,7 +773,11 @@ fn free_string(prop: &Value) -> bool {
     if types.iter().any(|t| t == "array") {
         return node.get("items").is_none_or(free_string);
     }
-    if let Some(alts) = node.get("anyOf").or_else(|| node.get("oneOf")).and_then(Value::as_array) {
+    if let Some(alts) = node
+        .get("anyOf")
+        .or_else(|| node.get("oneOf"))
+        .and_then(Value::as_array)
+    {
         return alts.iter().any(free_string);
     }
     types.is_empty() || types.iter().any(|t| t == "string")

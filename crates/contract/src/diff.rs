@@ -184,7 +184,12 @@ fn same_but_name(a: &Value, b: &Value) -> bool {
 pub fn diff_tool(old: &Value, new: &Value) -> Vec<Change> {
     let mut out = Vec::new();
     let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
-        push(&mut out, "", DiffLabel::Widening, "the definition is not a JSON object");
+        push(
+            &mut out,
+            "",
+            DiffLabel::Widening,
+            "the definition is not a JSON object",
+        );
         return out;
     };
     for key in union_keys(o, n) {
@@ -229,7 +234,12 @@ fn union_keys<'a>(
     a.keys().chain(b.keys()).map(String::as_str).collect()
 }
 
-pub(crate) fn push(out: &mut Vec<Change>, path: &str, label: DiffLabel, message: impl Into<String>) {
+pub(crate) fn push(
+    out: &mut Vec<Change>,
+    path: &str,
+    label: DiffLabel,
+    message: impl Into<String>,
+) {
     out.push(Change {
         path: path.to_string(),
         label,
@@ -286,14 +296,13 @@ const LOWER_BOUNDS: &[&str] = &[
     "minProperties",
     "minContains",
 ];
-const TEXT_KEYWORDS: &[&str] = &[
-    "description",
-    "title",
-    "$comment",
-    "examples",
-    "deprecated",
+const TEXT_KEYWORDS: &[&str] = &["description", "title", "$comment", "examples", "deprecated"];
+const SCHEMA_MAPS: &[&str] = &[
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
 ];
-const SCHEMA_MAPS: &[&str] = &["patternProperties", "$defs", "definitions", "dependentSchemas"];
 const SUBSCHEMAS: &[&str] = &[
     "items",
     "additionalItems",
@@ -324,7 +333,11 @@ pub(crate) fn diff_schema(path: &str, old: &Value, new: &Value, out: &mut Vec<Ch
                 out,
                 path,
                 label,
-                format!("schema replaced: {} -> {}", show(Some(old)), show(Some(new))),
+                format!(
+                    "schema replaced: {} -> {}",
+                    show(Some(old)),
+                    show(Some(new))
+                ),
             );
             return;
         }
@@ -341,25 +354,46 @@ pub(crate) fn diff_schema(path: &str, old: &Value, new: &Value, out: &mut Vec<Ch
             "enum" => enum_change(out, &at, a, b),
             "const" => {
                 let (label, what) = match (a, b) {
-                    (None, Some(_)) => (DiffLabel::Breaking, "const added: only one value passes now"),
+                    (None, Some(_)) => (
+                        DiffLabel::Breaking,
+                        "const added: only one value passes now",
+                    ),
                     (Some(_), None) => (DiffLabel::Widening, "const removed: any value passes now"),
-                    _ => (DiffLabel::Breaking, "const changed: the value that passed no longer does"),
+                    _ => (
+                        DiffLabel::Breaking,
+                        "const changed: the value that passed no longer does",
+                    ),
                 };
-                push(out, &at, label, format!("{what} ({} -> {})", show(a), show(b)));
+                push(
+                    out,
+                    &at,
+                    label,
+                    format!("{what} ({} -> {})", show(a), show(b)),
+                );
             }
             "pattern" | "format" | "contentMediaType" | "contentEncoding" => {
                 let (label, what) = match (a, b) {
-                    (None, Some(_)) => (DiffLabel::Breaking, format!("{key} added: fewer values pass")),
+                    (None, Some(_)) => (
+                        DiffLabel::Breaking,
+                        format!("{key} added: fewer values pass"),
+                    ),
                     (Some(_), None) => (
                         DiffLabel::Widening,
                         format!("{key} removed: any string passes now"),
                     ),
                     _ => (
                         DiffLabel::Widening,
-                        format!("{key} changed; it cannot be proven narrower, so it is reviewed as loosened"),
+                        format!(
+                            "{key} changed; it cannot be proven narrower, so it is reviewed as loosened"
+                        ),
                     ),
                 };
-                push(out, &at, label, format!("{what} ({} -> {})", show(a), show(b)));
+                push(
+                    out,
+                    &at,
+                    label,
+                    format!("{what} ({} -> {})", show(a), show(b)),
+                );
             }
             k if UPPER_BOUNDS.contains(&k) || LOWER_BOUNDS.contains(&k) => {
                 bound_change(out, &at, key, UPPER_BOUNDS.contains(&k), a, b)
@@ -370,7 +404,12 @@ pub(crate) fn diff_schema(path: &str, old: &Value, new: &Value, out: &mut Vec<Ch
                 } else {
                     DiffLabel::Breaking
                 };
-                push(out, &at, label, format!("multipleOf {} -> {}", show(a), show(b)));
+                push(
+                    out,
+                    &at,
+                    label,
+                    format!("multipleOf {} -> {}", show(a), show(b)),
+                );
             }
             "uniqueItems" => {
                 let on = |v: Option<&Value>| v == Some(&Value::Bool(true));
@@ -379,7 +418,12 @@ pub(crate) fn diff_schema(path: &str, old: &Value, new: &Value, out: &mut Vec<Ch
                 } else {
                     DiffLabel::Breaking
                 };
-                push(out, &at, label, format!("uniqueItems {} -> {}", show(a), show(b)));
+                push(
+                    out,
+                    &at,
+                    label,
+                    format!("uniqueItems {} -> {}", show(a), show(b)),
+                );
             }
             "default" => push(
                 out,
@@ -394,11 +438,23 @@ pub(crate) fn diff_schema(path: &str, old: &Value, new: &Value, out: &mut Vec<Ch
             "required" => required_change(out, path, a, b),
             "properties" => properties_change(out, &at, a, b),
             k if SCHEMA_MAPS.contains(&k) => schema_map_change(out, &at, a, b),
-            "additionalProperties" | "unevaluatedProperties" => openness_change(out, &at, key, a, b),
+            "additionalProperties" | "unevaluatedProperties" => {
+                openness_change(out, &at, key, a, b)
+            }
             k if SUBSCHEMAS.contains(&k) => match (a, b) {
                 (Some(a), Some(b)) => diff_schema(&at, a, b, out),
-                (None, Some(_)) => push(out, &at, DiffLabel::Breaking, format!("{key} constraint added")),
-                _ => push(out, &at, DiffLabel::Widening, format!("{key} constraint removed")),
+                (None, Some(_)) => push(
+                    out,
+                    &at,
+                    DiffLabel::Breaking,
+                    format!("{key} constraint added"),
+                ),
+                _ => push(
+                    out,
+                    &at,
+                    DiffLabel::Widening,
+                    format!("{key} constraint removed"),
+                ),
             },
             "anyOf" | "oneOf" | "allOf" | "prefixItems" => composition_change(out, &at, key, a, b),
             "nullable" => {
@@ -407,7 +463,12 @@ pub(crate) fn diff_schema(path: &str, old: &Value, new: &Value, out: &mut Vec<Ch
                 } else {
                     DiffLabel::Breaking
                 };
-                push(out, &at, label, format!("nullable {} -> {}", show(a), show(b)));
+                push(
+                    out,
+                    &at,
+                    label,
+                    format!("nullable {} -> {}", show(a), show(b)),
+                );
             }
             other => push(
                 out,
@@ -431,7 +492,11 @@ fn type_set(v: Option<&Value>) -> BTreeSet<String> {
     match v {
         None => ALL_TYPES.iter().map(|s| s.to_string()).collect(),
         Some(Value::String(s)) => [s.clone()].into(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
         Some(_) => BTreeSet::new(),
     }
 }
@@ -446,18 +511,40 @@ fn type_change(out: &mut Vec<Change>, at: &str, a: Option<&Value>, b: Option<&Va
     let wider = old.iter().all(|t| accepts(&new, t));
     let narrower = new.iter().all(|t| accepts(&old, t));
     let (label, what) = match (wider, narrower) {
-        (true, false) => (DiffLabel::Widening, "type widened: values the old type refused now pass"),
-        (false, true) => (DiffLabel::Breaking, "type narrowed: values that passed are now refused"),
-        _ => (DiffLabel::Breaking, "type changed: calls that passed are now refused"),
+        (true, false) => (
+            DiffLabel::Widening,
+            "type widened: values the old type refused now pass",
+        ),
+        (false, true) => (
+            DiffLabel::Breaking,
+            "type narrowed: values that passed are now refused",
+        ),
+        _ => (
+            DiffLabel::Breaking,
+            "type changed: calls that passed are now refused",
+        ),
     };
-    push(out, at, label, format!("{what} ({} -> {})", show(a), show(b)));
+    push(
+        out,
+        at,
+        label,
+        format!("{what} ({} -> {})", show(a), show(b)),
+    );
 }
 
 fn enum_change(out: &mut Vec<Change>, at: &str, a: Option<&Value>, b: Option<&Value>) {
     match (a.and_then(Value::as_array), b.and_then(Value::as_array)) {
         (Some(old), Some(new)) => {
-            let gone: Vec<String> = old.iter().filter(|v| !new.contains(v)).map(|v| v.to_string()).collect();
-            let added: Vec<String> = new.iter().filter(|v| !old.contains(v)).map(|v| v.to_string()).collect();
+            let gone: Vec<String> = old
+                .iter()
+                .filter(|v| !new.contains(v))
+                .map(|v| v.to_string())
+                .collect();
+            let added: Vec<String> = new
+                .iter()
+                .filter(|v| !old.contains(v))
+                .map(|v| v.to_string())
+                .collect();
             if !gone.is_empty() {
                 push(
                     out,
@@ -512,30 +599,50 @@ fn bound_change(
     b: Option<&Value>,
 ) {
     let (label, what) = match (as_f64(a), as_f64(b)) {
-        (None, Some(_)) if a.is_none() => (DiffLabel::Breaking, format!("{key} added: a new bound")),
-        (Some(_), None) if b.is_none() => (DiffLabel::Widening, format!("{key} dropped: no bound now")),
+        (None, Some(_)) if a.is_none() => {
+            (DiffLabel::Breaking, format!("{key} added: a new bound"))
+        }
+        (Some(_), None) if b.is_none() => {
+            (DiffLabel::Widening, format!("{key} dropped: no bound now"))
+        }
         (Some(x), Some(y)) => {
             let looser = if upper { y > x } else { y < x };
             if looser {
                 (
                     DiffLabel::Widening,
-                    format!("{key} {} : the bound is looser", if upper { "raised" } else { "lowered" }),
+                    format!(
+                        "{key} {} : the bound is looser",
+                        if upper { "raised" } else { "lowered" }
+                    ),
                 )
             } else {
                 (
                     DiffLabel::Breaking,
-                    format!("{key} {} : the bound is tighter", if upper { "lowered" } else { "raised" }),
+                    format!(
+                        "{key} {} : the bound is tighter",
+                        if upper { "lowered" } else { "raised" }
+                    ),
                 )
             }
         }
         _ => (DiffLabel::Widening, format!("{key} changed (not a number)")),
     };
-    push(out, at, label, format!("{what} ({} -> {})", show(a), show(b)));
+    push(
+        out,
+        at,
+        label,
+        format!("{what} ({} -> {})", show(a), show(b)),
+    );
 }
 
 fn string_set(v: Option<&Value>) -> BTreeSet<String> {
     v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -558,7 +665,12 @@ fn required_change(out: &mut Vec<Change>, path: &str, a: Option<&Value>, b: Opti
         );
     }
     if old == new {
-        push(out, &join(path, "required"), DiffLabel::Description, "required list reordered");
+        push(
+            out,
+            &join(path, "required"),
+            DiffLabel::Description,
+            "required list reordered",
+        );
     }
 }
 
@@ -572,7 +684,9 @@ fn properties_change(out: &mut Vec<Change>, at: &str, a: Option<&Value>, b: Opti
             (Some(x), Some(y)) => diff_schema(&p, x, y, out),
             (None, Some(_)) => {
                 let what = if is_destination_name(key) {
-                    format!("new destination-like field '{key}': data can now go somewhere unreviewed")
+                    format!(
+                        "new destination-like field '{key}': data can now go somewhere unreviewed"
+                    )
                 } else {
                     format!("new field '{key}'")
                 };
@@ -605,7 +719,13 @@ fn schema_map_change(out: &mut Vec<Change>, at: &str, a: Option<&Value>, b: Opti
 }
 
 /// `additionalProperties`: absent or `true` is open, `false` closed, a schema partly open.
-fn openness_change(out: &mut Vec<Change>, at: &str, key: &str, a: Option<&Value>, b: Option<&Value>) {
+fn openness_change(
+    out: &mut Vec<Change>,
+    at: &str,
+    key: &str,
+    a: Option<&Value>,
+    b: Option<&Value>,
+) {
     let closed = |v: Option<&Value>| v == Some(&Value::Bool(false));
     let open = |v: Option<&Value>| v.is_none() || v == Some(&Value::Bool(true));
     match (a, b) {
@@ -613,19 +733,31 @@ fn openness_change(out: &mut Vec<Change>, at: &str, key: &str, a: Option<&Value>
             out,
             at,
             DiffLabel::Widening,
-            format!("{key} opened ({} -> {}): undeclared fields now pass", show(a), show(b)),
+            format!(
+                "{key} opened ({} -> {}): undeclared fields now pass",
+                show(a),
+                show(b)
+            ),
         ),
         _ if !closed(a) && closed(b) => push(
             out,
             at,
             DiffLabel::Breaking,
-            format!("{key} closed ({} -> {}): undeclared fields are now refused", show(a), show(b)),
+            format!(
+                "{key} closed ({} -> {}): undeclared fields are now refused",
+                show(a),
+                show(b)
+            ),
         ),
         _ if open(a) && open(b) => push(
             out,
             at,
             DiffLabel::Description,
-            format!("{key} spelled differently, same meaning ({} -> {})", show(a), show(b)),
+            format!(
+                "{key} spelled differently, same meaning ({} -> {})",
+                show(a),
+                show(b)
+            ),
         ),
         (Some(x), Some(y)) if x.is_object() && y.is_object() => diff_schema(at, x, y, out),
         _ if open(b) => push(
@@ -643,7 +775,13 @@ fn openness_change(out: &mut Vec<Change>, at: &str, key: &str, a: Option<&Value>
     }
 }
 
-fn composition_change(out: &mut Vec<Change>, at: &str, key: &str, a: Option<&Value>, b: Option<&Value>) {
+fn composition_change(
+    out: &mut Vec<Change>,
+    at: &str,
+    key: &str,
+    a: Option<&Value>,
+    b: Option<&Value>,
+) {
     let empty = Vec::new();
     let old = a.and_then(Value::as_array).unwrap_or(&empty);
     let new = b.and_then(Value::as_array).unwrap_or(&empty);
@@ -710,12 +848,18 @@ pub(crate) fn diff_annotations(a: Option<&Value>, b: Option<&Value>, out: &mut V
                 out,
                 &at,
                 DiffLabel::Description,
-                format!("{} -> {}: the same meaning (MCP default is {default})", show(x), show(y)),
+                format!(
+                    "{} -> {}: the same meaning (MCP default is {default})",
+                    show(x),
+                    show(y)
+                ),
             );
             continue;
         }
         let what = match (key, after) {
-            ("readOnlyHint", false) => "no longer read-only: the tool may now modify its environment",
+            ("readOnlyHint", false) => {
+                "no longer read-only: the tool may now modify its environment"
+            }
             ("readOnlyHint", true) => {
                 "now claims to be read-only: clients that skip confirmation for read-only tools stop asking; hints are not verified"
             }
@@ -728,6 +872,11 @@ pub(crate) fn diff_annotations(a: Option<&Value>, b: Option<&Value>, out: &mut V
             ("openWorldHint", true) => "now reaches an open world of external systems",
             _ => "now claims a closed world: hints are not verified",
         };
-        push(out, &at, DiffLabel::Widening, format!("{what} ({} -> {})", show(x), show(y)));
+        push(
+            out,
+            &at,
+            DiffLabel::Widening,
+            format!("{what} ({} -> {})", show(x), show(y)),
+        );
     }
 }

@@ -86,7 +86,12 @@ impl ServerPin {
     ) -> Self {
         let tools = tools
             .iter()
-            .map(|t| (tool_name(t).to_string(), ToolPin::new(t.clone(), approved.clone())))
+            .map(|t| {
+                (
+                    tool_name(t).to_string(),
+                    ToolPin::new(t.clone(), approved.clone()),
+                )
+            })
             .collect();
         ServerPin {
             identity,
@@ -160,7 +165,11 @@ impl Lockfile {
             .map_err(|e| err("(top level)", format!("not valid YAML: {e}")))?;
         let lock: Lockfile = serde_path_to_error::deserialize(value).map_err(|e| {
             let p = e.path().to_string();
-            let p = if p == "." { "(top level)".to_string() } else { p };
+            let p = if p == "." {
+                "(top level)".to_string()
+            } else {
+                p
+            };
             err(&p, e.into_inner().to_string())
         })?;
         if lock.version != LOCKFILE_VERSION {

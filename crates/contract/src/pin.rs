@@ -133,9 +133,7 @@ impl PinSet {
             server_changes: Vec::new(),
         };
         let Some(indexed) = self.servers.get(server) else {
-            verdict.server_blocked = Some(format!(
-                "new server: '{server}' is not in the lockfile"
-            ));
+            verdict.server_blocked = Some(format!("new server: '{server}' is not in the lockfile"));
             verdict.blocked = tools
                 .iter()
                 .map(|t| BlockedTool {
@@ -189,7 +187,10 @@ impl PinSet {
                 .tools
                 .iter()
                 .filter(|(n, _)| !verdict.allowed.contains_key(*n))
-                .filter(|(n, _)| tools.iter().all(|t| tool_name(t) != n.as_str()) || unmatched.iter().any(|t| tool_name(t) == n.as_str()))
+                .filter(|(n, _)| {
+                    tools.iter().all(|t| tool_name(t) != n.as_str())
+                        || unmatched.iter().any(|t| tool_name(t) == n.as_str())
+                })
                 .map(|(n, p)| (n.clone(), p.definition.clone()))
                 .collect();
             for change in diff_tool_sets(&pinned, &unmatched) {
@@ -227,7 +228,12 @@ impl PinSet {
         tools: &[rmcp::model::Tool],
     ) -> PinVerdict {
         let values: Vec<Value> = tools.iter().map(tool_value).collect();
-        self.check(server, identity, &ServerFacts::from_peer_info(info), &values)
+        self.check(
+            server,
+            identity,
+            &ServerFacts::from_peer_info(info),
+            &values,
+        )
     }
 }
 
@@ -272,7 +278,11 @@ fn server_changes(pin: &ServerPin, identity: &ServerIdentity, facts: &ServerFact
         add(
             "identity",
             DiffLabel::Widening,
-            format!("now `{}`, pinned `{}`", identity.describe(), pin.identity.describe()),
+            format!(
+                "now `{}`, pinned `{}`",
+                identity.describe(),
+                pin.identity.describe()
+            ),
         );
     }
     if pin.identity.package != identity.package {
@@ -297,7 +307,10 @@ fn server_changes(pin: &ServerPin, identity: &ServerIdentity, facts: &ServerFact
         );
     }
     if pin.instructions_sha256 != facts.instructions_hash() {
-        let quote = |s: Option<&str>| s.map(|s| format!("{s:?}")).unwrap_or_else(|| "(none)".into());
+        let quote = |s: Option<&str>| {
+            s.map(|s| format!("{s:?}"))
+                .unwrap_or_else(|| "(none)".into())
+        };
         add(
             "instructions",
             DiffLabel::Description,
@@ -305,7 +318,9 @@ fn server_changes(pin: &ServerPin, identity: &ServerIdentity, facts: &ServerFact
                 "text changed from {} to {}",
                 match &pin.instructions {
                     Some(t) => quote(Some(t)),
-                    None if pin.instructions_sha256 == crate::definition::instructions_hash(None) => "(none)".into(),
+                    None if pin.instructions_sha256
+                        == crate::definition::instructions_hash(None) =>
+                        "(none)".into(),
                     None => pin.instructions_sha256.clone(),
                 },
                 quote(facts.instructions.as_deref())
@@ -357,7 +372,11 @@ impl PinVerdict {
             None => "changes pending review".to_string(),
         };
         let mut labels: Vec<String> = Vec::new();
-        for l in [DiffLabel::Widening, DiffLabel::Breaking, DiffLabel::Description] {
+        for l in [
+            DiffLabel::Widening,
+            DiffLabel::Breaking,
+            DiffLabel::Description,
+        ] {
             let n = self.blocked.iter().filter(|b| b.label == l).count();
             if n > 0 {
                 labels.push(format!("{n} {l}"));

@@ -157,11 +157,20 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, ContractError> {
 
 /// Reads `tools/*.yaml` of the registry folder `dir` as it was at git revision `rev`.
 pub fn tools_at_revision(dir: &Path, rev: &str) -> Result<Vec<ToolConfig>, ContractError> {
-    let prefix = git(dir, &["rev-parse", "--show-prefix"])?.trim().to_string();
+    let prefix = git(dir, &["rev-parse", "--show-prefix"])?
+        .trim()
+        .to_string();
     let tools_dir = format!("{prefix}tools/");
     let listing = git(
         dir,
-        &["ls-tree", "--full-tree", "--name-only", rev, "--", &tools_dir],
+        &[
+            "ls-tree",
+            "--full-tree",
+            "--name-only",
+            rev,
+            "--",
+            &tools_dir,
+        ],
     )?;
     let mut out = Vec::new();
     for path in listing.lines().filter(|p| p.ends_with(".yaml")) {
@@ -187,7 +196,11 @@ pub fn diff_registry(revision: &str, old: &[ToolConfig], new: &[ToolConfig]) -> 
                 let behaviour: Vec<&str> = BEHAVIOUR_FIELDS
                     .iter()
                     .copied()
-                    .filter(|f| changes.iter().any(|c| c.path == *f || c.path.starts_with(&format!("{f}."))))
+                    .filter(|f| {
+                        changes
+                            .iter()
+                            .any(|c| c.path == *f || c.path.starts_with(&format!("{f}.")))
+                    })
                     .collect();
                 let failure = (!behaviour.is_empty() && a.version == b.version).then(|| {
                     format!(
@@ -239,7 +252,8 @@ pub fn diff_registry(revision: &str, old: &[ToolConfig], new: &[ToolConfig]) -> 
 }
 
 fn rank(v: Option<&Value>, order: &[&str]) -> Option<usize> {
-    v.and_then(Value::as_str).and_then(|s| order.iter().position(|o| *o == s))
+    v.and_then(Value::as_str)
+        .and_then(|s| order.iter().position(|o| *o == s))
 }
 
 /// Every labelled change between two declarations of one registry tool.
@@ -259,7 +273,12 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
                 (Some(i), Some(j)) if j > i => (DiffLabel::Widening, "raised"),
                 _ => (DiffLabel::Breaking, "lowered"),
             };
-            push(out, key, label, format!("{what} {dir}: {} -> {}", show(x), show(y)));
+            push(
+                out,
+                key,
+                label,
+                format!("{what} {dir}: {} -> {}", show(x), show(y)),
+            );
         };
         match key {
             "description" => push(
@@ -284,7 +303,8 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
                 let start = out.len();
                 diff_annotations(x, y, &mut out);
                 for c in &mut out[start..] {
-                    c.message = format!("{} (the registry's effect stays authoritative)", c.message);
+                    c.message =
+                        format!("{} (the registry's effect stays authoritative)", c.message);
                 }
             }
             "effect" => up_is_wider(&["read", "write", "irreversible"], &mut out, "effect"),
@@ -300,7 +320,12 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
                 } else {
                     DiffLabel::Breaking
                 };
-                push(&mut out, key, label, format!("gate {} -> {}", show(x), show(y)));
+                push(
+                    &mut out,
+                    key,
+                    label,
+                    format!("gate {} -> {}", show(x), show(y)),
+                );
             }
             "approvers" => {
                 let (i, j) = (x.and_then(Value::as_u64), y.and_then(Value::as_u64));
@@ -309,7 +334,12 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
                 } else {
                     DiffLabel::Breaking
                 };
-                push(&mut out, key, label, format!("approvers {} -> {}", show(x), show(y)));
+                push(
+                    &mut out,
+                    key,
+                    label,
+                    format!("approvers {} -> {}", show(x), show(y)),
+                );
             }
             "rate_limit" => {
                 let (i, j) = (x.and_then(Value::as_u64), y.and_then(Value::as_u64));
@@ -318,16 +348,33 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
                     (Some(i), Some(j)) if j > i => DiffLabel::Widening,
                     _ => DiffLabel::Breaking,
                 };
-                push(&mut out, key, label, format!("rate_limit {} -> {}", show(x), show(y)));
+                push(
+                    &mut out,
+                    key,
+                    label,
+                    format!("rate_limit {} -> {}", show(x), show(y)),
+                );
             }
-            "roles" | "purposes" | "scopes" => set_change(&mut out, key, x, y, "more callers or uses"),
+            "roles" | "purposes" | "scopes" => {
+                set_change(&mut out, key, x, y, "more callers or uses")
+            }
             "redact" => {
                 let (old, new) = (strings(x), strings(y));
                 for f in old.difference(&new) {
-                    push(&mut out, key, DiffLabel::Widening, format!("'{f}' no longer redacted in the audit log"));
+                    push(
+                        &mut out,
+                        key,
+                        DiffLabel::Widening,
+                        format!("'{f}' no longer redacted in the audit log"),
+                    );
                 }
                 for f in new.difference(&old) {
-                    push(&mut out, key, DiffLabel::Breaking, format!("'{f}' now redacted in the audit log"));
+                    push(
+                        &mut out,
+                        key,
+                        DiffLabel::Breaking,
+                        format!("'{f}' now redacted in the audit log"),
+                    );
                 }
             }
             "identity" => push(
@@ -346,20 +393,33 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
                 } else {
                     DiffLabel::Breaking
                 };
-                push(&mut out, key, label, format!("{key} {} -> {}", show(x), show(y)));
+                push(
+                    &mut out,
+                    key,
+                    label,
+                    format!("{key} {} -> {}", show(x), show(y)),
+                );
             }
             "handler" => push(
                 &mut out,
                 key,
                 DiffLabel::Widening,
-                format!("handler changed from {} to {}: different code now runs the tool", show(x), show(y)),
+                format!(
+                    "handler changed from {} to {}: different code now runs the tool",
+                    show(x),
+                    show(y)
+                ),
             ),
             "destinations" => destinations_change(&mut out, x, y),
             other => push(
                 &mut out,
                 other,
                 DiffLabel::Widening,
-                format!("changed from {} to {} (not classified; reviewed as widening)", show(x), show(y)),
+                format!(
+                    "changed from {} to {} (not classified; reviewed as widening)",
+                    show(x),
+                    show(y)
+                ),
             ),
         }
     }
@@ -368,7 +428,12 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
 
 fn strings(v: Option<&Value>) -> BTreeSet<String> {
     v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -381,7 +446,14 @@ fn set_change(out: &mut Vec<Change>, key: &str, x: Option<&Value>, y: Option<&Va
             out,
             key,
             DiffLabel::Widening,
-            format!("added {}: {wider}", added.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
+            format!(
+                "added {}: {wider}",
+                added
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         );
     }
     if !removed.is_empty() {
@@ -389,7 +461,14 @@ fn set_change(out: &mut Vec<Change>, key: &str, x: Option<&Value>, y: Option<&Va
             out,
             key,
             DiffLabel::Breaking,
-            format!("removed {}", removed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
+            format!(
+                "removed {}",
+                removed
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         );
     }
 }
@@ -399,7 +478,15 @@ fn destinations_change(out: &mut Vec<Change>, x: Option<&Value>, y: Option<&Valu
         v.and_then(Value::as_array)
             .map(|a| {
                 a.iter()
-                    .map(|d| (d.get("field").and_then(Value::as_str).unwrap_or("").to_string(), d.clone()))
+                    .map(|d| {
+                        (
+                            d.get("field")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string(),
+                            d.clone(),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -413,10 +500,20 @@ fn destinations_change(out: &mut Vec<Change>, x: Option<&Value>, y: Option<&Valu
             (Some(a), Some(b)) => {
                 let (oa, na) = (strings(a.get("allowed")), strings(b.get("allowed")));
                 for v in na.difference(&oa) {
-                    push(out, &at, DiffLabel::Widening, format!("allowlist loosened: '{v}' added"));
+                    push(
+                        out,
+                        &at,
+                        DiffLabel::Widening,
+                        format!("allowlist loosened: '{v}' added"),
+                    );
                 }
                 for v in oa.difference(&na) {
-                    push(out, &at, DiffLabel::Breaking, format!("allowlist narrowed: '{v}' removed"));
+                    push(
+                        out,
+                        &at,
+                        DiffLabel::Breaking,
+                        format!("allowlist narrowed: '{v}' removed"),
+                    );
                 }
                 for k in ["kind", "lookup"] {
                     if a.get(k) != b.get(k) {

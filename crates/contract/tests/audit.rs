@@ -14,7 +14,11 @@ fn poisoned() -> AuditReport {
     );
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let facts: ServerFacts = serde_json::from_value(v["facts"].clone()).unwrap();
-    audit("helpful-mail --stdio", &facts, v["tools"].as_array().unwrap())
+    audit(
+        "helpful-mail --stdio",
+        &facts,
+        v["tools"].as_array().unwrap(),
+    )
 }
 
 fn has(r: &AuditReport, rule: &str, tool: Option<&str>, severity: Severity) -> bool {
@@ -49,7 +53,10 @@ fn free_string_destinations_are_flagged_and_constrained_ones_are_not() {
         .filter_map(|f| f.path.as_deref())
         .collect();
     assert!(dest.contains(&"inputSchema.properties.to"), "{dest:?}");
-    assert!(dest.contains(&"inputSchema.properties.cc"), "an array of free strings: {dest:?}");
+    assert!(
+        dest.contains(&"inputSchema.properties.cc"),
+        "an array of free strings: {dest:?}"
+    );
     assert!(
         !dest.contains(&"inputSchema.properties.webhook_url"),
         "format: uri constrains it: {dest:?}"
@@ -67,36 +74,78 @@ fn open_and_unbounded_schemas_are_flagged() {
         .filter(|f| f.rule == "unbounded-value" && f.tool.as_deref() == Some("send_email"))
         .map(|f| f.message.as_str())
         .collect();
-    assert!(unbounded.iter().any(|m| m.contains("number")), "{unbounded:?}");
-    assert!(unbounded.iter().any(|m| m.contains("string")), "{unbounded:?}");
+    assert!(
+        unbounded.iter().any(|m| m.contains("number")),
+        "{unbounded:?}"
+    );
+    assert!(
+        unbounded.iter().any(|m| m.contains("string")),
+        "{unbounded:?}"
+    );
     assert!(!rules_for(&r, "list_contacts").contains(&"unbounded-value".to_string()));
 }
 
 #[test]
 fn missing_and_contradictory_annotations_are_flagged() {
     let r = poisoned();
-    assert!(has(&r, "annotations-missing", Some("send_email"), Severity::Medium));
-    assert!(has(&r, "annotations-contradictory", Some("delete_contact"), Severity::High));
-    assert!(has(&r, "annotations-contradictory", Some("delete_contact"), Severity::Medium));
+    assert!(has(
+        &r,
+        "annotations-missing",
+        Some("send_email"),
+        Severity::Medium
+    ));
+    assert!(has(
+        &r,
+        "annotations-contradictory",
+        Some("delete_contact"),
+        Severity::High
+    ));
+    assert!(has(
+        &r,
+        "annotations-contradictory",
+        Some("delete_contact"),
+        Severity::Medium
+    ));
     assert!(!rules_for(&r, "list_contacts").contains(&"annotations-contradictory".to_string()));
 }
 
 #[test]
 fn instruction_text_hidden_unicode_and_tool_mentions_are_flagged() {
     let r = poisoned();
-    assert!(has(&r, "instruction-text", Some("send_email"), Severity::High), "<IMPORTANT>");
-    assert!(has(&r, "instruction-text", Some("send_email"), Severity::Medium), "always call");
+    assert!(
+        has(&r, "instruction-text", Some("send_email"), Severity::High),
+        "<IMPORTANT>"
+    );
+    assert!(
+        has(&r, "instruction-text", Some("send_email"), Severity::Medium),
+        "always call"
+    );
     assert!(has(&r, "tool-mention", Some("send_email"), Severity::Low));
-    assert!(has(&r, "hidden-unicode", Some("add_contact"), Severity::High));
-    assert!(has(&r, "instruction-text", Some("add_contact"), Severity::High), "ignore previous");
-    assert!(has(&r, "instruction-text", None, Severity::High), "server instructions: do not tell");
+    assert!(has(
+        &r,
+        "hidden-unicode",
+        Some("add_contact"),
+        Severity::High
+    ));
+    assert!(
+        has(&r, "instruction-text", Some("add_contact"), Severity::High),
+        "ignore previous"
+    );
+    assert!(
+        has(&r, "instruction-text", None, Severity::High),
+        "server instructions: do not tell"
+    );
     assert!(!rules_for(&r, "list_contacts").contains(&"instruction-text".to_string()));
 }
 
 #[test]
 fn the_implementation_row_is_always_undetermined_and_never_fails_a_build() {
     let r = poisoned();
-    let rows: Vec<_> = r.findings.iter().filter(|f| f.rule == "implementation").collect();
+    let rows: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.rule == "implementation")
+        .collect();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].status, Status::Undetermined);
     let clean = audit("empty", &ServerFacts::default(), &[]);
@@ -129,7 +178,10 @@ fn table_json_and_sarif_snapshots() {
     let r = poisoned();
     insta::assert_snapshot!("audit_table", r.render_table());
     insta::assert_snapshot!("audit_json", serde_json::to_string_pretty(&r).unwrap());
-    insta::assert_snapshot!("audit_sarif", serde_json::to_string_pretty(&to_sarif(&r, "0.0.0-test")).unwrap());
+    insta::assert_snapshot!(
+        "audit_sarif",
+        serde_json::to_string_pretty(&to_sarif(&r, "0.0.0-test")).unwrap()
+    );
 }
 
 #[test]
@@ -157,5 +209,9 @@ fn sarif_output_is_valid_against_the_sarif_2_1_0_schema() {
     broken["runs"][0]["results"][0]["level"] = Value::from("critical");
     assert!(!validator.is_valid(&broken));
     let results = log["runs"][0]["results"].as_array().unwrap();
-    assert!(results.iter().any(|r| r["kind"] == "review" && r["ruleId"] == "implementation"));
+    assert!(
+        results
+            .iter()
+            .any(|r| r["kind"] == "review" && r["ruleId"] == "implementation")
+    );
 }

@@ -97,7 +97,9 @@ fn write_then_read_gives_the_same_lockfile() {
 
 #[test]
 fn an_unknown_field_is_refused_with_its_path() {
-    let text = lock().render().replace("  mail:\n", "  mail:\n    trusted: true\n");
+    let text = lock()
+        .render()
+        .replace("  mail:\n", "  mail:\n    trusted: true\n");
     let (path, message) = lock_error(&text);
     assert_eq!(path, "servers.mail.trusted");
     assert!(message.contains("unknown field `trusted`"), "{message}");
@@ -149,16 +151,30 @@ fn approving_a_server_records_who_and_keeps_earlier_approvals_of_unchanged_tools
     assert_eq!(pin.tools["send_email"].approved, bob());
     assert_eq!(pin.tools["get_account"].approved, alice());
     assert_eq!(pin.approved, alice(), "the server's own pin did not change");
-    assert!(PinSet::new(&l).check("mail", &identity(), &facts(), &live).is_clean());
+    assert!(
+        PinSet::new(&l)
+            .check("mail", &identity(), &facts(), &live)
+            .is_clean()
+    );
 }
 
 #[test]
 fn approving_one_tool_of_an_unpinned_server_is_refused() {
     let mut l = Lockfile::default();
     let err = l
-        .approve("mail", &identity(), &facts(), &[fixture("send_email")], Some("send_email"), &bob())
+        .approve(
+            "mail",
+            &identity(),
+            &facts(),
+            &[fixture("send_email")],
+            Some("send_email"),
+            &bob(),
+        )
         .unwrap_err();
-    assert!(err.to_string().contains("toolgate lock approve mail"), "{err}");
+    assert!(
+        err.to_string().contains("toolgate lock approve mail"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -167,7 +183,14 @@ fn approving_one_tool_when_the_server_changed_is_refused() {
     let mut f = facts();
     f.instructions = Some("new".into());
     let err = l
-        .approve("mail", &identity(), &f, &[fixture("send_email")], Some("send_email"), &bob())
+        .approve(
+            "mail",
+            &identity(),
+            &f,
+            &[fixture("send_email")],
+            Some("send_email"),
+            &bob(),
+        )
         .unwrap_err();
     assert!(err.to_string().contains("approve it as a whole"), "{err}");
 }
@@ -180,8 +203,15 @@ fn approving_one_tool_pins_only_that_tool() {
     let mut b = fixture("get_account");
     b["description"] = json!("Read (v2).");
     let live = vec![a, b];
-    l.approve("mail", &identity(), &facts(), &live, Some("send_email"), &bob())
-        .unwrap();
+    l.approve(
+        "mail",
+        &identity(),
+        &facts(),
+        &live,
+        Some("send_email"),
+        &bob(),
+    )
+    .unwrap();
     let v = PinSet::new(&l).check("mail", &identity(), &facts(), &live);
     assert!(v.allows("send_email").is_some());
     assert!(v.allows("get_account").is_none());
