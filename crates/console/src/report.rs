@@ -28,6 +28,7 @@ pub struct Percentiles {
     pub p95: Option<i64>,
     pub p99: Option<i64>,
     pub max: Option<i64>,
+    pub sum: i64,
 }
 
 impl Percentiles {
@@ -47,6 +48,7 @@ impl Percentiles {
             p95: rank(95.0),
             p99: rank(99.0),
             max: v.last().copied(),
+            sum: v.iter().sum(),
         }
     }
 }
@@ -484,7 +486,10 @@ impl Report {
             let _ = writeln!(s, "# HELP {name} {help}");
             let _ = writeln!(s, "# TYPE {name} {kind}");
             for (labels, value) in rows {
-                if labels.is_empty() {
+                // A row keyed `_count` or `_sum` is that series of a summary.
+                if let Some(suffix) = labels.strip_prefix('_') {
+                    let _ = writeln!(s, "{name}_{suffix} {value}");
+                } else if labels.is_empty() {
                     let _ = writeln!(s, "{name} {value}");
                 } else {
                     let _ = writeln!(s, "{name}{{{labels}}} {value}");
@@ -653,7 +658,8 @@ fn summary(p: &Percentiles, per_unit: f64) -> Vec<(String, String)> {
             rows.push((labels(&[("quantile", q)]), float(v as f64 / per_unit)));
         }
     }
-    rows.push((String::new(), p.n.to_string()));
+    rows.push(("_sum".into(), float(p.sum as f64 / per_unit)));
+    rows.push(("_count".into(), p.n.to_string()));
     rows
 }
 

@@ -1,0 +1,373 @@
+//! The surface numbers from a seeded audit log: records appended to a real store's chain and
+//! approval requests inserted as the executor writes them, then every figure compared with
+//! values counted by hand (below, next to the data).
+
+mod common;
+
+use serde_json::json;
+use toolgate_console::report::{self, Report};
+use toolgate_core::{StepStatus, Timestamp};
+use toolgate_store::audit::{AuditApproval, AuditOutcome, AuditWho, AuditWhy};
+use toolgate_store::{AuditDecision, AuditDraft};
+
+const H: i64 = 3_600_000;
+const MIN: i64 = 60_000;
+/// Monday 2026-06-01 00:00 UTC, and the Monday after.
+const W1: i64 = 1_780_272_000_000;
+const W2: i64 = W1 + 7 * 24 * H;
+const NOW: i64 = W2 + 7 * 24 * H - H;
+
+struct R {
+    at: i64,
+    tool: &'static str,
+    decision: AuditDecision,
+    rule: Option<&'static str>,
+    status: StepStatus,
+    latency: Option<i64>,
+    step: Option<&'static str>,
+    approved: bool,
+}
+
+fn r(at: i64, tool: &'static str, decision: AuditDecision) -> R {
+    R {
+        at,
+        tool,
+        decision,
+        rule: None,
+        status: StepStatus::Done,
+        latency: None,
+        step: None,
+        approved: false,
+    }
+}
+
+fn draft(x: &R) -> AuditDraft {
+    AuditDraft {
+        ts: Timestamp::from_millis(x.at),
+        run_id: Some("run-1".into()),
+        step_id: x.step.map(str::to_string),
+        who: AuditWho {
+            principal: "fin-worker".into(),
+            role: "worker".into(),
+            actor: Default::default(),
+        },
+        tool: x.tool.into(),
+        tool_version: Some("1.0.0".into()),
+        effect: None,
+        tier: None,
+        inputs: json!({}),
+        redacted: vec![],
+        idem_key: Some(format!("sha256:key-{}", x.step.unwrap_or("none"))),
+        why: AuditWhy {
+            purpose: Some("billing".into()),
+            reason: None,
+            evidence: vec![],
+            decision: x.decision,
+            rule: x.rule.map(str::to_string),
+            checks: vec![],
+        },
+        approval: x.approved.then(|| AuditApproval {
+            approvers: vec!["alice".into()],
+            token_fingerprints: vec![],
+        }),
+        outcome: AuditOutcome {
+            status: x.status,
+            target_ref: None,
+            latency_ms: x.latency,
+            error: None,
+        },
+        registry_version: "test".into(),
+    }
+}
+
+/// (subject step, tool, created at, status)
+const REQUESTS: &[(&str, &str, i64, &str)] = &[
+    ("s1", "payment.schedule", W1 + 2 * H, "consumed"),
+    ("s2", "payment.schedule", W1 + 4 * H, "rejected"),
+    ("s3", "payment.schedule", W1 + 20 * H, "consumed"),
+    ("s8", "payment.urgent", W1 + 5 * H, "consumed"),
+    ("s4", "payment.schedule", W2 + H, "consumed"),
+    ("s5", "payment.schedule", W2 + 3 * H, "rejected"),
+    ("s6", "payment.schedule", W2 + 4 * H, "expired"),
+    ("s7", "payment.schedule", W2 + 6 * H, "pending"),
+];
+
+async fn seeded() -> common::Env {
+    use AuditDecision::*;
+    let e = common::env().await;
+    let log = vec![
+        R {
+            latency: Some(10),
+            ..r(W1 + H, "invoice.get", Allow)
+        },
+        R {
+            latency: Some(20),
+            ..r(W1 + H + MIN, "invoice.get", Allow)
+        },
+        R {
+            latency: Some(30),
+            ..r(W1 + H + 2 * MIN, "invoice.get", Allow)
+        },
+        r(W1 + H + 3 * MIN, "invoice.get", Replay),
+        R {
+            rule: Some("schema.maximum"),
+            status: StepStatus::Refused,
+            ..r(W1 + H + 4 * MIN, "payment.schedule", Deny)
+        },
+        R {
+            rule: Some("schema.maximum"),
+            status: StepStatus::Refused,
+            ..r(W1 + H + 5 * MIN, "payment.schedule", Deny)
+        },
+        R {
+            rule: Some("idempotency.inputs_differ"),
+            status: StepStatus::Refused,
+            ..r(W1 + H + 6 * MIN, "payment.schedule", Deny)
+        },
+        // s1: raised 2 h, approved and run 3 h (age 1 h).
+        R {
+            rule: Some("gate.always"),
+            status: StepStatus::NeedsApproval,
+            step: Some("s1"),
+            ..r(W1 + 2 * H, "payment.schedule", NeedsApproval)
+        },
+        R {
+            latency: Some(40),
+            step: Some("s1"),
+            approved: true,
+            ..r(W1 + 3 * H, "payment.schedule", Allow)
+        },
+        // s2: raised 4 h, rejected 6 h (age 2 h).
+        R {
+            rule: Some("gate.always"),
+            status: StepStatus::NeedsApproval,
+            step: Some("s2"),
+            ..r(W1 + 4 * H, "payment.schedule", NeedsApproval)
+        },
+        R {
+            rule: Some("approval.rejected"),
+            status: StepStatus::Refused,
+            step: Some("s2"),
+            ..r(W1 + 6 * H, "payment.schedule", Rejected)
+        },
+        // s8: two-person tool, raised 5 h, run 5 h 10 min (age 10 min).
+        R {
+            latency: Some(50),
+            step: Some("s8"),
+            approved: true,
+            ..r(W1 + 5 * H + 10 * MIN, "payment.urgent", Allow)
+        },
+        // s3: raised 20 h, run 24 h (age 4 h), timed out (unknown), reconciled 30 min later.
+        R {
+            latency: Some(30_000),
+            status: StepStatus::Unknown,
+            step: Some("s3"),
+            approved: true,
+            ..r(W1 + 24 * H, "payment.schedule", Allow)
+        },
+        R {
+            step: Some("s3"),
+            ..r(W1 + 24 * H + 30 * MIN, "payment.schedule", Reconcile)
+        },
+        // Week 2. s4: raised 1 h, run 2 h (age 1 h), unknown and never reconciled.
+        R {
+            latency: Some(30_000),
+            status: StepStatus::Unknown,
+            step: Some("s4"),
+            approved: true,
+            ..r(W2 + 2 * H, "payment.schedule", Allow)
+        },
+        // s5: raised 3 h, rejected 5 h (age 2 h).
+        R {
+            rule: Some("gate.always"),
+            status: StepStatus::NeedsApproval,
+            step: Some("s5"),
+            ..r(W2 + 3 * H, "payment.schedule", NeedsApproval)
+        },
+        R {
+            rule: Some("approval.rejected"),
+            status: StepStatus::Refused,
+            step: Some("s5"),
+            ..r(W2 + 5 * H, "payment.schedule", Rejected)
+        },
+    ];
+    e.store
+        .append_audit(log.iter().map(draft).collect())
+        .await
+        .unwrap();
+    for (i, (subject, tool, at, status)) in REQUESTS.iter().enumerate() {
+        e.store
+            .execute_raw(&format!(
+                "INSERT INTO approval_requests (approval_id, subject, run_id, principal, tool, \
+                 tool_version, input_hash, inputs, reason, evidence, rule, approvers_needed, \
+                 status, created_at, expires_at) VALUES ('a{i}', '{subject}', 'run-1', \
+                 'fin-worker', '{tool}', '1.0.0', 'sha256:00', '{{}}', NULL, '[]', \
+                 'gate.always', 1, '{status}', {at}, {})",
+                at + 72 * H
+            ))
+            .await
+            .unwrap();
+    }
+    let day = Timestamp::from_millis(NOW).utc_day();
+    e.store
+        .execute_raw(&format!(
+            "INSERT INTO budget_usage (principal, tier, day, used) VALUES ('fin-worker', 'spend', {day}, 3)"
+        ))
+        .await
+        .unwrap();
+    assert!(e.store.verify_chain().await.unwrap().is_intact());
+    e
+}
+
+async fn gather(e: &common::Env, since: Option<i64>) -> Report {
+    report::gather(
+        &e.store,
+        &e.exec.registry,
+        since.map(Timestamp::from_millis),
+        Timestamp::from_millis(NOW),
+    )
+    .await
+    .unwrap()
+}
+
+fn calls(r: &Report, tool: &str, decision: &str) -> u64 {
+    r.calls
+        .get(&(tool.to_string(), decision.to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn report_figures_match_a_hand_count_of_the_seeded_log() {
+    let e = seeded().await;
+    let r = gather(&e, None).await;
+
+    assert_eq!(r.records, 17);
+    assert_eq!(calls(&r, "invoice.get", "allow"), 3);
+    assert_eq!(calls(&r, "invoice.get", "replay"), 1);
+    assert_eq!(calls(&r, "payment.schedule", "deny"), 3);
+    assert_eq!(calls(&r, "payment.schedule", "needs_approval"), 3);
+    assert_eq!(calls(&r, "payment.schedule", "allow"), 3);
+    assert_eq!(calls(&r, "payment.schedule", "rejected"), 2);
+    assert_eq!(calls(&r, "payment.schedule", "reconcile"), 1);
+    assert_eq!(calls(&r, "payment.urgent", "allow"), 1);
+    assert_eq!(r.calls.values().sum::<u64>(), 17);
+
+    assert_eq!(r.refusals.len(), 2);
+    assert_eq!(r.refusals["schema.maximum"], 2);
+    assert_eq!(r.refusals["idempotency.inputs_differ"], 1);
+    assert_eq!((r.duplicates_suppressed, r.key_conflicts), (1, 1));
+
+    // payment.schedule: 7 raised; approved s1 s3 s4, rejected s2 s5, expired s6, open s7.
+    let g = r
+        .gates
+        .iter()
+        .find(|g| g.tool == "payment.schedule")
+        .unwrap();
+    assert_eq!(
+        (g.raised, g.approved, g.rejected, g.expired, g.open),
+        (7, 3, 2, 1, 1)
+    );
+    assert_eq!(g.rejection_rate(), Some(0.4));
+    assert_eq!(g.break_even(), Some(2.5));
+    // Week 1: approved s1 s3, rejected s2 (r = 1/3); week 2: approved s4, rejected s5 (r = 1/2).
+    assert_eq!(g.weeks.len(), 2);
+    assert_eq!(g.weeks[0].start, Timestamp::from_millis(W1));
+    assert_eq!((g.weeks[0].approved, g.weeks[0].rejected), (2, 1));
+    assert_eq!(g.weeks[1].start, Timestamp::from_millis(W2));
+    assert_eq!((g.weeks[1].approved, g.weeks[1].rejected), (1, 1));
+    assert_eq!(g.weeks[1].rate(), Some(0.5));
+    // payment.urgent: one approval, nothing rejected: r = 0 and 1/r is unbounded.
+    let u = r.gates.iter().find(|g| g.tool == "payment.urgent").unwrap();
+    assert_eq!((u.raised, u.approved, u.rejected), (1, 1, 0));
+    assert_eq!(u.rejection_rate(), Some(0.0));
+    assert_eq!(u.break_even(), None);
+
+    // Ages at decision: 10 min, 1 h, 1 h, 2 h, 2 h, 4 h.
+    assert_eq!(r.approval_age.n, 6);
+    assert_eq!(r.approval_age.p50, Some(H));
+    assert_eq!(r.approval_age.p90, Some(4 * H));
+    assert_eq!(r.approval_age.max, Some(4 * H));
+
+    // Unknowns: s3 reconciled after 30 min, s4 still open.
+    assert_eq!(
+        (r.unknowns.total, r.unknowns.reconciled, r.unknowns.open),
+        (2, 1, 1)
+    );
+    assert_eq!(r.unknowns.time_to_reconcile.p50, Some(30 * MIN));
+
+    // Handler latency: 10, 20, 30, 40, 50, 30000, 30000.
+    assert_eq!(r.call_latency.n, 7);
+    assert_eq!(r.call_latency.p50, Some(40));
+    assert_eq!(r.call_latency.p95, Some(30_000));
+
+    assert_eq!(r.budgets.len(), 1);
+    assert_eq!(
+        (
+            r.budgets[0].principal.as_str(),
+            r.budgets[0].used,
+            r.budgets[0].limit
+        ),
+        ("fin-worker", 3, Some(50))
+    );
+}
+
+#[tokio::test]
+async fn since_keeps_only_the_later_records_and_requests() {
+    let e = seeded().await;
+    let r = gather(&e, Some(W2)).await;
+    // Week 2 holds: s4 allow, s5 needs_approval and rejected.
+    assert_eq!(r.records, 3);
+    let g = r
+        .gates
+        .iter()
+        .find(|g| g.tool == "payment.schedule")
+        .unwrap();
+    assert_eq!(
+        (g.raised, g.approved, g.rejected, g.expired, g.open),
+        (4, 1, 1, 1, 1)
+    );
+    assert_eq!(g.rejection_rate(), Some(0.5));
+    assert!(r.gates.iter().all(|g| g.tool != "payment.urgent"));
+    assert_eq!(r.approval_age.n, 2);
+    assert_eq!((r.unknowns.total, r.unknowns.open), (1, 1));
+}
+
+#[tokio::test]
+async fn text_and_prometheus_carry_the_same_figures() {
+    let e = seeded().await;
+    let r = gather(&e, None).await;
+    let text = r.to_text();
+    assert!(
+        text.contains("payment.schedule [gate.always]: raised 7, approved 3, rejected 2, expired 1, open 1; r = 40.0 %, 1/r = 2.5"),
+        "{text}"
+    );
+    assert!(
+        text.contains("week of 2026-06-01: approved 2, rejected 1, r = 33.3 %"),
+        "{text}"
+    );
+    assert!(
+        text.contains("unknown outcomes: 2 (1 reconciled, 1 open)"),
+        "{text}"
+    );
+
+    let prom = r.to_prometheus();
+    for line in [
+        "toolgate_calls_total{tool=\"payment.schedule\",decision=\"deny\"} 3",
+        "toolgate_refusals_total{rule=\"schema.maximum\"} 2",
+        "toolgate_gate_requests_total{tool=\"payment.schedule\",rule=\"gate.always\",status=\"rejected\"} 2",
+        "toolgate_gate_rejection_rate{tool=\"payment.schedule\",rule=\"gate.always\"} 0.4",
+        "toolgate_gate_break_even_ratio{tool=\"payment.schedule\",rule=\"gate.always\"} 2.5",
+        "toolgate_gate_break_even_ratio{tool=\"payment.urgent\",rule=\"gate.always\"} +Inf",
+        "toolgate_approval_age_seconds{quantile=\"0.5\"} 3600",
+        "toolgate_approval_age_seconds_count 6",
+        "toolgate_approval_age_seconds_sum 36600",
+        "toolgate_duplicates_suppressed_total 1",
+        "toolgate_unknown_outcomes_total{state=\"open\"} 1",
+        "toolgate_budget_used{principal=\"fin-worker\",tier=\"spend\"} 3",
+        "toolgate_budget_limit{principal=\"fin-worker\",tier=\"spend\"} 50",
+        "toolgate_call_latency_seconds{quantile=\"0.5\"} 0.04",
+    ] {
+        assert!(prom.contains(line), "missing `{line}` in:\n{prom}");
+    }
+}
