@@ -227,9 +227,46 @@ struct BatchCache {
     runs: HashMap<String, Vec<RunEntry>>,
     budgets: HashMap<String, HashMap<Tier, u32>>,
     ensured: HashSet<(String, Tier, i64)>,
+    /// SQLite: budget increments and reservations to write when the batch commits.
+    deltas: HashMap<(String, Tier, i64), u32>,
+    reservations: Vec<(String, String, Tier, i64)>,
 }
 
 impl BatchCache {
+    /// Writes the batched budget increments and reservations (SQLite), before commit.
+    async fn flush(&mut self, tx: &mut Tx) -> Result<()> {
+        let mut deltas: Vec<_> = self.deltas.drain().collect();
+        deltas.sort();
+        for ((id, tier, day), n) in deltas {
+            tx.exec(
+                "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
+                 ON CONFLICT (principal, tier, day) DO NOTHING",
+                args![&id, tier.as_str(), day],
+            )
+            .await?;
+            tx.exec(
+                "UPDATE budget_usage SET used = used + $4 WHERE principal = $1 AND tier = $2 AND day = $3",
+                args![&id, tier.as_str(), day, n as i64],
+            )
+            .await?;
+        }
+        if !self.reservations.is_empty() {
+            let rows: Vec<Value> = self
+                .reservations
+                .drain(..)
+                .map(|(step, id, tier, day)| json!({"s": step, "p": id, "t": tier.as_str(), "d": day}))
+                .collect();
+            tx.exec(
+                "INSERT INTO budget_reservations (step_id, principal, tier, day) \
+                 SELECT j.value ->> 's', j.value ->> 'p', j.value ->> 't', j.value ->> 'd' \
+                 FROM json_each($1) AS j",
+                args![Value::Array(rows).to_string()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     fn set_status(&mut self, run_id: &str, step_id: &str, status: StepStatus) {
         if let Some(entries) = self.runs.get_mut(run_id)
             && let Some(e) = entries.iter_mut().find(|e| e.step_id == step_id)
@@ -472,7 +509,11 @@ impl Executor {
         let input_hash = InputHash::of(&p.inputs);
         let mut idem = IdempotencyState::Fresh;
         let mut stored_outcome = None;
-        if let Some(r) = tx
+        // A planned step's key is its own (run, seq, inputs): on its first attempt no record
+        // can exist yet, so there is nothing to look up.
+        let first_attempt = p.kind == StepKind::Planned && p.attempts <= 1;
+        if first_attempt {
+        } else if let Some(r) = tx
             .opt(
                 "SELECT input_hash, state, outcome, expires_at FROM idempotency WHERE idem_key = $1",
                 args![p.idem_key.as_str()],
@@ -892,54 +933,90 @@ impl Executor {
                 })
                 .collect();
             limited.sort();
-            let mut taken: Vec<&str> = Vec::new();
-            for (id, limit) in &limited {
-                if cache.ensured.insert((id.to_string(), tier, day)) {
-                    tx.exec(
+            if !tx.is_pg() {
+                // SQLite: this transaction holds the only write lock and the cache was read
+                // inside it, so the check is exact; the increments are written once per
+                // counter when the batch commits (`flush`).
+                for (id, limit) in &limited {
+                    let used = cache
+                        .budgets
+                        .get(*id)
+                        .and_then(|m| m.get(&tier))
+                        .copied()
+                        .unwrap_or(0);
+                    if used >= *limit {
+                        self.unreserve_key(tx, p).await?;
+                        return Ok(Some((
+                            CallStatus::Refused,
+                            format!("budget.{tier}"),
+                            format!(
+                                "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
+                            ),
+                        )));
+                    }
+                }
+                for (id, _) in &limited {
+                    *cache
+                        .budgets
+                        .entry(id.to_string())
+                        .or_default()
+                        .entry(tier)
+                        .or_default() += 1;
+                    *cache.deltas.entry((id.to_string(), tier, day)).or_default() += 1;
+                    cache
+                        .reservations
+                        .push((p.step_id.clone(), id.to_string(), tier, day));
+                }
+            } else {
+                let mut taken: Vec<&str> = Vec::new();
+                for (id, limit) in &limited {
+                    if cache.ensured.insert((id.to_string(), tier, day)) {
+                        tx.exec(
                         "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
                          ON CONFLICT (principal, tier, day) DO NOTHING",
                         args![*id, tier.as_str(), day],
                     )
                     .await?;
-                }
-                let ok = tx
-                    .exec(
-                        "UPDATE budget_usage SET used = used + 1 \
+                    }
+                    let ok = tx
+                        .exec(
+                            "UPDATE budget_usage SET used = used + 1 \
                          WHERE principal = $1 AND tier = $2 AND day = $3 AND used < $4",
-                        args![*id, tier.as_str(), day, *limit as i64],
-                    )
-                    .await?;
-                if ok == 0 {
-                    for t in &taken {
-                        tx.exec(
+                            args![*id, tier.as_str(), day, *limit as i64],
+                        )
+                        .await?;
+                    if ok == 0 {
+                        for t in &taken {
+                            tx.exec(
                             "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3",
                             args![*t, tier.as_str(), day],
                         )
                         .await?;
+                        }
+                        self.unreserve_key(tx, p).await?;
+                        return Ok(Some((
+                            CallStatus::Refused,
+                            format!("budget.{tier}"),
+                            format!(
+                                "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
+                            ),
+                        )));
                     }
-                    self.unreserve_key(tx, p).await?;
-                    return Ok(Some((
-                        CallStatus::Refused,
-                        format!("budget.{tier}"),
-                        format!(
-                            "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
-                        ),
-                    )));
+                    taken.push(id);
                 }
-                taken.push(id);
-            }
-            for id in &taken {
-                *cache
-                    .budgets
-                    .entry(id.to_string())
-                    .or_default()
-                    .entry(tier)
-                    .or_default() += 1;
-                tx.exec(
+                for id in &taken {
+                    *cache
+                        .budgets
+                        .entry(id.to_string())
+                        .or_default()
+                        .entry(tier)
+                        .or_default() += 1;
+                    tx.exec(
                     "INSERT INTO budget_reservations (step_id, principal, tier, day) VALUES ($1, $2, $3, $4)",
                     args![&p.step_id, *id, tier.as_str(), day],
                 )
                 .await?;
+                }
             }
         }
 
@@ -1164,9 +1241,9 @@ impl Executor {
             attempts: 0,
         };
         let mut tx = self.store.begin().await?;
-        let prepared = self
-            .prepare(&mut tx, p, now, &mut BatchCache::default())
-            .await?;
+        let mut cache = BatchCache::default();
+        let prepared = self.prepare(&mut tx, p, now, &mut cache).await?;
+        cache.flush(&mut tx).await?;
         tx.commit().await?;
         match prepared {
             Prepared::Settled {
@@ -1308,6 +1385,7 @@ impl Executor {
                 } => calls.push((p, decision, tokens, approvals)),
             }
         }
+        cache.flush(&mut tx).await?;
         tx.commit().await?;
         self.point(SyncPoint::Reserved);
         // The calls run concurrently; their outcomes are recorded together in one commit.

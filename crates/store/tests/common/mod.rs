@@ -239,7 +239,9 @@ impl Handler for Recorder {
                     .append(true)
                     .open(log)
                     .unwrap();
-                writeln!(f, "{} {}", target.tool, key).unwrap();
+                // One write per line, so concurrent appenders never interleave.
+                f.write_all(format!("{} {}\n", target.tool, key).as_bytes())
+                    .unwrap();
                 f.sync_all().unwrap();
             }
             let mode = self
