@@ -320,6 +320,22 @@ impl Ontology {
         }
     }
 
+    /// Resolves every evidence id a plan cites; all unknown ids are reported, not only the first.
+    pub fn resolve_all<'a>(
+        &'a self,
+        references: &[&str],
+    ) -> Result<Vec<&'a Entity>, Vec<OntologyError>> {
+        let (found, errors): (Vec<_>, Vec<_>) = references
+            .iter()
+            .map(|r| self.resolve(r))
+            .partition(Result::is_ok);
+        if errors.is_empty() {
+            Ok(found.into_iter().map(Result::unwrap).collect())
+        } else {
+            Err(errors.into_iter().map(|e| e.unwrap_err()).collect())
+        }
+    }
+
     /// Entities whose relations point at `id`: (source, relation), in declaration order.
     pub fn inbound(&self, id: &str) -> impl Iterator<Item = (&Entity, &str)> + '_ {
         self.inbound

@@ -273,3 +273,19 @@ fn load_reads_a_file_and_names_a_missing_one() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn resolve_all_reports_every_unknown_evidence_id() {
+    let o = field();
+    let found = o.resolve_all(&["wo-001", "site:site-001"]).unwrap();
+    assert_eq!(
+        found.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["wo-001", "site-001"]
+    );
+    let errors = o
+        .resolve_all(&["wo-001", "wo-999", "customer:site-001"])
+        .unwrap_err();
+    assert_eq!(errors.len(), 2);
+    assert!(matches!(errors[0], OntologyError::UnknownEntity { ref id, .. } if id == "wo-999"));
+    assert!(matches!(errors[1], OntologyError::WrongType { .. }));
+}

@@ -232,3 +232,60 @@ fn each_example_names_an_ontology_that_loads_and_walks() {
     let walk = finance.walk("INV-20260611").unwrap();
     assert_eq!(walk.ids(), ["PO-77812", "SUP-0001"]);
 }
+
+/// The property names and required fields of a JSON Schema object.
+fn shape(schema: &serde_json::Value) -> (Vec<String>, Vec<String>) {
+    let mut props: Vec<String> = schema["properties"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut required: Vec<String> = schema["required"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    props.sort();
+    required.sort();
+    (props, required)
+}
+
+#[test]
+fn every_registry_tool_maps_to_a_fake_tool_with_the_same_fields() {
+    use toolgate_fakes::Domain;
+    let cases: [(&str, Vec<rmcp::model::Tool>); 2] = [
+        (
+            "finance",
+            toolgate_fakes::finance::Finance::seeded().tools(),
+        ),
+        (
+            "field-services",
+            toolgate_fakes::field::Field::seeded().tools(),
+        ),
+    ];
+    for (name, upstream) in cases {
+        let registry = load(name);
+        for tool in registry.tools() {
+            let handler = &tool.config.handler;
+            let target = handler.tool.as_deref().unwrap_or(tool.name());
+            let fake = upstream
+                .iter()
+                .find(|t| t.name == target)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{name}: '{}' calls '{target}', which the fake lacks",
+                        tool.name()
+                    )
+                });
+            let fake_schema = serde_json::Value::Object((*fake.input_schema).clone());
+            assert_eq!(
+                shape(&tool.config.input_schema),
+                shape(&fake_schema),
+                "{name}: '{}' and the fake's '{target}' disagree on fields",
+                tool.name()
+            );
+        }
+    }
+}
