@@ -289,3 +289,69 @@ fn every_registry_tool_maps_to_a_fake_tool_with_the_same_fields() {
         }
     }
 }
+
+#[test]
+fn field_grants_budgets_and_policies_refuse_what_they_should() {
+    use toolgate_core::BudgetView;
+    let registry = load("field-services");
+    let keys = ApprovalKeys::new("k1", vec![7u8; 32]);
+    let engine = Engine::new(&registry, &keys);
+    let now = Timestamp(1_781_170_937_000);
+    let deny = |v: Verdict| match v {
+        Verdict::Deny { check, rule, .. } => (check, rule),
+        other => panic!("expected a denial, got {other:?}"),
+    };
+
+    // The reporting agent reads, but not customers' personal data, and cannot act at all.
+    let customer = json!({"customer_id": "cust-001"});
+    let mut req = CallRequest::new("reporting-agent", "lookup_customer", &customer);
+    req.purpose = Some("reporting");
+    assert_eq!(
+        deny(engine.decide(&req, now).verdict),
+        (CheckName::TierSensitivity, "grant.sensitivity".to_string())
+    );
+    let open = json!({});
+    let mut req = CallRequest::new("reporting-agent", "list_open_work_orders", &open);
+    req.purpose = Some("reporting");
+    assert_eq!(engine.decide(&req, now).verdict, Verdict::Allow);
+    let visit = json!({"work_order_id": "wo-001", "technician_id": "tech-001", "date": "2026-06-12", "window": "am"});
+    let mut req = CallRequest::new("reporting-agent", "schedule_technician", &visit);
+    req.purpose = Some("service_delivery");
+    req.reason = Some("book it");
+    assert_eq!(
+        deny(engine.decide(&req, now).verdict),
+        (CheckName::Listed, "tool.unknown".to_string())
+    );
+
+    // The billing agent's fourth spend of the day is refused by its budget.
+    let invoice = json!({"work_order_id": "wo-002", "amount": 95.0, "currency": "GBP", "description": "Compressor mount"});
+    let mut used = BudgetView::default();
+    used.set("billing-agent", Tier::Spend, 3);
+    let mut req = CallRequest::new("billing-agent", "draft_invoice", &invoice);
+    req.purpose = Some("billing");
+    req.reason = Some("work order completed and signed off");
+    req.budgets = &used;
+    assert_eq!(
+        deny(engine.decide(&req, now).verdict),
+        (CheckName::Budget, "budget.spend".to_string())
+    );
+
+    // After five act steps in one run, a sixth is refused by max-act-steps.
+    let run = RunHistory {
+        calls: (0..5)
+            .map(|_| PriorCall {
+                tool: "cancel_visit".into(),
+                tier: Tier::Act,
+                outcome: PriorOutcome::Allowed,
+            })
+            .collect(),
+    };
+    let mut req = CallRequest::new("dispatch-agent", "schedule_technician", &visit);
+    req.purpose = Some("service_delivery");
+    req.reason = Some("book the first free slot");
+    req.run = &run;
+    assert_eq!(
+        deny(engine.decide(&req, now).verdict),
+        (CheckName::Policy, "max-act-steps".to_string())
+    );
+}
