@@ -54,6 +54,12 @@ enum Command {
     Lock(cmd::lock::Args),
     /// Compare the registry's tools with a git revision; a behaviour change needs a version bump.
     Registry(cmd::registry::Args),
+    /// Work the approval queue from the terminal: list, show, approve (bound to the input hash
+    /// you were shown), reject (with a reason).
+    Approvals(cmd::approvals::Args),
+    /// The surface numbers: calls by decision, refusals by rule, each gate's rejection rate and
+    /// break-even ratio, approval ages, duplicates, unknowns, budgets, latency.
+    Report(cmd::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +80,8 @@ fn main() -> ExitCode {
         Command::Audit(a) => cmd::audit::run(&a, &mut out),
         Command::Lock(a) => cmd::lock::run(&a, &mut out),
         Command::Registry(a) => cmd::registry::run(&a, &mut out),
+        Command::Approvals(a) => cmd::approvals::run(&a, &mut out),
+        Command::Report(a) => cmd::report::run(&a, &mut out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod approvals;
 pub mod audit;
 pub mod capabilities;
 pub mod check;
@@ -12,6 +13,7 @@ pub mod lock;
 pub mod log;
 pub mod ontology;
 pub mod registry;
+pub mod report;
 pub mod serve;
 pub mod store;
 pub mod trace;

@@ -1,0 +1,526 @@
+//! `toolgate approvals list|show|approve|reject`: the approver's queue from the terminal, with
+//! the page's binding rules. An approver authenticates with their own API key
+//! (`TOOLGATE_API_KEY`); `approve` takes the input hash that `show` printed, so what is approved
+//! is exactly what was read. An approved planned step goes back to the queue, and the serving
+//! gateway's workers run it once.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use toolgate_console::queue::{self, Filter};
+use toolgate_console::{ConsoleError, actions, item};
+use toolgate_core::{ApprovalKeys, Clock, Registry, SystemClock};
+use toolgate_store::{
+    ApprovalStatus, BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, Store,
+    Target,
+};
+
+use crate::cmd::ConfigArg;
+use crate::cmd::store::{open, runtime};
+use crate::table::Table;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Sub,
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The store URL, instead of the registry's.
+    #[arg(long, global = true)]
+    pub store: Option<String>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Sub {
+    /// The parked calls waiting for a decision, riskiest first, like calls together.
+    List {
+        #[arg(long)]
+        tool: Option<String>,
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long)]
+        run: Option<String>,
+    },
+    /// One request: the inputs exactly as they will be sent, what changed since the last
+    /// approved call of the same kind, the reason, rule and evidence.
+    Show { id: String },
+    /// Approve a request as the holder of TOOLGATE_API_KEY, for the input hash `show` printed.
+    Approve {
+        id: String,
+        /// The input hash you were shown (`toolgate approvals show ID` prints it).
+        #[arg(long)]
+        input_hash: String,
+        /// Your API key.
+        #[arg(long, env = "TOOLGATE_API_KEY", hide_env_values = true)]
+        api_key: String,
+    },
+    /// Reject a request as the holder of TOOLGATE_API_KEY; the reason is required.
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long, env = "TOOLGATE_API_KEY", hide_env_values = true)]
+        api_key: String,
+    },
+}
+
+/// The terminal never calls a tool: approved steps are run by the gateway's workers.
+struct NoCalls;
+
+impl Handler for NoCalls {
+    fn call<'a>(
+        &'a self,
+        _: &'a Target,
+        _: &'a Value,
+        _: &'a CallMeta,
+    ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
+        Box::pin(async {
+            Err(HandlerError::Failed(
+                "the terminal does not run tools; the gateway does".into(),
+            ))
+        })
+    }
+}
+
+/// The approval key the gateway uses (tokens issued here must verify there).
+fn approval_keys(registry: &Registry) -> anyhow::Result<ApprovalKeys> {
+    let a = &registry.gateway.approvals;
+    match std::env::var(&a.key_env) {
+        Ok(k) if k.len() >= 32 => Ok(ApprovalKeys::new(a.key_id.clone(), k.into_bytes())),
+        _ => bail!(
+            "set {} to the gateway's approval key (at least 32 bytes) so the token issued here \
+             verifies where the call runs, or approve in the web page",
+            a.key_env
+        ),
+    }
+}
+
+fn executor(registry: Registry, store: Store, keys: ApprovalKeys) -> Executor {
+    Executor::new(
+        store,
+        Arc::new(registry),
+        Arc::new(keys),
+        Arc::new(NoCalls),
+        Arc::new(SystemClock),
+    )
+}
+
+fn approver(registry: &Registry, key: &str) -> anyhow::Result<String> {
+    match registry.principal_by_key(key.trim()) {
+        Some(p) if actions::is_approver(registry, p.id()) => Ok(p.id().to_string()),
+        _ => bail!("TOOLGATE_API_KEY does not belong to a person whose role may approve"),
+    }
+}
+
+/// A refusal is printed and exits 1; a failure is an error (exit 2).
+fn refused(out: &mut dyn Write, e: ConsoleError) -> anyhow::Result<u8> {
+    if e.is_refusal() {
+        writeln!(out, "refused: {e}")?;
+        Ok(1)
+    } else {
+        Err(e.into())
+    }
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+    runtime()?.block_on(async {
+        let registry = args.config.load()?;
+        let store = open(&registry, args.store.as_deref()).await?;
+        match &args.command {
+            Sub::List {
+                tool,
+                principal,
+                run,
+            } => {
+                let filter = Filter {
+                    tool: tool.clone(),
+                    principal: principal.clone(),
+                    run: run.clone(),
+                };
+                let now = SystemClock.now();
+                let reqs = store.approvals(Some(ApprovalStatus::Pending)).await?;
+                let groups = queue::build(reqs, &registry, now, &filter);
+                if groups.is_empty() {
+                    writeln!(out, "nothing is waiting for a decision")?;
+                    return Ok(0);
+                }
+                for g in &groups {
+                    writeln!(out, "{} · gated by {} ({})", g.tool, g.rule, g.items.len())?;
+                    let mut t = Table::new(&[
+                        "ID", "TIER", "PRINCIPAL", "AMOUNT", "WAITING", "LEFT", "APPROVALS", "DIFFERS",
+                    ]);
+                    for it in &g.items {
+                        let r = &it.request;
+                        let differs: Vec<String> = g
+                            .varying
+                            .iter()
+                            .filter_map(|f| {
+                                r.inputs
+                                    .get(f.as_str())
+                                    .map(|v| format!("{f}={}", toolgate_console::fmt::plain(v)))
+                            })
+                            .collect();
+                        t.row(vec![
+                            r.approval_id.clone(),
+                            it.tier.to_string(),
+                            r.principal.clone(),
+                            it.amount.map(|a| a.to_string()).unwrap_or_default(),
+                            toolgate_console::fmt::duration_ms(it.age_ms),
+                            if it.expired() {
+                                "expired".into()
+                            } else {
+                                toolgate_console::fmt::duration_ms(it.time_left_ms)
+                            },
+                            format!("{}/{}", r.approved_by.len(), r.approvers_needed),
+                            differs.join(" "),
+                        ]);
+                    }
+                    t.write(out)?;
+                    writeln!(out)?;
+                }
+                Ok(0)
+            }
+            Sub::Show { id } => {
+                // Showing needs no key: an executor with a throwaway key only reads.
+                let exec = executor(registry, store, ApprovalKeys::new("show", vec![0u8; 32]));
+                let v = match item::load(&exec, id).await {
+                    Ok(v) => v,
+                    Err(e) => return refused(out, e),
+                };
+                write_item(out, &v)?;
+                Ok(0)
+            }
+            Sub::Approve {
+                id,
+                input_hash,
+                api_key,
+            } => {
+                let who = approver(&registry, api_key)?;
+                let keys = approval_keys(&registry)?;
+                let exec = executor(registry, store, keys);
+                match actions::approve(&exec, id, &who, input_hash, false).await {
+                    Ok(actions::Approved::Waiting {
+                        approved_by,
+                        needed,
+                    }) => writeln!(
+                        out,
+                        "approved by {who}: {} of {needed} approvals (approved first by {}); \
+                         a different person must approve too",
+                        approved_by.len(),
+                        approved_by.first().cloned().unwrap_or_default()
+                    )?,
+                    Ok(actions::Approved::Queued { step_id }) => writeln!(
+                        out,
+                        "approved by {who}: step {step_id} is queued; the gateway runs it once"
+                    )?,
+                    Ok(actions::Approved::Ran(r)) => {
+                        writeln!(out, "approved by {who}: the step ran: {}", r.status)?
+                    }
+                    Ok(actions::Approved::DirectCall) => writeln!(
+                        out,
+                        "approved by {who}: the agent's retry of exactly this call now passes the gate once"
+                    )?,
+                    Err(e) => return refused(out, e),
+                }
+                Ok(0)
+            }
+            Sub::Reject {
+                id,
+                reason,
+                api_key,
+            } => {
+                let who = approver(&registry, api_key)?;
+                let exec = executor(registry, store, ApprovalKeys::new("reject", vec![0u8; 32]));
+                match actions::reject(&exec, id, &who, reason).await {
+                    Ok(()) => {
+                        writeln!(out, "rejected by {who}: {}", reason.trim())?;
+                        Ok(0)
+                    }
+                    Err(e) => refused(out, e),
+                }
+            }
+        }
+    })
+    .context("approvals")
+}
+
+fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
+    use toolgate_console::fmt::{datetime, duration_ms, value};
+    let r = &v.request;
+    let status = if v.expired() {
+        "expired"
+    } else {
+        r.status.as_str()
+    };
+    writeln!(out, "approval {}  {}  [{status}]", r.approval_id, r.tool)?;
+    if let Some(t) = &v.tool {
+        writeln!(
+            out,
+            "  effect {} · tier {} · sensitivity {} · version {}",
+            t.effect, t.tier, t.sensitivity, t.version
+        )?;
+    }
+    writeln!(
+        out,
+        "  raised {} · expires {}{}",
+        datetime(r.created_at),
+        datetime(r.expires_at),
+        if v.expired() {
+            String::new()
+        } else {
+            format!(" ({} left)", duration_ms(v.time_left_ms()))
+        }
+    )?;
+    writeln!(
+        out,
+        "  principal {} · run {}",
+        r.principal,
+        r.run_id.as_deref().unwrap_or("-")
+    )?;
+    writeln!(out, "  gated by rule: {}", r.rule)?;
+    writeln!(
+        out,
+        "  reason: {}",
+        r.reason.as_deref().unwrap_or("(none given)")
+    )?;
+    writeln!(
+        out,
+        "  evidence: {}",
+        if r.evidence.is_empty() {
+            "(none cited)".into()
+        } else {
+            r.evidence.join(", ")
+        }
+    )?;
+    writeln!(
+        out,
+        "  approvals: {} of {}{}",
+        r.approved_by.len(),
+        r.approvers_needed,
+        r.approved_by
+            .first()
+            .map(|a| format!(" (approved first by {a})"))
+            .unwrap_or_default()
+    )?;
+    for f in v.new_destinations() {
+        writeln!(
+            out,
+            "  !! NEW DESTINATION: {} = {} was not used by any of the {} approved earlier calls of this kind{}",
+            f.path,
+            value(&f.value),
+            v.comparison.count,
+            f.previous
+                .as_ref()
+                .map(|p| format!(" (last approved: {})", value(p)))
+                .unwrap_or_default()
+        )?;
+    }
+    writeln!(out, "\ninputs, exactly as they will be sent:")?;
+    let mut t = Table::new(&["FIELD", "VALUE", "LAST APPROVED", "NOTES"]);
+    for f in &v.fields {
+        let mut notes = Vec::new();
+        if f.new_destination {
+            notes.push("NEW destination");
+        } else if f.changed {
+            notes.push("changed");
+        }
+        if f.redacted {
+            notes.push("redacted in the audit log");
+        }
+        t.row(vec![
+            f.path.clone(),
+            value(&f.value),
+            f.previous.as_ref().map(value).unwrap_or_default(),
+            notes.join(", "),
+        ]);
+    }
+    t.write(out)?;
+    writeln!(out, "\ncanonical: {}", v.canonical)?;
+    writeln!(out, "input hash: {}", r.input_hash)?;
+    if !v.earlier.is_empty() {
+        writeln!(out, "\nthe run so far:")?;
+        for s in &v.earlier {
+            writeln!(out, "  {} {} {}", s.seq, s.tool, s.status)?;
+        }
+    }
+    if v.approvable() {
+        writeln!(
+            out,
+            "\nto approve exactly this: toolgate approvals approve {} --input-hash {}",
+            r.approval_id, r.input_hash
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::ConfigArg;
+    use serde_json::json;
+    use std::path::PathBuf;
+    use toolgate_core::StepStatus;
+    use toolgate_store::{PlannedStep, StoreConfig};
+
+    const ALICE_KEY: &str = "alice-console-key-0001";
+    const BOB_KEY: &str = "bob-console-key-0002";
+
+    fn registry_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../console/tests/fixtures/registry")
+    }
+
+    /// A store holding one parked payment; returns (url, approval id, step id).
+    fn parked(dir: &std::path::Path) -> (String, String, String) {
+        let url = format!("sqlite://{}", dir.join("t.db").display());
+        let rt = runtime().unwrap();
+        let ids = rt.block_on(async {
+            let registry = Registry::load(registry_dir()).unwrap();
+            let store = Store::connect(&url, StoreConfig::default()).await.unwrap();
+            let step = PlannedStep {
+                tool: "payment.schedule".into(),
+                inputs: json!({"supplier_id": "SUP-0001", "invoice_id": "INV-20260612",
+                    "amount": 12600.5, "currency": "EUR", "iban": "ES9121000418450200051332",
+                    "reason": "Three-way match against PO-77840"}),
+                principal: "fin-worker".into(),
+                purpose: Some("billing".into()),
+                reason: Some("matched".into()),
+                evidence: vec!["PO-77840".into()],
+                actor: Default::default(),
+            };
+            let run = store
+                .create_run(
+                    &registry,
+                    "fin-worker",
+                    Some("billing"),
+                    &[step],
+                    SystemClock.now(),
+                )
+                .await
+                .unwrap();
+            let step_id = store.steps(&run).await.unwrap()[0].step_id.clone();
+            let exec = executor(
+                registry,
+                store.clone(),
+                ApprovalKeys::new("k1", vec![1; 32]),
+            );
+            let rep = exec.execute_step(&step_id).await.unwrap();
+            assert_eq!(rep.status, StepStatus::NeedsApproval);
+            let id = rep.outcome.unwrap().approval_id.unwrap();
+            store.close().await;
+            (id, step_id)
+        });
+        (url, ids.0, ids.1)
+    }
+
+    fn args(url: &str, command: Sub) -> Args {
+        Args {
+            command,
+            config: ConfigArg {
+                dir: registry_dir(),
+            },
+            store: Some(url.to_string()),
+        }
+    }
+
+    fn step_status(url: &str, step: &str) -> StepStatus {
+        runtime().unwrap().block_on(async {
+            let store = Store::connect(url, StoreConfig::default()).await.unwrap();
+            let s = store.step(step).await.unwrap().status;
+            store.close().await;
+            s
+        })
+    }
+
+    #[test]
+    fn list_show_and_a_bound_approval_from_the_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, id, step) = parked(dir.path());
+
+        let mut out = Vec::new();
+        let list = Sub::List {
+            tool: None,
+            principal: None,
+            run: None,
+        };
+        assert_eq!(run(&args(&url, list), &mut out).unwrap(), 0);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(&id) && text.contains("12600.5"), "{text}");
+
+        let mut out = Vec::new();
+        assert_eq!(
+            run(&args(&url, Sub::Show { id: id.clone() }), &mut out).unwrap(),
+            0
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\"ES9121000418450200051332\""), "{text}");
+        assert!(text.contains("redacted in the audit log"), "{text}");
+        let hash = text
+            .lines()
+            .find_map(|l| l.strip_prefix("input hash: "))
+            .unwrap()
+            .to_string();
+
+        // SAFETY: only this test reads or writes this variable.
+        unsafe { std::env::set_var("TOOLGATE_APPROVAL_KEY", "k".repeat(32)) };
+        let wrong = Sub::Approve {
+            id: id.clone(),
+            input_hash: "sha256:0000".into(),
+            api_key: ALICE_KEY.into(),
+        };
+        let mut out = Vec::new();
+        assert_eq!(run(&args(&url, wrong), &mut out).unwrap(), 1);
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .contains("refused: the inputs changed")
+        );
+        assert_eq!(step_status(&url, &step), StepStatus::NeedsApproval);
+
+        let right = Sub::Approve {
+            id: id.clone(),
+            input_hash: hash.clone(),
+            api_key: ALICE_KEY.into(),
+        };
+        let mut out = Vec::new();
+        assert_eq!(run(&args(&url, right), &mut out).unwrap(), 0);
+        assert!(String::from_utf8(out).unwrap().contains("is queued"));
+        // Back in the queue for the gateway's workers; nothing ran here.
+        assert_eq!(step_status(&url, &step), StepStatus::Pending);
+
+        let again = Sub::Approve {
+            id,
+            input_hash: hash,
+            api_key: BOB_KEY.into(),
+        };
+        let mut out = Vec::new();
+        assert_eq!(run(&args(&url, again), &mut out).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_terminal_rejection_needs_an_approver_and_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, id, step) = parked(dir.path());
+        let not_approver = Sub::Reject {
+            id: id.clone(),
+            reason: "no".into(),
+            api_key: "carol-console-key-0003".into(),
+        };
+        assert!(run(&args(&url, not_approver), &mut Vec::new()).is_err());
+        let empty = Sub::Reject {
+            id: id.clone(),
+            reason: " ".into(),
+            api_key: BOB_KEY.into(),
+        };
+        assert_eq!(run(&args(&url, empty), &mut Vec::new()).unwrap(), 1);
+        assert_eq!(step_status(&url, &step), StepStatus::NeedsApproval);
+        let ok = Sub::Reject {
+            id,
+            reason: "IBAN not in the vendor master".into(),
+            api_key: BOB_KEY.into(),
+        };
+        assert_eq!(run(&args(&url, ok), &mut Vec::new()).unwrap(), 0);
+        assert_eq!(step_status(&url, &step), StepStatus::Refused);
+    }
+}

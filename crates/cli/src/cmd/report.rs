@@ -1,0 +1,48 @@
+//! `toolgate report [--since 7d|2026-06-01] [--prometheus]`: the surface numbers from the audit
+//! chain, the approval requests and today's budgets; the same figures as the page and
+//! `/metrics`.
+
+use std::io::Write;
+
+use anyhow::bail;
+use toolgate_core::{Clock, SystemClock};
+
+use crate::cmd::ConfigArg;
+use crate::cmd::store::{open, runtime};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Only records and requests from then on: `7d`, `36h`, `4w`, or a date (UTC midnight).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Print the Prometheus text format instead of the table.
+    #[arg(long)]
+    pub prometheus: bool,
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The store URL, instead of the registry's.
+    #[arg(long)]
+    pub store: Option<String>,
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+    runtime()?.block_on(async {
+        let registry = args.config.load()?;
+        let now = SystemClock.now();
+        let since = match &args.since {
+            None => None,
+            Some(s) => match toolgate_console::report::parse_since(s, now) {
+                Some(t) => Some(t),
+                None => bail!("--since '{s}': use 7d, 36h, 4w or a date like 2026-06-01"),
+            },
+        };
+        let store = open(&registry, args.store.as_deref()).await?;
+        let report = toolgate_console::report::gather(&store, &registry, since, now).await?;
+        if args.prometheus {
+            write!(out, "{}", report.to_prometheus())?;
+        } else {
+            write!(out, "{}", report.to_text())?;
+        }
+        Ok(0)
+    })
+}
