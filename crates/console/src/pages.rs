@@ -44,6 +44,8 @@ button.reject { background:#fff; color:var(--warn); border:1px solid var(--warn)
 textarea, input[type=text], input[type=password] { font: inherit; width: 100%; max-width: 36rem; padding: .3rem; }
 .actions { display:flex; gap:2rem; flex-wrap: wrap; align-items: flex-start; border-top: 1px solid var(--line); padding-top: .8rem; }
 .filters input { width: 12rem; }
+.scroll { overflow-x: auto; }
+.scroll td, .scroll th { white-space: nowrap; }
 "#;
 
 const QUEUE_JS: &str = r#"
@@ -152,11 +154,11 @@ pub fn queue(
             @for g in groups {
                 section.group {
                     h2 { code { (g.tool) } " · gated by " code { (g.rule) } " (" (g.items.len()) ")" }
-                    table {
+                    div.scroll { table {
                         thead { tr {
-                            th { "Item" } th { "Tier" } th { "Principal" } th { "Run" }
-                            @for f in &g.fields { th { (f) } }
-                            th { "Waiting" } th { "Time left" } th { "Approvals" }
+                            th { "Item" } th { "Tier" } th { "Time left" } th { "Waiting" } th { "Approvals" }
+                            @for f in g.fields.iter().filter(|f| shown_in_queue(f)) { th { (f) } }
+                            th { "Principal" } th { "Run" }
                         } }
                         tbody {
                             @for it in &g.items {
@@ -164,24 +166,32 @@ pub fn queue(
                                 tr {
                                     td { a.item href={(base) "/item/" (r.approval_id)} { (short(&r.approval_id)) } }
                                     td { (tier_tag(it.tier.as_str())) }
-                                    td { (r.principal) }
-                                    td { @if let Some(run) = &r.run_id { a href={(home(base)) "?run=" (run)} { (short(run)) } } }
-                                    @for f in &g.fields {
+                                    td { @if it.expired() { span.expired { "expired" } } @else { (duration_ms(it.time_left_ms)) } }
+                                    td { (duration_ms(it.age_ms)) }
+                                    td { (r.approved_by.len()) " of " (r.approvers_needed) }
+                                    @for f in g.fields.iter().filter(|f| shown_in_queue(f)) {
                                         td.diff[g.varying.contains(f)] {
-                                            @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&plain(v), 40)) } }
+                                            @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&plain(v), 34)) } }
                                         }
                                     }
-                                    td { (duration_ms(it.age_ms)) }
-                                    td { @if it.expired() { span.expired { "expired" } } @else { (duration_ms(it.time_left_ms)) } }
-                                    td { (r.approved_by.len()) " of " (r.approvers_needed) }
+                                    td { (r.principal) }
+                                    td { @if let Some(run) = &r.run_id { a href={(home(base)) "?run=" (run)} { (short(run)) } } }
                                 }
                             }
                         }
-                    }
+                    } }
                 }
             }
             script { (PreEscaped(QUEUE_JS)) }
         },
+    )
+}
+
+/// Free-text fields are read on the item page, not compared in the queue.
+fn shown_in_queue(field: &str) -> bool {
+    !matches!(
+        field,
+        "reason" | "justification" | "note" | "notes" | "description" | "body" | "message"
     )
 }
 

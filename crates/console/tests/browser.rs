@@ -281,6 +281,8 @@ async fn an_approver_sees_the_new_iban_approves_and_the_payment_runs_once() {
     assert_eq!(b.text("#who").await, "alice");
     // The queue lists the parked payment; open it from there.
     b.goto(&base).await;
+    b.find("a.item").await;
+    b.screenshot("queue.png").await;
     b.click(&format!("a.item[href$='{}']", p.approval)).await;
     b.find("#inputs").await;
 
@@ -322,6 +324,12 @@ async fn an_approver_sees_the_new_iban_approves_and_the_payment_runs_once() {
     b.find("#status").await;
     assert!(!b.exists("#approve").await);
     assert_eq!(e.rec.count_step(&p.step), 1);
+
+    // The surface numbers now count this gate's two approvals.
+    b.goto(&format!("{base}/report")).await;
+    let gates = b.text("#gates").await;
+    assert!(gates.contains("payment.schedule"), "{gates}");
+    b.screenshot("report.png").await;
     b.quit().await;
 }
 
