@@ -115,6 +115,9 @@ pub struct ItemView {
     /// The current hash of the step's inputs (differs from the request's when the plan was
     /// revised after the request was raised).
     pub step_hash: Option<InputHash>,
+    /// A direct call whose key already ran to completion: approving it again can only replay
+    /// the stored outcome, so the page says so (it is a duplicate to reject, not a new payment).
+    pub already_done: Option<Step>,
     pub now: Timestamp,
 }
 
@@ -243,11 +246,20 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
         Err(StoreError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
     };
+    let run_steps = match &request.run_id {
+        Some(run) => exec.store.steps(run).await?,
+        None => Vec::new(),
+    };
+    let already_done = run_steps
+        .iter()
+        .find(|s| {
+            step.is_none()
+                && s.idem_key.as_str() == request.subject
+                && s.status == toolgate_core::StepStatus::Done
+        })
+        .cloned();
     let earlier = match &request.run_id {
-        Some(run) => exec
-            .store
-            .steps(run)
-            .await?
+        Some(_) => run_steps
             .into_iter()
             .filter(|s| {
                 s.step_id != request.subject && step.as_ref().is_none_or(|me| s.seq < me.seq)
@@ -272,6 +284,7 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
         comparison,
         step,
         earlier,
+        already_done,
         now: exec.clock.now(),
         request,
     })

@@ -270,6 +270,13 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
             @if let (Some(h), false) = (&v.step_hash, v.step_hash.as_ref() == Some(&r.input_hash)) {
                 div.alert role="alert" #inputs-changed { "The step's inputs changed after this request was raised (now " code { (h) } "): this request can no longer be approved." }
             }
+            @if let Some(done) = &v.already_done {
+                div.alert role="alert" #already-done {
+                    "This exact call already ran (step " (done.seq) " of this run"
+                    @if let Some(r) = done.outcome.as_ref().and_then(|o| o.target_ref.as_ref()) { ", reference " code { (r) } }
+                    "). Approving it again can only replay that outcome; it is a duplicate to reject."
+                }
+            }
             @if let Some(t) = &v.tool {
                 p.muted { (t.description) " · version " (t.version) " · effect " strong { (t.effect) } " · tier " strong { (t.tier) } " · sensitivity " (t.sensitivity) }
             }
