@@ -310,6 +310,7 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                             td { code.value { (value(&f.value)) } }
                             td { @if let Some(p) = &f.previous { code { (value(p)) } } }
                             td {
+                                @if let Some(money) = money(f, &v.request.inputs) { span.money { (money) } " " }
                                 @if f.new_destination { strong { "NEW destination for this party" } " " }
                                 @else if f.changed { "changed " }
                                 @if f.destination { span.tag { "destination" } " " }
@@ -348,6 +349,32 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
             }
         }))
     }
+}
+
+/// An `amount` read as people write money (`= 12,600.50 EUR`), beside the exact value sent,
+/// so a misplaced decimal point is hard to miss.
+fn money(f: &crate::item::Field, inputs: &Value) -> Option<String> {
+    let last = f.path.rsplit('.').next()?;
+    if !(last == "amount" || last.ends_with("_amount")) {
+        return None;
+    }
+    let x = f.value.as_f64()?;
+    let cents = (x.abs() * 100.0).round() as u64;
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let currency = inputs.get("currency").and_then(Value::as_str).unwrap_or("");
+    let sign = if x < 0.0 { "-" } else { "" };
+    Some(
+        format!("= {sign}{grouped}.{:02} {currency}", cents % 100)
+            .trim_end()
+            .to_string(),
+    )
 }
 
 fn row_class(f: &crate::item::Field) -> &'static str {
@@ -489,4 +516,36 @@ fn decision_totals(r: &Report) -> Vec<(String, f64)> {
         *m.entry(d.as_str()).or_insert(0.0) += *n as f64;
     }
     m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(path: &str, value: Value) -> crate::item::Field {
+        crate::item::Field {
+            path: path.into(),
+            value,
+            redacted: false,
+            destination: false,
+            previous: None,
+            changed: false,
+            new_destination: false,
+        }
+    }
+
+    #[test]
+    fn amounts_read_as_money() {
+        let inputs = json!({"currency": "EUR"});
+        assert_eq!(
+            money(&field("amount", json!(12600.5)), &inputs).as_deref(),
+            Some("= 12,600.50 EUR")
+        );
+        assert_eq!(
+            money(&field("amount", json!(1234567)), &json!({})).as_deref(),
+            Some("= 1,234,567.00")
+        );
+        assert_eq!(money(&field("invoice_id", json!(5)), &inputs), None);
+    }
 }

@@ -287,6 +287,7 @@ async fn an_approver_sees_the_new_iban_approves_and_the_payment_runs_once() {
     b.find("#inputs").await;
 
     assert_eq!(b.text("#field-amount .value").await, "12600.5");
+    assert_eq!(b.text("#field-amount .money").await, "= 12,600.50 EUR");
     assert_eq!(
         b.text("#field-iban .value").await,
         format!("\"{NEW_IBAN}\"")
