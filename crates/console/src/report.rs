@@ -118,7 +118,7 @@ pub struct Budget {
 }
 
 /// The surface numbers over a period.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Report {
     pub since: Option<Timestamp>,
     pub until: Timestamp,
