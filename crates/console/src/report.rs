@@ -476,6 +476,10 @@ impl Report {
             opt(l.p99),
             opt(l.max)
         );
+        let _ = writeln!(
+            s,
+            "governance latency (checks and reservation, before the handler): not in the audit records yet"
+        );
         s
     }
 
