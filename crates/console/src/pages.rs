@@ -36,6 +36,7 @@ pre { background:#f6f6f6; padding:.6rem; overflow-x:auto; white-space: pre-wrap;
 .expired { color: var(--warn); font-weight: 600; }
 .tag { display:inline-block; border:1px solid var(--line); border-radius: 3px; padding: 0 .35rem; font-size: 13px; }
 .tier-spend { border-color: var(--warn); color: var(--warn); }
+.new-dest { background: var(--warnbg); border-color: var(--warn); color: var(--warn); font-weight: 700; }
 .muted { color: var(--muted); }
 form.inline { display:inline; }
 button { font: inherit; padding: .35rem .9rem; cursor: pointer; }
@@ -165,7 +166,8 @@ pub fn queue(
                                 @let r = &it.request;
                                 tr {
                                     td { a.item href={(base) "/item/" (r.approval_id)} { (short(&r.approval_id)) } }
-                                    td { (tier_tag(it.tier.as_str())) }
+                                    td { (tier_tag(it.tier.as_str()))
+                                        @for d in &it.new_destinations { " " span.tag.new-dest title="no approved call of this kind used it" { "new " (d) } } }
                                     td { @if it.expired() { span.expired { "expired" } } @else { (duration_ms(it.time_left_ms)) } }
                                     td { (duration_ms(it.age_ms)) }
                                     td { (r.approved_by.len()) " of " (r.approvers_needed) }

@@ -40,6 +40,8 @@ pub struct QueueItem {
     /// Milliseconds before the request expires (negative: expired).
     pub time_left_ms: i64,
     pub age_ms: i64,
+    /// Destination fields (an IBAN…) that no approved call of the same kind used before.
+    pub new_destinations: Vec<String>,
 }
 
 impl QueueItem {
@@ -82,7 +84,8 @@ fn risk_order(a: &QueueItem, b: &QueueItem) -> std::cmp::Ordering {
         .then_with(|| a.request.approval_id.cmp(&b.request.approval_id))
 }
 
-/// Builds the queue from open requests: filtered, sorted by risk then age, grouped.
+/// Builds the queue from the approval requests (all of them: the decided ones are the history
+/// new destinations are judged against): open ones, filtered, sorted by risk then age, grouped.
 pub fn build(
     requests: Vec<ApprovalRequest>,
     registry: &Registry,
@@ -90,11 +93,18 @@ pub fn build(
     filter: &Filter,
 ) -> Vec<Group> {
     let mut items: Vec<QueueItem> = requests
-        .into_iter()
+        .iter()
         .filter(|r| r.status == ApprovalStatus::Pending && filter.keeps(r))
+        .cloned()
         .map(|r| {
             let tool = registry.tool(&r.tool);
+            let (fields, _) = crate::item::compare(registry, &r, &requests);
             QueueItem {
+                new_destinations: fields
+                    .into_iter()
+                    .filter(|f| f.new_destination)
+                    .map(|f| f.path)
+                    .collect(),
                 tier: tool.map(|t| t.config.tier).unwrap_or(Tier::Spend),
                 effect: tool
                     .map(|t| t.config.effect)

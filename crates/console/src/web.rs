@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
 use toolgate_ontology::Ontology;
-use toolgate_store::{ApprovalStatus, Executor};
+use toolgate_store::Executor;
 
 use crate::actions::{self, Approved};
 use crate::auth::{
@@ -300,7 +300,7 @@ async fn queue_page(
     };
     let exec = &s.inner.exec;
     let now = exec.clock.now();
-    match exec.store.approvals(Some(ApprovalStatus::Pending)).await {
+    match exec.store.approvals(None).await {
         Ok(reqs) => {
             let groups = queue::build(reqs, &exec.registry, now, &filter);
             html(

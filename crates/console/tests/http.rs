@@ -64,6 +64,11 @@ async fn approving_runs_the_step_once_and_a_second_post_is_refused() {
     e.history().await;
     let p = e.new_iban_payment().await;
     let mut h = signed_in(&e, ALICE_KEY).await;
+    let queue = h.get("/").await.body;
+    assert!(
+        queue.contains("new iban</span>"),
+        "the queue does not flag the new IBAN"
+    );
     let (csrf, hash, page) = open(&mut h, &p.approval).await;
     assert!(
         page.contains("destination-alert"),

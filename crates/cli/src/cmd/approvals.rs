@@ -13,8 +13,7 @@ use toolgate_console::queue::{self, Filter};
 use toolgate_console::{ConsoleError, actions, item};
 use toolgate_core::{ApprovalKeys, Clock, Registry, SystemClock};
 use toolgate_store::{
-    ApprovalStatus, BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, Store,
-    Target,
+    BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, Store, Target,
 };
 
 use crate::cmd::ConfigArg;
@@ -140,7 +139,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                     run: run.clone(),
                 };
                 let now = SystemClock.now();
-                let reqs = store.approvals(Some(ApprovalStatus::Pending)).await?;
+                let reqs = store.approvals(None).await?;
                 let groups = queue::build(reqs, &registry, now, &filter);
                 if groups.is_empty() {
                     writeln!(out, "nothing is waiting for a decision")?;
@@ -164,7 +163,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                             .collect();
                         t.row(vec![
                             r.approval_id.clone(),
-                            it.tier.to_string(),
+                            if it.new_destinations.is_empty() {
+                                it.tier.to_string()
+                            } else {
+                                format!("{} NEW {}", it.tier, it.new_destinations.join(","))
+                            },
                             r.principal.clone(),
                             it.amount.map(|a| a.to_string()).unwrap_or_default(),
                             toolgate_console::fmt::duration_ms(it.age_ms),
