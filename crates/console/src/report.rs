@@ -385,6 +385,9 @@ impl Report {
             crate::fmt::datetime(self.until)
         );
         let _ = writeln!(s, "\ncalls by tool and decision");
+        if self.calls.is_empty() {
+            let _ = writeln!(s, "  (none)");
+        }
         for ((tool, decision), n) in &self.calls {
             let _ = writeln!(s, "  {tool:<28} {decision:<16} {n:>6}");
         }
