@@ -875,6 +875,16 @@ impl<'r> Engine<'r> {
             rec.pass(CheckName::Gate, "no approval needed".into());
             return (Vec::new(), true);
         };
+        if req.idempotency == IdempotencyState::Done {
+            // A replay executes nothing: the approved call already ran once under its approval.
+            rec.push(
+                CheckName::Gate,
+                Outcome::Pass,
+                format!("gated by {rule}, but this call already ran: its outcome is replayed and nothing runs again"),
+                Some(rule.to_string()),
+            );
+            return (Vec::new(), true);
+        }
         let cfg = &tool.config;
         let expected = Expected {
             subject: req.subject,
