@@ -1,0 +1,932 @@
+//! `toolgate-bench faults`: seeded fault-injection episodes against the fake ERP of the finance
+//! example. In each episode a scripted agent strategy tries to schedule one payment while one
+//! fault fires at the service boundary (on the first delivery of the episode's payment); the
+//! same episode runs through the gateway and direct against the fake, in the same run. The
+//! fake's booked payments are the ledger of committed effects.
+//!
+//! The bench brings up its own environment rather than `toolgate_harness::Environment`: the
+//! harness fixes the upstream timeout at 5 s and the faults per server at start, while the bench
+//! needs a sub-second timeout (thousands of timeout episodes) and a fault chosen per episode.
+//! The registry is `examples/finance` with three documented changes (see [`prepare_registry`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rmcp::model::{CallToolRequestParams, CallToolResult, MetaObject, RequestMetaObject};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{
+    StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService,
+};
+use rmcp::{RoleClient, RoleServer, ServiceExt};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::StepStatus;
+use toolgate_core::registry::api_key_hash;
+use toolgate_fakes::finance::Finance;
+use toolgate_fakes::{Call, Domain, FakeServer, FaultPlan, Recorder, Reply};
+use toolgate_gateway::{Gateway, ServeOptions};
+use toolgate_store::audit::AuditDecision;
+
+/// The bench principal's API key (added to the copied registry only).
+pub const BENCH_KEY: &str = "tgbench_agent";
+/// The one invoice of the finance fake that is approved and below the 10,000 EUR gate policy.
+const INVOICE: &str = "INV-20260611";
+const AMOUNT: f64 = 4180.0;
+
+/// A fault at the service boundary, fired on the first delivery of an episode's payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// The request is held without committing until the caller gives up.
+    TimeoutBeforeCommit,
+    /// The payment is booked, then no answer (lost acknowledgement).
+    TimeoutAfterCommit,
+    /// The payment is booked after the caller gave up (held past the timeout, then committed).
+    LateCommit,
+    /// The network delivers the request twice.
+    DuplicateDelivery,
+    /// The payment is booked, then the service answers with an internal error (HTTP 500-like).
+    ErrorAfterCommit,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 5] = [
+        Fault::TimeoutBeforeCommit,
+        Fault::TimeoutAfterCommit,
+        Fault::LateCommit,
+        Fault::DuplicateDelivery,
+        Fault::ErrorAfterCommit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::TimeoutBeforeCommit => "timeout-before-commit",
+            Fault::TimeoutAfterCommit => "timeout-after-commit",
+            Fault::LateCommit => "late-commit",
+            Fault::DuplicateDelivery => "duplicate-delivery",
+            Fault::ErrorAfterCommit => "error-after-commit",
+        }
+    }
+}
+
+/// A scripted agent standing in for a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Up to three attempts, back to back, until one succeeds.
+    RetryImmediately,
+    /// Up to three attempts with a pause between them longer than a late commit takes to land.
+    RetryBackoff,
+    /// Up to three attempts, each with a reworded `reason` (identity fields unchanged); calling
+    /// direct, each attempt is a new request with a fresh idempotency key of its own.
+    Replan,
+    /// One attempt; reports success whatever came back.
+    GiveUp,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 4] = [
+        Strategy::RetryImmediately,
+        Strategy::RetryBackoff,
+        Strategy::Replan,
+        Strategy::GiveUp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::RetryImmediately => "retry-immediately",
+            Strategy::RetryBackoff => "retry-backoff",
+            Strategy::Replan => "replan",
+            Strategy::GiveUp => "give-up",
+        }
+    }
+}
+
+/// Through toolgate, or the agent calling the fake itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Route {
+    Toolgate,
+    Direct,
+}
+
+impl Route {
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Toolgate => "toolgate",
+            Route::Direct => "direct",
+        }
+    }
+}
+
+/// Timings of the fault model. The upstream timeout is the gateway's `timeout_secs` and the
+/// direct agent's own patience.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub timeout: Duration,
+    /// How long a timeout fault holds the request at most (cancellation ends it earlier).
+    pub hold: Duration,
+    /// When a late commit lands, counted from its arrival.
+    pub late: Duration,
+    /// The retry-after-backoff pause.
+    pub backoff: Duration,
+    /// How often the bench's reconciler calls `Executor::reconcile()`.
+    pub reconcile_every: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            timeout: Duration::from_millis(800),
+            hold: Duration::from_millis(1600),
+            late: Duration::from_millis(1200),
+            backoff: Duration::from_millis(1500),
+            reconcile_every: Duration::from_millis(300),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Episode {
+    fault: Option<Fault>,
+    fired: bool,
+    booked: u32,
+    in_flight: u32,
+}
+
+/// The finance fake with per-episode faults on `schedule_payment`, counting committed payments
+/// per episode (the episode is the `_meta.run_id` of the delivery).
+pub struct Faulty {
+    inner: Finance,
+    timing: Timing,
+    episodes: Mutex<HashMap<String, Episode>>,
+}
+
+impl Faulty {
+    fn new(timing: Timing) -> Faulty {
+        Faulty {
+            inner: Finance::seeded(),
+            timing,
+            episodes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn arm(&self, run_id: &str, fault: Fault) {
+        self.episodes
+            .lock()
+            .expect("episodes")
+            .entry(run_id.to_string())
+            .or_default()
+            .fault = Some(fault);
+    }
+
+    /// Payments booked for an episode.
+    pub fn booked(&self, run_id: &str) -> u32 {
+        self.episodes
+            .lock()
+            .expect("episodes")
+            .get(run_id)
+            .map_or(0, |e| e.booked)
+    }
+
+    fn in_flight(&self, run_id: &str) -> u32 {
+        self.episodes
+            .lock()
+            .expect("episodes")
+            .get(run_id)
+            .map_or(0, |e| e.in_flight)
+    }
+
+    async fn commit(&self, tag: &str, call: &Call, ctx: &RequestContext<RoleServer>) -> Reply {
+        let reply = self.inner.call(call, ctx).await;
+        if reply.committed {
+            self.episodes
+                .lock()
+                .expect("episodes")
+                .entry(tag.to_string())
+                .or_default()
+                .booked += 1;
+        }
+        reply
+    }
+
+    async fn hold(&self, ctx: &RequestContext<RoleServer>) {
+        tokio::select! {
+            _ = ctx.ct.cancelled() => {}
+            _ = tokio::time::sleep(self.timing.hold) => {}
+        }
+    }
+}
+
+fn error_result(text: &str) -> CallToolResult {
+    CallToolResult::error(vec![rmcp::model::ContentBlock::text(text.to_string())])
+}
+
+impl Domain for Faulty {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn server_name(&self) -> &'static str {
+        self.inner.server_name()
+    }
+
+    fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.inner.tools()
+    }
+
+    async fn call(&self, call: &Call, ctx: &RequestContext<RoleServer>) -> Reply {
+        if call.tool != "schedule_payment" {
+            return self.inner.call(call, ctx).await;
+        }
+        let tag = call
+            .meta
+            .get("run_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let fault = {
+            let mut eps = self.episodes.lock().expect("episodes");
+            let ep = eps.entry(tag.clone()).or_default();
+            ep.in_flight += 1;
+            if ep.fired {
+                None
+            } else {
+                ep.fired = true;
+                ep.fault
+            }
+        };
+        let reply = match fault {
+            None => self.commit(&tag, call, ctx).await,
+            Some(Fault::TimeoutBeforeCommit) => {
+                self.hold(ctx).await;
+                Reply::read(error_result("no answer (the request was dropped)"))
+            }
+            Some(Fault::TimeoutAfterCommit) => {
+                let r = self.commit(&tag, call, ctx).await;
+                self.hold(ctx).await;
+                r
+            }
+            Some(Fault::LateCommit) => {
+                tokio::time::sleep(self.timing.late).await;
+                self.commit(&tag, call, ctx).await
+            }
+            Some(Fault::DuplicateDelivery) => {
+                let _first = self.commit(&tag, call, ctx).await;
+                self.commit(&tag, call, ctx).await
+            }
+            Some(Fault::ErrorAfterCommit) => {
+                let r = self.commit(&tag, call, ctx).await;
+                Reply {
+                    result: error_result("HTTP 500: internal server error"),
+                    committed: r.committed,
+                    replayed: false,
+                }
+            }
+        };
+        if let Some(ep) = self.episodes.lock().expect("episodes").get_mut(&tag) {
+            ep.in_flight -= 1;
+        }
+        reply
+    }
+}
+
+/// An MCP client over streamable HTTP.
+pub struct Mcp {
+    service: RunningService<RoleClient, ()>,
+}
+
+/// What an agent saw.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Success,
+    /// A tool error; the gateway's `status` (`unknown`, `failed`, `refused`, …) when it gave one.
+    Error(String),
+    /// A JSON-RPC error.
+    Protocol(String),
+    /// No answer within the agent's patience.
+    Timeout,
+}
+
+impl Mcp {
+    pub async fn connect(url: &str, key: Option<&str>) -> anyhow::Result<Mcp> {
+        let mut cfg = StreamableHttpClientTransportConfig::with_uri(url);
+        if let Some(k) = key {
+            cfg = cfg.auth_header(k);
+        }
+        let transport = StreamableHttpClientTransport::from_config(cfg);
+        let service = ().serve(transport).await.context("connecting")?;
+        Ok(Mcp { service })
+    }
+
+    pub async fn call(&self, tool: &str, args: Value, meta: Value, patience: Duration) -> Answer {
+        let Value::Object(args) = args else {
+            return Answer::Protocol("arguments must be an object".into());
+        };
+        let mut p = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
+        if let Value::Object(m) = meta {
+            p.meta = Some(RequestMetaObject(MetaObject(m)));
+        }
+        match tokio::time::timeout(patience, self.service.peer().call_tool(p)).await {
+            Err(_) => Answer::Timeout,
+            Ok(Err(e)) => Answer::Protocol(e.to_string()),
+            Ok(Ok(r)) if r.is_error != Some(true) => Answer::Success,
+            Ok(Ok(r)) => Answer::Error(
+                r.structured_content
+                    .as_ref()
+                    .and_then(|s| s.get("status"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("error")
+                    .to_string(),
+            ),
+        }
+    }
+
+    pub async fn close(self) {
+        let _ = self.service.cancel().await;
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &dest)?;
+        } else if e.path().extension().is_none_or(|x| x != "db") {
+            std::fs::copy(e.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+fn replace_once(text: &str, from: &str, to: &str, file: &str) -> anyhow::Result<String> {
+    anyhow::ensure!(text.contains(from), "{file} no longer contains '{from}'");
+    Ok(text.replacen(from, to, 1))
+}
+
+/// Changes the copied finance registry for the bench, and nothing else:
+///
+/// 1. `payment.schedule` is `gate: never` instead of `always`: approvals are not what is
+///    measured, and a parked call never reaches the faults (the 10,000 EUR `@gate` policy still
+///    applies; the bench pays a 4,180 EUR invoice).
+/// 2. its `rate_limit: 3` is removed, so thousands of episodes are not rate-limited;
+/// 3. a principal `bench-agent` with a role `bench.payer` that may call `payment.schedule`:
+///    the example's `worker.finance` is plan-bound, and the bench makes direct calls.
+pub fn prepare_registry(dir: &Path) -> anyhow::Result<()> {
+    let tools = dir.join("tools/payments.yaml");
+    let mut t = std::fs::read_to_string(&tools)?;
+    t = replace_once(
+        &t,
+        "    gate: always\n",
+        "    gate: never\n",
+        "payments.yaml",
+    )?;
+    t = replace_once(&t, "    rate_limit: 3\n", "", "payments.yaml")?;
+    t = replace_once(
+        &t,
+        "    roles: [worker.finance]\n",
+        "    roles: [worker.finance, bench.payer]\n",
+        "payments.yaml",
+    )?;
+    std::fs::write(&tools, t)?;
+
+    let path = dir.join("principals.yaml");
+    let mut doc: Value = yaml_serde::from_str(&std::fs::read_to_string(&path)?)?;
+    doc["roles"]["bench.payer"] =
+        json!({"description": "the fault benchmark's scripted agent: schedules payments directly"});
+    doc["principals"]
+        .as_array_mut()
+        .context("principals.yaml has no principals list")?
+        .push(json!({
+            "id": "bench-agent",
+            "kind": "agent",
+            "role": "bench.payer",
+            "credentials": [{"id": "bench", "sha256": api_key_hash(BENCH_KEY)}],
+            "grants": [{
+                "scopes": ["payments:write"],
+                "purposes": ["billing"],
+                "max_tier": "spend",
+                "max_sensitivity": "confidential"
+            }]
+        }));
+    std::fs::write(&path, yaml_serde::to_string(&doc)?)?;
+    Ok(())
+}
+
+/// The fake ERP (with faults) and the gateway in front of it, in this process.
+pub struct Bench {
+    _dir: tempfile::TempDir,
+    pub gateway: Gateway,
+    pub gateway_url: String,
+    pub fake_url: String,
+    fake: FakeServer<Faulty>,
+    stop: CancellationToken,
+}
+
+impl Bench {
+    pub async fn start(timing: Timing) -> anyhow::Result<Bench> {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
+        let dir = tempfile::tempdir()?;
+        copy_dir(&example, dir.path())?;
+        prepare_registry(dir.path())?;
+        let stop = CancellationToken::new();
+
+        let fake = FakeServer::new(Faulty::new(timing), Recorder::disabled(), FaultPlan::none());
+        let served = fake.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(served.clone()),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default().with_cancellation_token(stop.clone()),
+        );
+        let app = axum::Router::new().nest_service("/mcp", service);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr: SocketAddr = listener.local_addr()?;
+        let fstop = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { fstop.cancelled().await })
+                .await;
+        });
+        let fake_url = format!("http://{addr}/mcp");
+
+        let top = dir.path().join("toolgate.yaml");
+        let mut config: Value = yaml_serde::from_str(&std::fs::read_to_string(&top)?)?;
+        config["upstreams"]["erp"] = json!({
+            "url": fake_url,
+            "package": config["upstreams"]["erp"]["package"].clone(),
+            "timeout_secs": timing.timeout.as_secs_f64(),
+        });
+        config["store"] =
+            json!({"url": format!("sqlite://{}", dir.path().join("bench.db").display())});
+        std::fs::write(&top, yaml_serde::to_string(&config)?)?;
+        let opts = ServeOptions {
+            config_dir: dir.path().to_path_buf(),
+            http: true,
+            ..ServeOptions::default()
+        };
+        let gateway = Gateway::build(&opts)
+            .await
+            .context("starting the gateway")?;
+        let (gaddr, serving) = gateway.bind_http("127.0.0.1:0", stop.clone()).await?;
+        tokio::spawn(serving);
+        Ok(Bench {
+            _dir: dir,
+            gateway,
+            gateway_url: format!("http://{gaddr}/mcp"),
+            fake_url,
+            fake,
+            stop,
+        })
+    }
+
+    pub fn fake(&self) -> &Faulty {
+        self.fake.domain()
+    }
+
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        self.gateway.close().await;
+    }
+}
+
+/// One episode's plan.
+#[derive(Debug, Clone, Copy)]
+pub struct EpisodeSpec {
+    pub index: u64,
+    pub fault: Fault,
+    pub strategy: Strategy,
+}
+
+/// The episodes of a run: every fault × strategy in turn, in an order shuffled by the seed.
+pub fn plan(episodes: u64, seed: u64) -> Vec<EpisodeSpec> {
+    let cells: Vec<(Fault, Strategy)> = Fault::ALL
+        .iter()
+        .flat_map(|f| Strategy::ALL.iter().map(move |s| (*f, *s)))
+        .collect();
+    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(episodes as usize);
+    let mut block: Vec<(Fault, Strategy)> = Vec::new();
+    for index in 0..episodes {
+        if block.is_empty() {
+            block = cells.clone();
+            // Fisher–Yates with xorshift: each block of 20 covers every cell once.
+            for i in (1..block.len()).rev() {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                block.swap(i, (rng % (i as u64 + 1)) as usize);
+            }
+        }
+        let (fault, strategy) = block.pop().expect("refilled");
+        out.push(EpisodeSpec {
+            index,
+            fault,
+            strategy,
+        });
+    }
+    out
+}
+
+/// What one episode came to on one route.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcome {
+    pub attempts: u32,
+    pub booked: u32,
+    pub reported_done: bool,
+    /// Toolgate only: steps of the run that were `unknown` at some point.
+    pub unknown: u32,
+    /// … of which were settled (not `unknown`) when the episode was scored.
+    pub settled: u32,
+    /// Toolgate only: governed attempts without an audit record.
+    pub audit_missing: u32,
+}
+
+const REASONS: [&str; 3] = [
+    "Pay invoice INV-20260611, matched against PO-77812 lines 1-2, due 2026-06-30.",
+    "Retrying: schedule the payment for INV-20260611 (PO-77812), amount as invoiced.",
+    "Invoice INV-20260611 is approved and matches PO-77812; please book the payment now.",
+];
+
+fn run_id(seed: u64, spec: &EpisodeSpec, route: Route) -> String {
+    format!("bench-s{seed}-e{}-{}", spec.index, route.name())
+}
+
+/// Runs one episode on one route with the given client.
+async fn episode(
+    bench: &Bench,
+    timing: &Timing,
+    seed: u64,
+    spec: &EpisodeSpec,
+    route: Route,
+    client: &Mcp,
+) -> anyhow::Result<Outcome> {
+    let run = run_id(seed, spec, route);
+    bench.fake().arm(&run, spec.fault);
+    let attempts = if spec.strategy == Strategy::GiveUp {
+        1
+    } else {
+        3
+    };
+    let patience = match route {
+        Route::Direct => timing.timeout,
+        // The gateway answers by itself once its upstream timeout passes.
+        Route::Toolgate => timing.timeout * 4 + Duration::from_secs(5),
+    };
+    let mut out = Outcome::default();
+    let mut success = false;
+    for attempt in 0..attempts {
+        if attempt > 0 && spec.strategy == Strategy::RetryBackoff {
+            tokio::time::sleep(timing.backoff).await;
+        }
+        let reason = if spec.strategy == Strategy::Replan {
+            REASONS[attempt]
+        } else {
+            REASONS[0]
+        };
+        let args = json!({
+            "invoice_id": INVOICE,
+            "amount": AMOUNT,
+            "currency": "EUR",
+            "value_date": "2026-06-30",
+            "reason": reason,
+        });
+        let (tool, meta) = match route {
+            Route::Toolgate => (
+                "payment.schedule",
+                json!({"purpose": "billing", "reason": reason, "run_id": run}),
+            ),
+            Route::Direct => {
+                let mut m = json!({"run_id": run});
+                if spec.strategy == Strategy::Replan {
+                    // A re-planned request is a new request: the agent mints a new key.
+                    m["idempotency_key"] = json!(format!("agent-{run}-{attempt}"));
+                }
+                ("schedule_payment", m)
+            }
+        };
+        out.attempts += 1;
+        if let Answer::Success = client.call(tool, args, meta, patience).await {
+            success = true;
+            break;
+        }
+    }
+    out.reported_done = success || spec.strategy == Strategy::GiveUp;
+
+    // Let anything still held at the fake land (or be dropped) before counting.
+    let deadline = Instant::now() + timing.hold + timing.late + Duration::from_secs(5);
+    while bench.fake().in_flight(&run) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    if route == Route::Toolgate {
+        let store = &bench.gateway.state.executor.store;
+        // Wait for the reconciler to settle what is unknown (it runs every `reconcile_every`).
+        let deadline = Instant::now() + timing.reconcile_every * 10 + Duration::from_secs(2);
+        loop {
+            let steps = store.steps(&run).await?;
+            let open = steps.iter().any(|s| s.status == StepStatus::Unknown);
+            if !open || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let records = store.audit_records(None, Some(&run)).await?;
+        let governed = records
+            .iter()
+            .filter(|r| r.body.why.decision != AuditDecision::Reconcile)
+            .count() as u32;
+        out.audit_missing = out.attempts.saturating_sub(governed);
+        let unknown_steps: std::collections::BTreeSet<String> = records
+            .iter()
+            .filter(|r| r.body.outcome.status == StepStatus::Unknown)
+            .filter_map(|r| r.body.step_id.clone())
+            .collect();
+        out.unknown = unknown_steps.len() as u32;
+        let steps = store.steps(&run).await?;
+        out.settled = unknown_steps
+            .iter()
+            .filter(|id| {
+                steps
+                    .iter()
+                    .any(|s| &s.step_id == *id && s.status != StepStatus::Unknown)
+            })
+            .count() as u32;
+    }
+    out.booked = bench.fake().booked(&run);
+    Ok(out)
+}
+
+/// Per fault × strategy × route.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Cell {
+    pub episodes: u64,
+    pub attempts: u64,
+    /// Episodes in which the one intended payment was booked more than once.
+    pub duplicate_episodes: u64,
+    /// Payments booked beyond the first, summed.
+    pub duplicate_effects: u64,
+    /// Episodes in which the payment was never booked.
+    pub missed: u64,
+    /// Episodes in which the agent reported success but nothing was booked.
+    pub false_done: u64,
+    pub unknown: u64,
+    pub unknown_settled: u64,
+    pub audit_missing: u64,
+}
+
+impl Cell {
+    fn add(&mut self, o: &Outcome) {
+        self.episodes += 1;
+        self.attempts += u64::from(o.attempts);
+        if o.booked > 1 {
+            self.duplicate_episodes += 1;
+            self.duplicate_effects += u64::from(o.booked - 1);
+        }
+        if o.booked == 0 {
+            self.missed += 1;
+            if o.reported_done {
+                self.false_done += 1;
+            }
+        }
+        self.unknown += u64::from(o.unknown);
+        self.unknown_settled += u64::from(o.settled);
+        self.audit_missing += u64::from(o.audit_missing);
+    }
+
+    fn merge(&mut self, o: &Cell) {
+        self.episodes += o.episodes;
+        self.attempts += o.attempts;
+        self.duplicate_episodes += o.duplicate_episodes;
+        self.duplicate_effects += o.duplicate_effects;
+        self.missed += o.missed;
+        self.false_done += o.false_done;
+        self.unknown += o.unknown;
+        self.unknown_settled += o.unknown_settled;
+        self.audit_missing += o.audit_missing;
+    }
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub episodes: u64,
+    pub seed: u64,
+    pub concurrency: usize,
+    pub elapsed_secs: f64,
+    /// `route/fault/strategy` → cell.
+    pub cells: BTreeMap<String, Cell>,
+    /// `route` → totals.
+    pub totals: BTreeMap<String, Cell>,
+    /// `route/fault` → totals.
+    pub by_fault: BTreeMap<String, Cell>,
+    pub audit_chain_intact: bool,
+    pub audit_records: u64,
+}
+
+/// Options of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    pub episodes: u64,
+    pub seed: u64,
+    pub concurrency: usize,
+    pub timing: Timing,
+}
+
+/// Runs the episodes on both routes and scores them.
+pub async fn run_faults(opts: RunOptions) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let bench = Arc::new(Bench::start(opts.timing).await?);
+    let specs = Arc::new(plan(opts.episodes, opts.seed));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+
+    // The reconciler a deployment runs next to the gateway, every `reconcile_every`.
+    let rstop = CancellationToken::new();
+    let reconciler = {
+        let bench = bench.clone();
+        let rstop = rstop.clone();
+        let every = opts.timing.reconcile_every;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = rstop.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                if let Err(e) = bench.gateway.state.executor.reconcile().await {
+                    eprintln!("reconcile: {e}");
+                }
+            }
+        })
+    };
+
+    let mut workers = Vec::new();
+    for _ in 0..opts.concurrency.max(1) {
+        let bench = bench.clone();
+        let specs = specs.clone();
+        let next = next.clone();
+        let timing = opts.timing;
+        let seed = opts.seed;
+        workers.push(tokio::spawn(async move {
+            let governed = Mcp::connect(&bench.gateway_url, Some(BENCH_KEY)).await?;
+            let direct = Mcp::connect(&bench.fake_url, None).await?;
+            let mut results = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(spec) = specs.get(i) else { break };
+                let t = episode(&bench, &timing, seed, spec, Route::Toolgate, &governed).await?;
+                let d = episode(&bench, &timing, seed, spec, Route::Direct, &direct).await?;
+                results.push((*spec, t, d));
+            }
+            governed.close().await;
+            direct.close().await;
+            anyhow::Ok(results)
+        }));
+    }
+    let mut results = Vec::new();
+    for w in workers {
+        results.extend(w.await??);
+    }
+    rstop.cancel();
+    let _ = reconciler.await;
+    results.sort_by_key(|(s, _, _)| s.index);
+
+    let mut cells: BTreeMap<String, Cell> = BTreeMap::new();
+    for (spec, t, d) in &results {
+        for (route, o) in [(Route::Toolgate, t), (Route::Direct, d)] {
+            cells
+                .entry(format!(
+                    "{}/{}/{}",
+                    route.name(),
+                    spec.fault.name(),
+                    spec.strategy.name()
+                ))
+                .or_default()
+                .add(o);
+        }
+    }
+    let mut totals: BTreeMap<String, Cell> = BTreeMap::new();
+    let mut by_fault: BTreeMap<String, Cell> = BTreeMap::new();
+    for (k, c) in &cells {
+        let mut parts = k.split('/');
+        let route = parts.next().unwrap_or_default();
+        let fault = parts.next().unwrap_or_default();
+        totals.entry(route.to_string()).or_default().merge(c);
+        by_fault
+            .entry(format!("{route}/{fault}"))
+            .or_default()
+            .merge(c);
+    }
+    let store = &bench.gateway.state.executor.store;
+    let chain = store.verify_chain().await?;
+    let audit_records = store.audit_records(None, None).await?.len() as u64;
+    let report = Report {
+        episodes: opts.episodes,
+        seed: opts.seed,
+        concurrency: opts.concurrency,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+        cells,
+        totals,
+        by_fault,
+        audit_chain_intact: chain.is_intact(),
+        audit_records,
+    };
+    if let Ok(b) = Arc::try_unwrap(bench) {
+        b.shutdown().await;
+    }
+    Ok(report)
+}
+
+fn pct(n: u64, d: u64) -> String {
+    if d == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * n as f64 / d as f64)
+    }
+}
+
+/// The report as a plain-text table.
+pub fn table(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "toolgate-bench faults: {} episodes × 2 routes, seed {}, concurrency {}, {:.1} s\n\n",
+        r.episodes, r.seed, r.concurrency, r.elapsed_secs
+    ));
+    s.push_str(&format!(
+        "{:<9} {:<22} {:<18} {:>6} {:>7} {:>6} {:>7} {:>7} {:>7} {:>8} {:>9}\n",
+        "route",
+        "fault",
+        "strategy",
+        "eps",
+        "dup-ep",
+        "dup%",
+        "missed",
+        "f-done",
+        "unknown",
+        "settled",
+        "audit-lost"
+    ));
+    for (k, c) in &r.cells {
+        let mut p = k.split('/');
+        let (route, fault, strat) = (
+            p.next().unwrap_or_default(),
+            p.next().unwrap_or_default(),
+            p.next().unwrap_or_default(),
+        );
+        let (unknown, settled, lost) = if route == "toolgate" {
+            (
+                c.unknown.to_string(),
+                c.unknown_settled.to_string(),
+                c.audit_missing.to_string(),
+            )
+        } else {
+            ("-".into(), "-".into(), "-".into())
+        };
+        s.push_str(&format!(
+            "{:<9} {:<22} {:<18} {:>6} {:>7} {:>6} {:>7} {:>7} {:>7} {:>8} {:>9}\n",
+            route,
+            fault,
+            strat,
+            c.episodes,
+            c.duplicate_episodes,
+            pct(c.duplicate_episodes, c.episodes),
+            c.missed,
+            c.false_done,
+            unknown,
+            settled,
+            lost
+        ));
+    }
+    s.push('\n');
+    for (route, c) in &r.totals {
+        s.push_str(&format!(
+            "{route:<9} total: {} episodes, {} with duplicates ({}; {} extra payments), {} missed, {} false done, {} unknown ({} settled), {} governed attempts without audit record\n",
+            c.episodes,
+            c.duplicate_episodes,
+            pct(c.duplicate_episodes, c.episodes),
+            c.duplicate_effects,
+            c.missed,
+            c.false_done,
+            c.unknown,
+            c.unknown_settled,
+            c.audit_missing
+        ));
+    }
+    s.push_str(&format!(
+        "audit chain: {} records, {}\n",
+        r.audit_records,
+        if r.audit_chain_intact {
+            "intact"
+        } else {
+            "BROKEN"
+        }
+    ));
+    s
+}
