@@ -3,7 +3,8 @@
 //! executions (claim → decide → reserve → call a no-op handler → record + audit) per second.
 //!
 //! cargo bench -p toolgate-store --bench store            (SQLite, and PostgreSQL if reachable)
-//! env: TOOLGATE_BENCH_STEPS (default 20000), TOOLGATE_TEST_DATABASE_URL
+//! env: TOOLGATE_BENCH_STEPS (default 20000), TOOLGATE_BENCH_BATCH (steps claimed per
+//! transaction, default 256), TOOLGATE_TEST_DATABASE_URL
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -155,6 +156,10 @@ async fn bench_steps(t: &Target_, reg: &Arc<Registry>, n: usize, workers: usize,
     while tasks.join_next().await.is_some() {}
 
     let keys = Arc::new(ApprovalKeys::new("k1", vec![7u8; 32]));
+    let batch: usize = std::env::var("TOOLGATE_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
     let start = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..workers {
@@ -169,7 +174,7 @@ async fn bench_steps(t: &Target_, reg: &Arc<Registry>, n: usize, workers: usize,
         set.spawn(async move {
             let mut done = 0usize;
             loop {
-                let b = ex.run_batch(256).await.unwrap();
+                let b = ex.run_batch(batch).await.unwrap();
                 if b.is_empty() {
                     return done;
                 }

@@ -359,6 +359,7 @@ impl Executor {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn draft(
         &self,
         p: &Pending,
@@ -1314,7 +1315,7 @@ impl Executor {
             .rows(sql, args![lease, now.millis(), limit as i64])
             .await?;
         let mut claimed = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
-        claimed.sort_by(|a, b| (a.created_at, a.seq).cmp(&(b.created_at, b.seq)));
+        claimed.sort_by_key(|a| (a.created_at, a.seq));
         self.execute_claimed(tx, claimed, now).await
     }
 
