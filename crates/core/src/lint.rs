@@ -275,17 +275,15 @@ fn lint_schema(
     let constrained = has_any(m, &["enum", "const"]);
     for ty in &types {
         match *ty {
-            "object" => {
-                if m.get("additionalProperties") != Some(&Value::Bool(false)) {
-                    push(
-                        out,
-                        file,
-                        path.to_string(),
-                        "schema.open-object",
-                        "object schema without `additionalProperties: false`".into(),
-                        "close it: extra fields are how unreviewed parameters slip through",
-                    );
-                }
+            "object" if m.get("additionalProperties") != Some(&Value::Bool(false)) => {
+                push(
+                    out,
+                    file,
+                    path.to_string(),
+                    "schema.open-object",
+                    "object schema without `additionalProperties: false`".into(),
+                    "close it: extra fields are how unreviewed parameters slip through",
+                );
             }
             "number" | "integer" if !constrained => {
                 let low = has_any(m, &["minimum", "exclusiveMinimum"]);

@@ -477,7 +477,9 @@ impl Registry {
                     .as_ref()
                     .is_some_and(|o| crate::lint::schema_mentions(o, first));
                 let is_identity = j < c.identity.len();
-                if (is_identity && !in_inputs) || (!is_identity && !in_inputs && !in_outputs) {
+                // Identity fields are inputs; redacted fields may be inputs or outputs.
+                let declared = in_inputs || (!is_identity && in_outputs);
+                if !declared {
                     finding(
                         &t.file,
                         format!("{path}.{}", if is_identity { "identity" } else { "redact" }),

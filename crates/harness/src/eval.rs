@@ -390,7 +390,7 @@ pub async fn run_all(
         .unwrap_or(7)
         .max(7);
     writeln!(out, "{:<width$}  {:>5}  result", "fixture", "calls")?;
-    writeln!(out, "{}  {}  ------", "-".repeat(width), "-----")?;
+    writeln!(out, "{}  -----  ------", "-".repeat(width))?;
     for r in &reports {
         writeln!(
             out,
