@@ -548,6 +548,9 @@ pub struct Outcome {
     pub settled: u32,
     /// Toolgate only: governed attempts without an audit record.
     pub audit_missing: u32,
+    /// Toolgate only: the run's recorded outcome (a step `done` or not) disagrees with the
+    /// ledger (a payment booked or not).
+    pub record_mismatch: bool,
 }
 
 const REASONS: [&str; 3] = [
@@ -583,12 +586,12 @@ async fn episode(
     };
     let mut out = Outcome::default();
     let mut success = false;
-    for attempt in 0..attempts {
+    for (attempt, reworded) in REASONS.iter().enumerate().take(attempts) {
         if attempt > 0 && spec.strategy == Strategy::RetryBackoff {
             tokio::time::sleep(timing.backoff).await;
         }
         let reason = if spec.strategy == Strategy::Replan {
-            REASONS[attempt]
+            reworded
         } else {
             REASONS[0]
         };
@@ -660,6 +663,9 @@ async fn episode(
                     .any(|s| &s.step_id == *id && s.status != StepStatus::Unknown)
             })
             .count() as u32;
+        out.booked = bench.fake().booked(&run);
+        let done = steps.iter().any(|s| s.status == StepStatus::Done);
+        out.record_mismatch = done != (out.booked > 0);
     }
     out.booked = bench.fake().booked(&run);
     Ok(out)
@@ -681,6 +687,8 @@ pub struct Cell {
     pub unknown: u64,
     pub unknown_settled: u64,
     pub audit_missing: u64,
+    /// Episodes whose recorded outcome disagrees with the ledger.
+    pub record_mismatch: u64,
 }
 
 impl Cell {
@@ -700,6 +708,7 @@ impl Cell {
         self.unknown += u64::from(o.unknown);
         self.unknown_settled += u64::from(o.settled);
         self.audit_missing += u64::from(o.audit_missing);
+        self.record_mismatch += u64::from(o.record_mismatch);
     }
 
     fn merge(&mut self, o: &Cell) {
@@ -712,6 +721,7 @@ impl Cell {
         self.unknown += o.unknown;
         self.unknown_settled += o.unknown_settled;
         self.audit_missing += o.audit_missing;
+        self.record_mismatch += o.record_mismatch;
     }
 }
 
@@ -860,7 +870,7 @@ pub fn table(r: &Report) -> String {
         r.episodes, r.seed, r.concurrency, r.elapsed_secs
     ));
     s.push_str(&format!(
-        "{:<9} {:<22} {:<18} {:>6} {:>7} {:>6} {:>7} {:>7} {:>7} {:>8} {:>9}\n",
+        "{:<9} {:<22} {:<18} {:>6} {:>7} {:>6} {:>7} {:>7} {:>7} {:>8} {:>10} {:>11}\n",
         "route",
         "fault",
         "strategy",
@@ -871,7 +881,8 @@ pub fn table(r: &Report) -> String {
         "f-done",
         "unknown",
         "settled",
-        "audit-lost"
+        "audit-lost",
+        "rec≠ledger"
     ));
     for (k, c) in &r.cells {
         let mut p = k.split('/');
@@ -880,17 +891,18 @@ pub fn table(r: &Report) -> String {
             p.next().unwrap_or_default(),
             p.next().unwrap_or_default(),
         );
-        let (unknown, settled, lost) = if route == "toolgate" {
+        let (unknown, settled, lost, mismatch) = if route == "toolgate" {
             (
                 c.unknown.to_string(),
                 c.unknown_settled.to_string(),
                 c.audit_missing.to_string(),
+                c.record_mismatch.to_string(),
             )
         } else {
-            ("-".into(), "-".into(), "-".into())
+            ("-".into(), "-".into(), "-".into(), "-".into())
         };
         s.push_str(&format!(
-            "{:<9} {:<22} {:<18} {:>6} {:>7} {:>6} {:>7} {:>7} {:>7} {:>8} {:>9}\n",
+            "{:<9} {:<22} {:<18} {:>6} {:>7} {:>6} {:>7} {:>7} {:>7} {:>8} {:>10} {:>11}\n",
             route,
             fault,
             strat,
@@ -901,13 +913,14 @@ pub fn table(r: &Report) -> String {
             c.false_done,
             unknown,
             settled,
-            lost
+            lost,
+            mismatch
         ));
     }
     s.push('\n');
     for (route, c) in &r.totals {
         s.push_str(&format!(
-            "{route:<9} total: {} episodes, {} with duplicates ({}; {} extra payments), {} missed, {} false done, {} unknown ({} settled), {} governed attempts without audit record\n",
+            "{route:<9} total: {} episodes, {} with duplicates ({}; {} extra payments), {} missed, {} false done, {} unknown ({} settled), {} governed attempts without audit record, {} recorded outcomes contradicting the ledger\n",
             c.episodes,
             c.duplicate_episodes,
             pct(c.duplicate_episodes, c.episodes),
@@ -916,7 +929,8 @@ pub fn table(r: &Report) -> String {
             c.false_done,
             c.unknown,
             c.unknown_settled,
-            c.audit_missing
+            c.audit_missing,
+            c.record_mismatch
         ));
     }
     s.push_str(&format!(
