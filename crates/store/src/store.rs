@@ -246,6 +246,23 @@ impl Store {
         self.inner.pool.is_pg()
     }
 
+    /// Waits until there may be work for a worker, at most `timeout`: on PostgreSQL until a
+    /// parked step is approved and re-queued (LISTEN `toolgate_steps`, fed by a trigger), on
+    /// SQLite by polling (it has no notifications). Either way the caller then claims.
+    pub async fn wait_for_work(&self, timeout: Duration) -> Result<()> {
+        match &self.inner.pool {
+            Pool::Postgres(pool) => {
+                let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+                listener.listen("toolgate_steps").await?;
+                let _ = tokio::time::timeout(timeout, listener.recv()).await;
+            }
+            Pool::Sqlite(_) => {
+                tokio::time::sleep(timeout.min(Duration::from_millis(250))).await;
+            }
+        }
+        Ok(())
+    }
+
     /// Closes the pool. Pending group commits finish first.
     pub async fn close(&self) {
         self.inner.pool.close().await;

@@ -85,6 +85,16 @@ fn step(principal: &str, tool: &str, inputs: Value) -> PlannedStep {
     }
 }
 
+#[test]
+fn idempotency_retention_never_shorter_than_approval_expiry() {
+    let cfg = StoreConfig {
+        idempotency_retention_hours: 1,
+        ..StoreConfig::default()
+    };
+    assert_eq!(cfg.retention_ms(), 72 * 3_600_000);
+    assert_eq!(StoreConfig::default().retention_ms(), 72 * 3_600_000);
+}
+
 async fn duplicate_direct_call_is_replayed(db: &TestDb) {
     let store = db.store(StoreConfig::default()).await;
     let fake = Recorder::new();
@@ -515,6 +525,11 @@ async fn two_person_rule_needs_two_distinct_approvers(db: &TestDb) {
     assert_eq!(fake.count("payment.priority"), 1);
     let s = store.steps(&run).await.unwrap().remove(0);
     assert_eq!(s.approval.unwrap()["by"], json!(["alice", "bob"]));
+    // Waiting for work returns (on Postgres it listens; a timeout is not an error).
+    store
+        .wait_for_work(std::time::Duration::from_millis(20))
+        .await
+        .unwrap();
 }
 
 async fn expired_gate_fails_closed(db: &TestDb) {
