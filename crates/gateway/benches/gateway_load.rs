@@ -1,1 +1,159 @@
-fn main() {}
+//! Load benchmark (not a test): the finance fake called directly and through toolgate over
+//! streamable HTTP, in one run, at concurrency 1, 8 and 32, with the durable audit on (SQLite,
+//! WAL, fsync on commit). Each call is a governed read (`invoice.search`) in its own run, so
+//! every call is decided, reserved, forwarded and recorded — none is a replay.
+//!
+//! Run: `cargo bench -p toolgate-gateway --bench gateway_load` (`-- --secs N` per level).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, JsonObject, MetaObject, RequestMetaObject};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toolgate_core::registry::api_key_hash;
+use toolgate_fakes::{FakeServer, FaultPlan, Recorder};
+use toolgate_gateway::{Gateway, ServeOptions};
+
+const KEY: &str = "tg-bench-worker-key";
+
+async fn fake() -> String {
+    let server = FakeServer::new(
+        toolgate_fakes::finance::Finance::seeded(),
+        Recorder::disabled(),
+        FaultPlan::new(Vec::new(), 1),
+    );
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+fn registry(dir: &std::path::Path, upstream: &str) {
+    let ex = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
+    std::fs::create_dir_all(dir.join("tools")).unwrap();
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    for sub in ["tools", "policies"] {
+        for e in std::fs::read_dir(ex.join(sub)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(sub).join(e.file_name())).unwrap();
+        }
+    }
+    let roles = ["planner", "worker.finance", "worker.comms", "reviewer", "reconciler", "ap.clerk", "supplier.admin"];
+    let mut p = String::from("roles:\n");
+    for r in roles {
+        p.push_str(&format!("  {r}: {{description: \"{r}\"}}\n"));
+    }
+    p.push_str(&format!(
+        "principals:\n  - id: bench\n    kind: agent\n    role: worker.finance\n    credentials:\n      - {{id: b, sha256: \"{}\"}}\n    grants:\n      - scopes: [invoices:read]\n        purposes: [billing]\n        max_tier: read\n        max_sensitivity: confidential\n",
+        api_key_hash(KEY)
+    ));
+    std::fs::write(dir.join("principals.yaml"), p).unwrap();
+    std::fs::write(
+        dir.join("toolgate.yaml"),
+        format!("label: bench\nstore:\n  url: \"sqlite://bench.db\"\nupstreams:\n  erp:\n    url: \"{upstream}\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n"),
+    )
+    .unwrap();
+}
+
+async fn client(url: &str, key: Option<&str>) -> RunningService<RoleClient, ()> {
+    let mut cfg = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(k) = key {
+        cfg = cfg.auth_header(k);
+    }
+    ().serve(StreamableHttpClientTransport::from_config(cfg)).await.unwrap()
+}
+
+fn obj(v: serde_json::Value) -> JsonObject {
+    v.as_object().unwrap().clone()
+}
+
+/// Runs `conc` clients calling `tool` for `secs`; returns the sorted latencies (µs).
+async fn level(url: &str, key: Option<&str>, tool: &'static str, conc: usize, secs: f64, tag: &str) -> (Vec<u64>, f64) {
+    let mut clients = Vec::new();
+    for _ in 0..conc {
+        clients.push(client(url, key).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, cl) in clients.into_iter().enumerate() {
+        let tag = tag.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                i += 1;
+                let mut p = CallToolRequestParams::new(tool).with_arguments(obj(json!({"invoice_id": "INV-20260615"})));
+                p.meta = Some(RequestMetaObject(MetaObject(obj(json!({
+                    "purpose": "billing", "reason": "benchmark", "run_id": format!("{tag}-{c}-{i}")
+                })))));
+                let t = Instant::now();
+                let r = cl.peer().call_tool(p).await.expect("call");
+                assert_ne!(r.is_error, Some(true), "{r:?}");
+                lat.push(t.elapsed().as_micros() as u64);
+            }
+            let _ = cl.cancel().await;
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort_unstable();
+    let rate = all.len() as f64 / elapsed;
+    (all, rate)
+}
+
+fn pct(v: &[u64], p: f64) -> u64 {
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let secs: f64 = std::env::args()
+        .skip_while(|a| a != "--secs")
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let upstream = fake().await;
+        let dir = tempfile::tempdir().unwrap();
+        registry(dir.path(), &upstream);
+        let gw = Gateway::build(&ServeOptions { config_dir: dir.path().into(), http: true, ..Default::default() })
+            .await
+            .unwrap();
+        let (addr, fut) = gw.bind_http("127.0.0.1:0", CancellationToken::new()).await.unwrap();
+        tokio::spawn(fut);
+        let through = format!("http://{addr}/mcp");
+        println!("gateway_load: {secs} s per level; direct = fake ERP over streamable HTTP; through = toolgate → same fake, SQLite audit (WAL, synchronous=FULL)");
+        println!("| conc | direct p50 µs | direct p99 µs | direct calls/s | toolgate p50 µs | toolgate p99 µs | toolgate calls/s | added p50 µs | added p99 µs |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for conc in [1usize, 8, 32] {
+            let (d, dr) = level(&upstream, None, "search_invoices", conc, secs, "direct").await;
+            let (t, tr) = level(&through, Some(KEY), "invoice.search", conc, secs, &format!("gw{conc}")).await;
+            println!(
+                "| {conc} | {} | {} | {dr:.0} | {} | {} | {tr:.0} | {} | {} |",
+                pct(&d, 0.5), pct(&d, 0.99), pct(&t, 0.5), pct(&t, 0.99),
+                pct(&t, 0.5) as i64 - pct(&d, 0.5) as i64,
+                pct(&t, 0.99) as i64 - pct(&d, 0.99) as i64,
+            );
+        }
+        let audit = gw.state.executor.store.audit_records(Some("bench"), None).await.unwrap();
+        println!("audit records written: {}", audit.len());
+        gw.close().await;
+    });
+}
