@@ -243,7 +243,16 @@ async fn main() {
         println!("postgres unreachable at {pg_url}: skipped");
     }
     for tool in ["ticket.update", "ticket.read"] {
-        bench_steps(&sqlite(&format!("steps-{tool}.db")), &reg, n, 1, tool).await;
+        for workers in [1, 2] {
+            bench_steps(
+                &sqlite(&format!("steps-{tool}-{workers}.db")),
+                &reg,
+                n,
+                workers,
+                tool,
+            )
+            .await;
+        }
     }
     if pg_up {
         for tool in ["ticket.update", "ticket.read"] {

@@ -19,7 +19,7 @@ use toolgate_core::{
 };
 
 use crate::audit::{
-    self, AuditApproval, AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy,
+    self, AuditApproval, AuditDecision, AuditDraft, AuditOutcome, AuditRecord, AuditWho, AuditWhy,
 };
 use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
@@ -456,6 +456,29 @@ impl Executor {
                     tier: parse_tier(&r.text(3)?)?,
                     status: parse_status(&r.text(4)?)?,
                 });
+            }
+            // A refused direct call holds no step row (it must not hold its idempotency key),
+            // so its refusal is read back from the audit chain: policies see every denial.
+            for r in &tx
+                .rows(
+                    "SELECT seq, record FROM audit WHERE run_id = $1 AND step_id IS NULL ORDER BY seq",
+                    args![&p.run_id],
+                )
+                .await?
+            {
+                let seq = r.i64(0)?;
+                let record: AuditRecord = serde_json::from_str(&r.text(1)?).map_err(|e| {
+                    StoreError::Corrupt(format!("audit record {seq} does not parse: {e}"))
+                })?;
+                if record.body.why.decision == AuditDecision::Deny {
+                    entries.push(RunEntry {
+                        seq: 0,
+                        step_id: format!("audit:{}", record.seq),
+                        tool: record.body.tool,
+                        tier: record.body.tier.unwrap_or(Tier::Read),
+                        status: StepStatus::Refused,
+                    });
+                }
             }
             cache.runs.insert(p.run_id.clone(), entries);
         }
