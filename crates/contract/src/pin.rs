@@ -81,6 +81,14 @@ impl PinVerdict {
         }
     }
 
+    /// The tools of a live `tools/list` that may be shown to callers, in their order.
+    pub fn served<'a>(&self, tools: &'a [rmcp::model::Tool]) -> Vec<&'a rmcp::model::Tool> {
+        tools
+            .iter()
+            .filter(|t| self.allowed.contains_key(t.name.as_ref()))
+            .collect()
+    }
+
     /// Whether everything listed is served unchanged (nothing blocked, server not blocked).
     pub fn is_clean(&self) -> bool {
         self.server_blocked.is_none() && self.blocked.is_empty()

@@ -157,6 +157,7 @@ async fn every_mid_session_change_is_blocked_before_the_next_call() {
     let tools = client.peer().list_all_tools().await.unwrap();
     let v = pins.check_rmcp("shifty", &identity(), &info, &tools);
     assert!(v.is_clean(), "{}", v.render_diff(None));
+    assert_eq!(v.served(&tools).len(), 2);
 
     type Mutation = (&'static str, fn(&mut Vec<Value>), &'static str, DiffLabel);
     let mutations: Vec<Mutation> = vec![
