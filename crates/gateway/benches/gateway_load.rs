@@ -12,7 +12,9 @@ use rmcp::model::{CallToolRequestParams, JsonObject, MetaObject, RequestMetaObje
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::{StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::{
+    StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService,
+};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -50,7 +52,15 @@ fn registry(dir: &std::path::Path, upstream: &str) {
             std::fs::copy(e.path(), dir.join(sub).join(e.file_name())).unwrap();
         }
     }
-    let roles = ["planner", "worker.finance", "worker.comms", "reviewer", "reconciler", "ap.clerk", "supplier.admin"];
+    let roles = [
+        "planner",
+        "worker.finance",
+        "worker.comms",
+        "reviewer",
+        "reconciler",
+        "ap.clerk",
+        "supplier.admin",
+    ];
     let mut p = String::from("roles:\n");
     for r in roles {
         p.push_str(&format!("  {r}: {{description: \"{r}\"}}\n"));
@@ -72,7 +82,9 @@ async fn client(url: &str, key: Option<&str>) -> RunningService<RoleClient, ()> 
     if let Some(k) = key {
         cfg = cfg.auth_header(k);
     }
-    ().serve(StreamableHttpClientTransport::from_config(cfg)).await.unwrap()
+    ().serve(StreamableHttpClientTransport::from_config(cfg))
+        .await
+        .unwrap()
 }
 
 fn obj(v: serde_json::Value) -> JsonObject {
@@ -80,7 +92,14 @@ fn obj(v: serde_json::Value) -> JsonObject {
 }
 
 /// Runs `conc` clients calling `tool` for `secs`; returns the sorted latencies (µs).
-async fn level(url: &str, key: Option<&str>, tool: &'static str, conc: usize, secs: f64, tag: &str) -> (Vec<u64>, f64) {
+async fn level(
+    url: &str,
+    key: Option<&str>,
+    tool: &'static str,
+    conc: usize,
+    secs: f64,
+    tag: &str,
+) -> (Vec<u64>, f64) {
     let mut clients = Vec::new();
     for _ in 0..conc {
         clients.push(client(url, key).await);
@@ -95,7 +114,8 @@ async fn level(url: &str, key: Option<&str>, tool: &'static str, conc: usize, se
             let mut i = 0u64;
             while Instant::now() < deadline {
                 i += 1;
-                let mut p = CallToolRequestParams::new(tool).with_arguments(obj(json!({"invoice_id": "INV-20260615"})));
+                let mut p = CallToolRequestParams::new(tool)
+                    .with_arguments(obj(json!({"invoice_id": "INV-20260615"})));
                 p.meta = Some(RequestMetaObject(MetaObject(obj(json!({
                     "purpose": "billing", "reason": "benchmark", "run_id": format!("{tag}-{c}-{i}")
                 })))));
@@ -128,7 +148,10 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let upstream = fake().await;
         let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,13 @@ use toolgate_gateway::{Gateway, GatewayServer, ServeOptions};
 
 fn fake_binary() -> PathBuf {
     // target/debug/deps/stdio-… → target/debug/toolgate-fake-finance
-    let dir = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
+    let dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let bin = dir.join("toolgate-fake-finance");
     if !bin.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -59,9 +65,14 @@ async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_th
     });
     let client = ().serve(client_io).await.unwrap();
     let tools = client.peer().list_all_tools().await.unwrap();
-    let got: std::collections::BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
-    let want: std::collections::BTreeSet<String> =
-        gw.state.registry.tools_for_role("worker.finance").map(|t| t.name().to_string()).collect();
+    let got: std::collections::BTreeSet<String> =
+        tools.iter().map(|t| t.name.to_string()).collect();
+    let want: std::collections::BTreeSet<String> = gw
+        .state
+        .registry
+        .tools_for_role("worker.finance")
+        .map(|t| t.name().to_string())
+        .collect();
     assert_eq!(got, want);
 
     let r = call(
@@ -76,9 +87,18 @@ async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_th
     let recs = toolgate_fakes::record::read_records(&record).unwrap();
     let drafts: Vec<_> = recs.iter().filter(|r| r.tool == "draft_note").collect();
     assert_eq!(drafts.len(), 1);
-    let audit = gw.state.executor.store.audit_records(Some("test-worker"), None).await.unwrap();
+    let audit = gw
+        .state
+        .executor
+        .store
+        .audit_records(Some("test-worker"), None)
+        .await
+        .unwrap();
     let last = serde_json::to_value(audit.last().unwrap()).unwrap();
-    assert_eq!(drafts[0].idempotency_key.as_deref(), last["idem_key"].as_str());
+    assert_eq!(
+        drafts[0].idempotency_key.as_deref(),
+        last["idem_key"].as_str()
+    );
     let _ = client.cancel().await;
     gw.close().await;
 }
