@@ -1,4 +1,5 @@
 //! The HTTP face: the MCP endpoint (`/mcp`, streamable HTTP) behind the credential middleware,
+//! the approver's page (`/approvals`) and `/metrics`,
 //! health (`/healthz`: the process answers) and readiness (`/readyz`: the store answers and
 //! every upstream is connected), and the OAuth protected-resource metadata document the MCP
 //! authorization spec asks for (RFC 9728).
@@ -47,6 +48,26 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
             state.auth.clone(),
             require_caller,
         ));
+    // The approver's page and the surface numbers, in the same process (its own sign-in:
+    // people with an approver role, session cookies, CSRF on every form).
+    let registry = &state.gateway.registry;
+    let ontology = registry.gateway.ontology.as_ref().and_then(|file| {
+        match toolgate_ontology::Ontology::load(registry.dir.join(file)) {
+            Ok(o) => Some(Arc::new(o)),
+            Err(e) => {
+                tracing::warn!(error = %e, "the ontology does not load; evidence links show bare ids");
+                None
+            }
+        }
+    });
+    let console = toolgate_console::ConsoleState::new(
+        state.gateway.executor.clone(),
+        toolgate_console::ConsoleOptions {
+            base: "/approvals".into(),
+            ontology,
+            ..Default::default()
+        },
+    );
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -59,6 +80,8 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
             get(resource_metadata),
         )
         .with_state(state)
+        .nest("/approvals", toolgate_console::router(console.clone()))
+        .merge(toolgate_console::metrics_router(console))
         .merge(mcp)
 }
 
