@@ -26,6 +26,6 @@ pub use error::GatewayError;
 pub use jwt::{JwtVerifier, OAuthOptions};
 pub use logging::{LogFormat, init_logging};
 pub use render::{from_stored, to_stored};
-pub use serve::{Gateway, ServeOptions, serve};
+pub use serve::{Gateway, ServeOptions, registry_store_config, resolve_store_url, serve};
 pub use server::{GatewayServer, derive_annotations, mcp_tool};
 pub use upstream::{ToolsChangedHook, Upstreams};

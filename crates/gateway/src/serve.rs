@@ -51,7 +51,7 @@ pub struct Gateway {
 
 /// Resolves a relative SQLite path against the registry folder, so the database lives beside
 /// the registry whatever the working directory.
-fn resolve_store_url(dir: &Path, url: &str) -> String {
+pub fn resolve_store_url(dir: &Path, url: &str) -> String {
     let Some(rest) = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
@@ -89,13 +89,13 @@ fn approval_keys(registry: &Registry) -> ApprovalKeys {
     }
 }
 
-fn store_config(registry: &Registry, upstreams: &Upstreams) -> StoreConfig {
+/// The store configuration a registry implies: retention, approval expiry, redaction key.
+/// The CLI opens the store with it too, so `trace` and `log` read what `serve` wrote.
+pub fn registry_store_config(registry: &Registry) -> StoreConfig {
     let g = &registry.gateway;
     let mut cfg = StoreConfig {
         idempotency_retention_hours: g.idempotency.retention_hours,
         approval_expiry_hours: g.approvals.expiry_hours,
-        // The upstream's own timeout fires first; this is the backstop.
-        call_timeout: upstreams.max_timeout() + Duration::from_secs(1),
         ..StoreConfig::default()
     };
     match std::env::var(&g.redaction.key_env) {
@@ -106,6 +106,14 @@ fn store_config(registry: &Registry, upstreams: &Upstreams) -> StoreConfig {
         ),
     }
     cfg
+}
+
+fn store_config(registry: &Registry, upstreams: &Upstreams) -> StoreConfig {
+    StoreConfig {
+        // The upstream's own timeout fires first; this is the backstop.
+        call_timeout: upstreams.max_timeout() + Duration::from_secs(1),
+        ..registry_store_config(registry)
+    }
 }
 
 impl Gateway {
