@@ -702,6 +702,22 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
     ]
 }
 
+/// Decides one row of the table.
+fn decide_row(engine: &Engine<'_>, r: &Row) -> toolgate_core::Decision {
+    let req = CallRequest {
+        purpose: r.purpose,
+        reason: r.reason,
+        subject: "call-1",
+        run: &r.run,
+        budgets: &r.budgets,
+        idempotency: r.idem,
+        approvals: &r.approvals,
+        destinations: &r.facts,
+        ..CallRequest::new(r.principal, r.tool, &r.inputs)
+    };
+    engine.decide(&req, NOW)
+}
+
 #[test]
 fn policy_table() {
     let reg = registry();
@@ -711,18 +727,7 @@ fn policy_table() {
     assert!(rows.len() >= 40, "the table has {} rows", rows.len());
     let mut failures = Vec::new();
     for r in &rows {
-        let req = CallRequest {
-            purpose: r.purpose,
-            reason: r.reason,
-            subject: "call-1",
-            run: &r.run,
-            budgets: &r.budgets,
-            idempotency: r.idem,
-            approvals: &r.approvals,
-            destinations: &r.facts,
-            ..CallRequest::new(r.principal, r.tool, &r.inputs)
-        };
-        let d = engine.decide(&req, NOW);
+        let d = decide_row(&engine, r);
         assert_eq!(d.checks.len(), 11, "{}: every check is recorded", r.name);
         let got = match &d.verdict {
             Verdict::Allow => Want::Allow,
@@ -776,18 +781,7 @@ fn every_check_is_seen_failing_and_passing() {
     let mut passed = std::collections::HashSet::new();
     let mut failed = std::collections::HashSet::new();
     for r in rows(&k) {
-        let req = CallRequest {
-            purpose: r.purpose,
-            reason: r.reason,
-            subject: "call-1",
-            run: &r.run,
-            budgets: &r.budgets,
-            idempotency: r.idem,
-            approvals: &r.approvals,
-            destinations: &r.facts,
-            ..CallRequest::new(r.principal, r.tool, &r.inputs)
-        };
-        for c in engine.decide(&req, NOW).checks {
+        for c in decide_row(&engine, &r).checks {
             match c.outcome {
                 Outcome::Pass => {
                     passed.insert(c.name);
