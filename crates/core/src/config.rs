@@ -231,6 +231,39 @@ pub struct ToolConfig {
     /// MCP annotations, if the author sets them; checked against the effect, never trusted over it.
     #[serde(default)]
     pub annotations: Option<AnnotationsConfig>,
+    /// Sums and counts of this tool's calls over a sliding window, per principal (and per key).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_budgets: Vec<WindowBudgetConfig>,
+}
+
+/// A budget over a sliding window: the sum of a numeric input (`sum: amount`) or the number of
+/// calls, per principal and optionally per the value of a key input (a supplier, a recipient
+/// domain). It holds for the caller and for every ancestor it draws from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowBudgetConfig {
+    /// `[a-z][a-z0-9_]*`, unique in the registry: the rule `budget.window.<id>` and the policy
+    /// context's `context.budgets.<id>`.
+    pub id: String,
+    /// The numeric input summed (non-negative, required); without it, calls are counted.
+    #[serde(default)]
+    pub sum: Option<String>,
+    /// The most the window may hold: a sum in the input's unit, or a number of calls.
+    pub limit: serde_json::Number,
+    /// What the sum is in (`EUR`), for messages.
+    #[serde(default)]
+    pub unit: Option<String>,
+    /// The window's length: `90s`, `15m`, `1h`, `24h`, `7d` (at most 31 days).
+    pub window: String,
+    /// An input (required, string or integer) whose value splits the budget: one window per value.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Which part of the key's value is compared (`email_domain` for a recipient's domain).
+    #[serde(default)]
+    pub key_kind: Option<DestinationKind>,
+    /// Limits that differ for named principals (a parent's pooled limit, say).
+    #[serde(default)]
+    pub limits: BTreeMap<String, serde_json::Number>,
 }
 
 fn one() -> u8 {

@@ -10,6 +10,7 @@ use cedar_policy::RestrictedExpression;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::budget::{self, WindowCheck, WindowView};
 use crate::canon::InputHash;
 use crate::config::{DestinationKind, GrantConfig};
 use crate::model::{PrincipalKind, Tier, Timestamp};
@@ -198,10 +199,13 @@ impl RunHistory {
     }
 }
 
-/// Today's budget use, per principal and tier, as the store's ledger sees it.
+/// Today's budget use, per principal and tier, as the store's ledger sees it, and what the
+/// sliding windows of the tool's window budgets hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetView {
     pub used: HashMap<String, HashMap<Tier, u32>>,
+    #[serde(default)]
+    pub windows: WindowView,
 }
 
 impl BudgetView {
@@ -462,9 +466,23 @@ impl<'r> Engine<'r> {
             None => rec.pass(CheckName::RateLimit, "no per-run limit".into()),
         }
 
+        // What the tool's window budgets hold (policies see it; check 9 judges it).
+        let windows = if inputs_valid {
+            budget::check(
+                self.registry,
+                tool,
+                principal,
+                req.inputs,
+                &req.budgets.windows,
+                now,
+            )
+        } else {
+            None
+        };
+
         // 8. policies, over the call and the run so far.
         let verdict = if inputs_valid {
-            Some(self.evaluate_policies(principal, tool, req, counts))
+            Some(self.evaluate_policies(principal, tool, req, counts, windows.as_ref()))
         } else {
             None
         };
@@ -496,8 +514,8 @@ impl<'r> Engine<'r> {
             Some(_) => rec.pass(CheckName::Policy, "no policy objects".into()),
         }
 
-        // 9. daily budget, for the principal and every ancestor it draws from.
-        self.check_budget(&mut rec, principal, cfg.tier, req.budgets, now);
+        // 9. daily budget and window budgets, for the principal and every ancestor it draws from.
+        self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
 
         // 10. idempotency, as the store sees this call's key.
         match req.idempotency {
@@ -776,6 +794,7 @@ impl<'r> Engine<'r> {
         tool: &Tool,
         req: &CallRequest<'_>,
         counts: RunCounts,
+        windows: Option<&WindowCheck>,
     ) -> PolicyVerdict {
         let inputs = match tool.schema.cedar_type().to_cedar(req.inputs) {
             Ok(i) => i,
@@ -795,7 +814,7 @@ impl<'r> Engine<'r> {
             ("tool_calls".to_string(), long(counts.tool_calls)),
         ])
         .expect("distinct keys");
-        let context = vec![
+        let mut context = vec![
             (
                 "purpose".to_string(),
                 RestrictedExpression::new_string(req.purpose.unwrap_or_default().to_string()),
@@ -807,6 +826,9 @@ impl<'r> Engine<'r> {
             ("inputs".to_string(), inputs),
             ("run".to_string(), run),
         ];
+        if let Some(w) = windows {
+            context.push(("budgets".to_string(), budget::context(w)));
+        }
         self.registry
             .policies
             .evaluate(&principal.entity, &tool.action, &tool.resource, context)
@@ -818,16 +840,12 @@ impl<'r> Engine<'r> {
         principal: &crate::registry::Principal,
         tier: Tier,
         budgets: &BudgetView,
-        _now: Timestamp,
+        windows: Option<&WindowCheck>,
     ) {
-        if tier == Tier::Read {
-            rec.pass(CheckName::Budget, "read is not budgeted".into());
-            return;
-        }
         let chain =
             std::iter::once(principal.id()).chain(principal.ancestors.iter().map(String::as_str));
         let mut notes = Vec::new();
-        for id in chain {
+        for id in chain.filter(|_| tier != Tier::Read) {
             let Some(p) = self.registry.principal(id) else {
                 continue;
             };
@@ -852,12 +870,26 @@ impl<'r> Engine<'r> {
             }
             notes.push(format!("{id}: {used}/{limit}"));
         }
+        // Then the window budgets, whose refusal says what is left and when it frees up.
+        let mut window_notes = String::new();
+        if let Some(w) = windows {
+            if let Some((rule, detail)) = &w.failure {
+                rec.fail(CheckName::Budget, rule, detail.clone());
+                return;
+            }
+            window_notes = format!("; window budgets {}", w.notes.join(", "));
+        }
         rec.pass(
             CheckName::Budget,
-            if notes.is_empty() {
-                format!("no daily {tier} budget set")
+            if tier == Tier::Read {
+                format!("read is not budgeted{window_notes}")
+            } else if notes.is_empty() {
+                format!("no daily {tier} budget set{window_notes}")
             } else {
-                format!("{tier} budget used today {}", notes.join(", "))
+                format!(
+                    "{tier} budget used today {}{window_notes}",
+                    notes.join(", ")
+                )
             },
         );
     }
@@ -957,7 +989,7 @@ impl<'r> Engine<'r> {
     }
 }
 
-fn url_host(url: &str) -> Option<String> {
+pub(crate) fn url_host(url: &str) -> Option<String> {
     let rest = url.split_once("://")?.1;
     let authority = rest.split(['/', '?', '#']).next()?;
     let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);

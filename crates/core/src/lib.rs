@@ -2,6 +2,7 @@
 //! and the values derived from it. Pure and synchronous: no I/O beyond reading the registry
 //! folder, no async, no clock of its own. The store and the gateway build on it.
 
+pub mod budget;
 pub mod canon;
 pub mod config;
 pub mod decide;
@@ -12,6 +13,7 @@ pub mod registry;
 pub mod schema;
 pub mod token;
 
+pub use budget::{Held, WindowBudget, WindowView};
 pub use canon::{IdempotencyKey, InputHash, Redactor, canonical};
 pub use decide::{
     BudgetView, CallRequest, Check, CheckName, Decision, DestinationFacts, Engine,

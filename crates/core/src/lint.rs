@@ -171,6 +171,7 @@ pub fn lint_tool(
     if let Some(a) = t.annotations {
         lint_annotations(file, &base, t, a, out);
     }
+    crate::budget::lint_tool(file, &base, t, out);
     for (j, d) in t.destinations.iter().enumerate() {
         if d.allowed.is_empty() && d.lookup.is_none() {
             push(

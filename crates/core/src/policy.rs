@@ -100,27 +100,30 @@ pub fn cedar_schema(tools: &[ToolConfig], input_types: &[&CedarType]) -> Value {
     let long = json!({"type": "Long"});
     let mut actions = serde_json::Map::new();
     for (tool, ty) in tools.iter().zip(input_types) {
-        actions.insert(
-            tool.name.clone(),
-            json!({
-                "appliesTo": {
-                    "principalTypes": ["Principal"],
-                    "resourceTypes": ["Tool"],
-                    "context": {
-                        "type": "Record",
-                        "attributes": {
-                            "purpose": string,
-                            "reason": string,
-                            "inputs": ty.to_cedar_schema(),
-                            "run": {"type": "Record", "attributes": {
-                                "steps": long, "denials": long, "act_steps": long,
-                                "spend_steps": long, "tool_calls": long,
-                            }},
-                        }
+        let mut action = json!({
+            "appliesTo": {
+                "principalTypes": ["Principal"],
+                "resourceTypes": ["Tool"],
+                "context": {
+                    "type": "Record",
+                    "attributes": {
+                        "purpose": string,
+                        "reason": string,
+                        "inputs": ty.to_cedar_schema(),
+                        "run": {"type": "Record", "attributes": {
+                            "steps": long, "denials": long, "act_steps": long,
+                            "spend_steps": long, "tool_calls": long,
+                        }},
                     }
                 }
-            }),
-        );
+            }
+        });
+        // A tool with window budgets also shows them: `context.budgets.<id>.{used,limit,left}`.
+        if !tool.window_budgets.is_empty() {
+            action["appliesTo"]["context"]["attributes"]["budgets"] =
+                crate::budget::context_schema(&tool.window_budgets);
+        }
+        actions.insert(tool.name.clone(), action);
     }
     json!({"": {
         "entityTypes": {

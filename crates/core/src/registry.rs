@@ -87,6 +87,8 @@ pub struct Tool {
     pub index: usize,
     pub(crate) resource: EntityUid,
     pub(crate) action: EntityUid,
+    /// Its window budgets, checked (`window_budgets` in the file).
+    pub windows: Vec<crate::budget::WindowBudget>,
 }
 
 impl Tool {
@@ -359,6 +361,7 @@ impl Registry {
                 schema,
                 file,
                 index: i,
+                windows: Vec::new(),
             });
         }
 
@@ -594,6 +597,35 @@ impl Registry {
                     "only people (kind: human) approve; a model reviewer uses step.approve".into(),
                 );
             }
+        }
+
+        // Window budgets: fields and keys exist, limits parse, ids are unique.
+        let declared: HashSet<&str> = pfile.principals.iter().map(|p| p.id.as_str()).collect();
+        let mut budget_ids: HashMap<String, String> = HashMap::new();
+        let mut budget_findings = Vec::new();
+        for t in &mut tools {
+            t.windows = crate::budget::compile(
+                &t.file,
+                t.index,
+                &t.config.window_budgets,
+                &t.config.input_schema,
+                &declared,
+                &mut budget_findings,
+            );
+            for (j, b) in t.config.window_budgets.iter().enumerate() {
+                if let Some(other) = budget_ids.insert(b.id.clone(), t.config.name.clone()) {
+                    budget_findings.push(Finding {
+                        file: t.file.clone(),
+                        path: format!("tools[{}].window_budgets[{j}].id", t.index),
+                        rule: "ref.duplicate".into(),
+                        message: format!("window budget '{}' is also declared on '{other}'", b.id),
+                        fix: "give each window budget its own id".into(),
+                    });
+                }
+            }
+        }
+        for f in budget_findings {
+            finding(&f.file, f.path, &f.rule, f.message, f.fix);
         }
 
         // Policies, validated against the schema generated from the tools.

@@ -82,6 +82,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     let run = RunHistory { calls: input.run };
     let budgets = BudgetView {
         used: input.budgets,
+        ..BudgetView::default()
     };
     let facts = DestinationFacts {
         allowed: input.destinations,
