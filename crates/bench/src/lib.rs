@@ -631,7 +631,7 @@ async fn episode(
     }
 
     if route == Route::Toolgate {
-        let store = &bench.gateway.state.executor.store;
+        let store = &bench.gateway.state.store;
         // Wait for the reconciler to settle what is unknown (it runs every `reconcile_every`).
         let deadline = Instant::now() + timing.reconcile_every * 10 + Duration::from_secs(2);
         loop {
@@ -770,7 +770,7 @@ pub async fn run_faults(opts: RunOptions) -> anyhow::Result<Report> {
                     _ = rstop.cancelled() => break,
                     _ = tokio::time::sleep(every) => {}
                 }
-                if let Err(e) = bench.gateway.state.executor.reconcile().await {
+                if let Err(e) = bench.gateway.state.executor().reconcile().await {
                     eprintln!("reconcile: {e}");
                 }
             }
@@ -834,7 +834,7 @@ pub async fn run_faults(opts: RunOptions) -> anyhow::Result<Report> {
             .or_default()
             .merge(c);
     }
-    let store = &bench.gateway.state.executor.store;
+    let store = &bench.gateway.state.store;
     let chain = store.verify_chain().await?;
     let audit_records = store.audit_records(None, None).await?.len() as u64;
     let report = Report {

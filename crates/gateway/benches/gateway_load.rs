@@ -175,7 +175,7 @@ fn main() {
                 pct(&t, 0.99) as i64 - pct(&d, 0.99) as i64,
             );
         }
-        let audit = gw.state.executor.store.audit_records(Some("bench"), None).await.unwrap();
+        let audit = gw.state.store.audit_records(Some("bench"), None).await.unwrap();
         println!("audit records written: {}", audit.len());
         gw.close().await;
     });

@@ -46,7 +46,8 @@ pub enum AuthFailure {
 
 /// Resolves credentials to callers.
 pub struct Authenticator {
-    registry: Arc<Registry>,
+    /// The principals of the current registry version (swapped on reload).
+    registry: arc_swap::ArcSwap<Registry>,
     jwt: Option<JwtVerifier>,
     /// Absolute URL of the protected-resource metadata document, for `WWW-Authenticate`.
     metadata_url: String,
@@ -55,15 +56,20 @@ pub struct Authenticator {
 impl Authenticator {
     pub fn new(registry: Arc<Registry>, jwt: Option<JwtVerifier>, metadata_url: String) -> Self {
         Authenticator {
-            registry,
+            registry: arc_swap::ArcSwap::new(registry),
             jwt,
             metadata_url,
         }
     }
 
+    /// Resolves credentials against `registry` from now on (a reload's new principals).
+    pub fn set_registry(&self, registry: Arc<Registry>) {
+        self.registry.store(registry);
+    }
+
     /// The caller holding an API key (used for stdio, where the key comes from the environment).
     pub fn by_api_key(&self, key: &str) -> Option<Caller> {
-        self.registry.principal_by_key(key).map(|p| Caller {
+        self.registry.load().principal_by_key(key).map(|p| Caller {
             principal: p.id().to_string(),
             role: p.role().to_string(),
             credential: CredentialKind::ApiKey,
@@ -95,14 +101,12 @@ impl Authenticator {
                 let subject = v.verify(token).map_err(|e| {
                     AuthFailure::Invalid(format!("the access token was refused: {e}"))
                 })?;
-                let p = self
-                    .registry
-                    .principal_by_subject(&subject)
-                    .ok_or_else(|| {
-                        AuthFailure::Invalid(
-                            "the access token's subject is not mapped to any principal".into(),
-                        )
-                    })?;
+                let registry = self.registry.load();
+                let p = registry.principal_by_subject(&subject).ok_or_else(|| {
+                    AuthFailure::Invalid(
+                        "the access token's subject is not mapped to any principal".into(),
+                    )
+                })?;
                 Ok(Caller {
                     principal: p.id().to_string(),
                     role: p.role().to_string(),

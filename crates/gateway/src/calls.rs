@@ -10,9 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{mpsc, oneshot};
 use toolgate_store::{CallResult, DirectCall, Executor, StoreError};
 
-type Job = (DirectCall, oneshot::Sender<Result<CallResult, StoreError>>);
+type Job = (
+    Executor,
+    DirectCall,
+    oneshot::Sender<Result<CallResult, StoreError>>,
+);
 
-/// A pool of call threads in front of an [`Executor`].
+/// A pool of call threads. Each call brings the executor it is decided by (the registry
+/// version current when it arrived), so a reload never changes a call already under way.
 pub struct CallPool {
     senders: Vec<mpsc::UnboundedSender<Job>>,
     next: AtomicUsize,
@@ -20,11 +25,10 @@ pub struct CallPool {
 
 impl CallPool {
     /// Starts `threads` call threads (at least one).
-    pub fn start(executor: Executor, threads: usize) -> Arc<CallPool> {
+    pub fn start(threads: usize) -> Arc<CallPool> {
         let mut senders = Vec::new();
         for i in 0..threads.max(1) {
             let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-            let ex = executor.clone();
             std::thread::Builder::new()
                 .name(format!("toolgate-calls-{i}"))
                 .spawn(move || {
@@ -34,8 +38,7 @@ impl CallPool {
                         .expect("a call thread's runtime starts");
                     let local = tokio::task::LocalSet::new();
                     local.block_on(&rt, async move {
-                        while let Some((call, reply)) = rx.recv().await {
-                            let ex = ex.clone();
+                        while let Some((ex, call, reply)) = rx.recv().await {
                             tokio::task::spawn_local(async move {
                                 let _ = reply.send(ex.governed_call(call).await);
                             });
@@ -53,12 +56,16 @@ impl CallPool {
         })
     }
 
-    /// One governed call.
-    pub async fn governed_call(&self, call: DirectCall) -> Result<CallResult, StoreError> {
+    /// One governed call, decided by `executor`.
+    pub async fn governed_call(
+        &self,
+        executor: Executor,
+        call: DirectCall,
+    ) -> Result<CallResult, StoreError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.senders.len();
         let (tx, rx) = oneshot::channel();
         self.senders[i]
-            .send((call, tx))
+            .send((executor, call, tx))
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }

@@ -50,7 +50,7 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
         ));
     // The approver's page and the surface numbers, in the same process (its own sign-in:
     // people with an approver role, session cookies, CSRF on every form).
-    let registry = &state.gateway.registry;
+    let registry = state.gateway.registry();
     let ontology = registry.gateway.ontology.as_ref().and_then(|file| {
         match toolgate_ontology::Ontology::load(registry.dir.join(file)) {
             Ok(o) => Some(Arc::new(o)),
@@ -61,7 +61,7 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
         }
     });
     let console = toolgate_console::ConsoleState::new(
-        state.gateway.executor.clone(),
+        state.gateway.executor(),
         toolgate_console::ConsoleOptions {
             base: "/approvals".into(),
             ontology,
@@ -86,7 +86,7 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
 }
 
 async fn ready(State(s): State<HttpState>) -> impl IntoResponse {
-    let store_ok = s.gateway.executor.store.status_counts().await.is_ok();
+    let store_ok = s.gateway.store.status_counts().await.is_ok();
     let down = s.gateway.upstreams.disconnected();
     let ok = store_ok && down.is_empty();
     let body = json!({"ready": ok, "store": store_ok, "upstreams_down": down});

@@ -180,12 +180,7 @@ impl Gateway {
         };
         let auth = Arc::new(Authenticator::new(registry.clone(), jwt, metadata_url));
         Ok(Gateway {
-            state: Arc::new(GatewayState {
-                registry,
-                calls: CallPool::start(executor.clone(), 2),
-                executor,
-                upstreams,
-            }),
+            state: Arc::new(GatewayState::new(executor, CallPool::start(2), upstreams)),
             auth,
             dir,
             oauth: opts.oauth.clone(),
@@ -281,7 +276,7 @@ impl Gateway {
     /// Closes the upstreams and the store.
     pub async fn close(&self) {
         self.state.upstreams.close().await;
-        self.state.executor.store.close().await;
+        self.state.store.close().await;
     }
 }
 
@@ -354,7 +349,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
         let addr = opts
             .http_addr
             .clone()
-            .unwrap_or_else(|| gw.state.registry.gateway.server.http.clone());
+            .unwrap_or_else(|| gw.state.registry().gateway.server.http.clone());
         let (_, fut) = gw.bind_http(&addr, shutdown.clone()).await?;
         Some(tokio::spawn(fut))
     } else {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, JsonObject,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -18,7 +19,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolgate_core::registry::Tool as RegistryTool;
 use toolgate_core::{Effect, Registry};
-use toolgate_store::{DirectCall, Executor};
+use toolgate_store::{DirectCall, Executor, Store};
 use tracing::Instrument;
 
 use crate::auth::Caller;
@@ -27,12 +28,62 @@ use crate::meta::CallContext;
 use crate::render;
 use crate::upstream::Upstreams;
 
-/// What every connection shares.
-pub struct GatewayState {
+/// One loaded registry version and the executor that decides under it. A reload builds a new
+/// one and swaps it in whole; a request takes one snapshot and keeps it to the end, so a call
+/// in flight finishes under the version it started with.
+pub struct Surface {
     pub registry: Arc<Registry>,
     pub executor: Executor,
+}
+
+/// What every connection shares. The registry is read through [`GatewayState::registry`] (or
+/// [`GatewayState::surface`] for a consistent registry + executor pair), never cached across
+/// requests: `toolgate serve` swaps it on reload.
+pub struct GatewayState {
+    live: ArcSwap<Surface>,
+    /// The store: one for the process, whatever the registry version.
+    pub store: Store,
     pub calls: Arc<CallPool>,
     pub upstreams: Arc<Upstreams>,
+}
+
+impl GatewayState {
+    pub fn new(executor: Executor, calls: Arc<CallPool>, upstreams: Arc<Upstreams>) -> Self {
+        GatewayState {
+            store: executor.store.clone(),
+            live: ArcSwap::from_pointee(Surface {
+                registry: executor.registry.clone(),
+                executor,
+            }),
+            calls,
+            upstreams,
+        }
+    }
+
+    /// The current registry version and its executor, as one snapshot.
+    pub fn surface(&self) -> Arc<Surface> {
+        self.live.load_full()
+    }
+
+    /// The current registry.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.live.load().registry.clone()
+    }
+
+    /// The executor deciding under the current registry.
+    pub fn executor(&self) -> Executor {
+        self.live.load().executor.clone()
+    }
+
+    /// Puts `registry` in service: later requests decide under it; requests that took a
+    /// snapshot before keep theirs. Returns the version it replaced.
+    pub fn swap_registry(&self, registry: Arc<Registry>) -> Arc<Surface> {
+        let executor = Executor {
+            registry: registry.clone(),
+            ..self.executor()
+        };
+        self.live.swap(Arc::new(Surface { registry, executor }))
+    }
 }
 
 /// One MCP server instance: one per HTTP session (or per stateless request), or the single
@@ -127,15 +178,21 @@ impl GatewayServer {
             actor: ctx.actor,
         };
         let started = std::time::Instant::now();
-        let result = self.state.calls.governed_call(call).await.map_err(|e| {
-            tracing::error!(error = %e, "a governed call could not be recorded");
-            ErrorData::internal_error(
-                format!(
-                    "toolgate could not record this call, so its outcome is not confirmed: {e}"
-                ),
-                None,
-            )
-        })?;
+        let executor = self.state.executor();
+        let result = self
+            .state
+            .calls
+            .governed_call(executor, call)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "a governed call could not be recorded");
+                ErrorData::internal_error(
+                    format!(
+                        "toolgate could not record this call, so its outcome is not confirmed: {e}"
+                    ),
+                    None,
+                )
+            })?;
         for c in &result.decision.checks {
             tracing::debug!(check = %c.name, outcome = ?c.outcome, rule = c.rule.as_deref().unwrap_or(""), detail = %c.detail, "check");
         }
@@ -180,9 +237,8 @@ impl ServerHandler for GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&context)?;
-        let tools: Vec<Tool> = self
-            .state
-            .registry
+        let registry = self.state.registry();
+        let tools: Vec<Tool> = registry
             .tools_for_role(&caller.role)
             .map(mcp_tool)
             .collect();

@@ -18,7 +18,7 @@ fn names(tools: &[rmcp::model::Tool]) -> BTreeSet<String> {
 fn registry_names(h: &Harness, role: &str) -> BTreeSet<String> {
     h.gateway
         .state
-        .registry
+        .registry()
         .tools_for_role(role)
         .map(|t| t.name().to_string())
         .collect()
@@ -42,7 +42,7 @@ async fn two_role_credentials_see_two_tool_lists_with_registry_schemas_and_deriv
     assert!(names(&w).contains("payment.schedule"));
     assert!(!names(&p).contains("payment.schedule"));
 
-    let reg: &Registry = &h.gateway.state.registry;
+    let reg: &Registry = &h.gateway.state.registry();
     for t in &w {
         let declared = &reg.tool(&t.name).unwrap().config;
         // The schema exactly as declared: never loosened on the way.
@@ -212,7 +212,7 @@ async fn a_gated_payment_returns_needs_approval_with_the_approval_id() {
     assert!(!id.is_empty());
     // Parked, not sent: the ERP saw nothing, and the approval request exists.
     assert!(h.records_for("schedule_payment").is_empty());
-    let req = h.gateway.state.executor.store.approval(&id).await.unwrap();
+    let req = h.gateway.state.store.approval(&id).await.unwrap();
     assert_eq!(req.tool, "payment.schedule");
     let audit = h.audit("test-worker").await;
     assert_eq!(audit.last().unwrap()["why"]["decision"], "needs_approval");

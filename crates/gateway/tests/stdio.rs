@@ -69,7 +69,7 @@ async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_th
         tools.iter().map(|t| t.name.to_string()).collect();
     let want: std::collections::BTreeSet<String> = gw
         .state
-        .registry
+        .registry()
         .tools_for_role("worker.finance")
         .map(|t| t.name().to_string())
         .collect();
@@ -89,7 +89,6 @@ async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_th
     assert_eq!(drafts.len(), 1);
     let audit = gw
         .state
-        .executor
         .store
         .audit_records(Some("test-worker"), None)
         .await

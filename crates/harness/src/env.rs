@@ -204,7 +204,7 @@ impl Environment {
     }
 
     pub fn store(&self) -> &toolgate_store::Store {
-        &self.gateway.state.executor.store
+        &self.gateway.state.store
     }
 
     pub async fn shutdown(self) {

@@ -210,7 +210,6 @@ impl Harness {
     pub async fn audit(&self, principal: &str) -> Vec<Value> {
         self.gateway
             .state
-            .executor
             .store
             .audit_records(Some(principal), None)
             .await
