@@ -195,11 +195,30 @@ impl Pool {
         matches!(self, Pool::Postgres(_))
     }
 
-    /// A write transaction: `BEGIN IMMEDIATE` on SQLite (the single writer), plain `BEGIN`
-    /// (read committed, with row locks) on PostgreSQL.
+    /// A write transaction whose commit is durable (fsync'd) before it returns:
+    /// `BEGIN IMMEDIATE` on SQLite (the single writer), plain `BEGIN` (read committed, with
+    /// row locks) on PostgreSQL.
     pub async fn begin(&self) -> Result<Tx> {
         Ok(match self {
-            Pool::Sqlite(p) => Tx::S(p.begin_with("BEGIN IMMEDIATE").await?),
+            // Set on every transaction: a pooled connection may have run a relaxed one.
+            Pool::Sqlite(p) => Tx::S(
+                p.begin_with("PRAGMA synchronous = FULL; BEGIN IMMEDIATE")
+                    .await?,
+            ),
+            Pool::Postgres(p) => Tx::P(p.begin().await?),
+        })
+    }
+
+    /// A write transaction whose commit survives the process being killed but is not
+    /// fsync'd (SQLite: WAL with `synchronous = NORMAL`). A later durable commit makes it
+    /// durable too, since the WAL is one append-only file. PostgreSQL decides at commit time
+    /// instead ([`Tx::relax_commit`]), so this is a plain `BEGIN` there.
+    pub async fn begin_relaxed(&self) -> Result<Tx> {
+        Ok(match self {
+            Pool::Sqlite(p) => Tx::S(
+                p.begin_with("PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE")
+                    .await?,
+            ),
             Pool::Postgres(p) => Tx::P(p.begin().await?),
         })
     }
@@ -304,6 +323,17 @@ impl_exec!(Tx);
 impl_exec!(Conn);
 
 impl Tx {
+    /// PostgreSQL: this transaction's commit does not wait for the WAL flush (it survives
+    /// the gateway being killed, not the database server losing power before its next
+    /// flush). No effect on SQLite, where [`Pool::begin_relaxed`] chose already.
+    pub async fn relax_commit(&mut self) -> Result<()> {
+        if self.is_pg() {
+            self.exec("SET LOCAL synchronous_commit = off", Vec::new())
+                .await?;
+        }
+        Ok(())
+    }
+
     pub async fn commit(self) -> Result<()> {
         match self {
             Tx::S(t) => t.commit().await?,

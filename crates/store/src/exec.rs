@@ -77,6 +77,13 @@ pub trait Handler: Send + Sync {
         inputs: &'a Value,
         meta: &'a CallMeta,
     ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>>;
+
+    /// The pinned upstream definition hash `target` is served under now (`toolgate.lock`), if
+    /// any: bound into the call's decision and into approvals requested for it, so an approval
+    /// given under one definition does not verify once the definition changed. A lookup, no I/O.
+    fn definition_hash(&self, _target: &Target) -> Option<String> {
+        None
+    }
 }
 
 /// A direct call (a `tools/call` outside a plan), as the gateway sees it after authentication.
@@ -130,13 +137,13 @@ pub struct CallResult {
 
 /// One call being decided: a claimed planned step or a direct call.
 #[derive(Debug, Clone)]
-struct Pending {
+pub(crate) struct Pending {
     step_id: String,
-    run_id: String,
+    pub(crate) run_id: String,
     seq: i64,
     kind: StepKind,
     principal: String,
-    tool: String,
+    pub(crate) tool: String,
     inputs: Value,
     idem_key: IdempotencyKey,
     purpose: Option<String>,
@@ -169,7 +176,7 @@ impl Pending {
 }
 
 /// What deciding a pending call led to.
-enum Prepared {
+pub(crate) enum Prepared {
     /// Reserved: call the handler, then settle.
     Call {
         p: Pending,
@@ -211,7 +218,7 @@ struct Called {
 }
 
 /// One step of a run as the batch's decisions see it.
-struct RunEntry {
+pub(crate) struct RunEntry {
     seq: i64,
     step_id: String,
     tool: String,
@@ -223,8 +230,8 @@ struct RunEntry {
 /// use, kept current by the batch's own decisions. On SQLite the transaction holds the only
 /// write lock, so this is exact; on PostgreSQL the conditional updates stay authoritative.
 #[derive(Default)]
-struct BatchCache {
-    runs: HashMap<String, Vec<RunEntry>>,
+pub(crate) struct BatchCache {
+    pub(crate) runs: HashMap<String, Vec<RunEntry>>,
     budgets: HashMap<String, HashMap<Tier, u32>>,
     ensured: HashSet<(String, Tier, i64)>,
     /// SQLite: budget increments and reservations to write when the batch commits.
@@ -234,7 +241,7 @@ struct BatchCache {
 
 impl BatchCache {
     /// Writes the batched budget increments and reservations (SQLite), before commit.
-    async fn flush(&mut self, tx: &mut Tx) -> Result<()> {
+    pub(crate) async fn flush(&mut self, tx: &mut Tx) -> Result<()> {
         let mut deltas: Vec<_> = self.deltas.drain().collect();
         deltas.sort();
         for ((id, tier, day), n) in deltas {
@@ -290,6 +297,8 @@ pub struct Executor {
     pub destinations: Arc<DestinationFacts>,
     /// Test hook at each sync point.
     pub hook: Option<SyncHook>,
+    /// Bench/test switches for the safety mechanisms (all on; see [`crate::toggles`]).
+    pub toggles: crate::toggles::Toggles,
 }
 
 /// Marks `check` failed in a decision the engine allowed, because the store's conditional
@@ -336,6 +345,7 @@ impl Executor {
             clock,
             destinations: Arc::new(DestinationFacts::default()),
             hook: None,
+            toggles: Default::default(),
         }
     }
 
@@ -425,7 +435,7 @@ impl Executor {
     }
 
     /// Decides one pending call inside `tx` and reserves (or settles) it.
-    async fn prepare(
+    pub(crate) async fn prepare(
         &self,
         tx: &mut Tx,
         mut p: Pending,
@@ -435,6 +445,7 @@ impl Executor {
         let reg: &Registry = &self.registry;
         let tool = reg.tool(&p.tool);
         let principal = reg.principal(&p.principal);
+        let definition = self.handler.definition_hash(&self.target(&p.tool));
 
         // The run so far, as policies and rate limits see it: the steps before this one
         // (a direct call sees every step of its run). Loaded once per run per batch; the
@@ -528,6 +539,9 @@ impl Executor {
                 budgets.set(id, *tier, *used);
             }
         }
+        if let Some(t) = tool.filter(|t| !t.windows.is_empty()) {
+            budgets.windows = crate::window::load(tx, t, &chain, &p.inputs, now).await?;
+        }
 
         // The key's state.
         let input_hash = InputHash::of(&p.inputs);
@@ -556,7 +570,9 @@ impl Executor {
                 idem = IdempotencyState::Done;
                 stored_outcome = r.opt_text(2)?;
             } else {
-                idem = IdempotencyState::InFlight;
+                if self.toggles.get().reserve_before_call {
+                    idem = IdempotencyState::InFlight;
+                }
             }
         }
 
@@ -602,10 +618,15 @@ impl Executor {
                 idempotency: idem,
                 approvals: &tokens,
                 destinations: &self.destinations,
-                definition_hash: None,
+                definition_hash: definition.as_deref(),
                 nonce_used: &nonce_used,
             };
-            self.engine().decide(&req, now)
+            if self.toggles.get().approval_binding {
+                self.engine().decide(&req, now)
+            } else {
+                let unbound = self.keys.as_ref().clone().without_input_binding();
+                Engine::new(&self.registry, &unbound).decide(&req, now)
+            }
         };
 
         match decision.verdict.clone() {
@@ -747,8 +768,8 @@ impl Executor {
                         tx.exec(
                             "INSERT INTO approval_requests (approval_id, subject, run_id, principal, \
                              tool, tool_version, input_hash, inputs, reason, evidence, rule, \
-                             approvers_needed, status, created_at, expires_at) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14)",
+                             approvers_needed, status, created_at, expires_at, definition_hash) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14, $15)",
                             args![
                                 &id,
                                 &subject,
@@ -763,7 +784,8 @@ impl Executor {
                                 &rule,
                                 needed.max(1),
                                 now.millis(),
-                                now.plus_hours(self.store.config().approval_expiry_hours).millis()
+                                now.plus_hours(self.store.config().approval_expiry_hours).millis(),
+                                definition.clone()
                             ],
                         )
                         .await?;
@@ -849,7 +871,7 @@ impl Executor {
                 args![p.idem_key.as_str(), input_hash.as_str(), &p.step_id, now.millis(), expires],
             )
             .await?;
-        if won == 0 {
+        if won == 0 && self.toggles.get().reserve_before_call {
             return Ok(Some((
                 CallStatus::InProgress,
                 "idempotency.in_progress".into(),
@@ -944,6 +966,16 @@ impl Executor {
             .await?;
         }
 
+        // Window budgets first (`window`), so a refusal there leaves no counter to undo.
+        if let Some(t) = reg.tool(&p.tool).filter(|t| !t.windows.is_empty())
+            && let Some((rule, reason)) =
+                crate::window::reserve(tx, t, chain, &p.principal, &p.inputs, &p.step_id, now)
+                    .await?
+        {
+            self.unreserve_key(tx, p).await?;
+            return Ok(Some((CallStatus::Refused, rule, reason)));
+        }
+
         // Budgets: every counter in the chain that has a limit, in one order everywhere (no
         // deadlocks between workers), each a conditional increment.
         if tier != Tier::Read {
@@ -969,6 +1001,7 @@ impl Executor {
                         .copied()
                         .unwrap_or(0);
                     if used >= *limit {
+                        crate::window::release(tx, &p.step_id).await?;
                         self.unreserve_key(tx, p).await?;
                         return Ok(Some((
                             CallStatus::Refused,
@@ -1017,6 +1050,7 @@ impl Executor {
                         )
                         .await?;
                         }
+                        crate::window::release(tx, &p.step_id).await?;
                         self.unreserve_key(tx, p).await?;
                         return Ok(Some((
                             CallStatus::Refused,
@@ -1175,7 +1209,9 @@ impl Executor {
                     None,
                 )
             }
-            Err(HandlerError::Timeout) if effect == Effect::Irreversible => {
+            Err(HandlerError::Timeout)
+                if effect == Effect::Irreversible && self.toggles.get().unknown_on_timeout =>
+            {
                 let mut o = StepOutcome::status(StepStatus::Unknown);
                 o.error = Some(
                     "timed out on an irreversible call: it may have happened; it is never retried \
@@ -1247,7 +1283,11 @@ impl Executor {
             .tool(&call.tool)
             .map(|t| t.config.identity.clone())
             .unwrap_or_default();
-        let key = IdempotencyKey::for_call(&call.run_id, &call.tool, &identity, &call.inputs);
+        let key = if self.toggles.get().derived_keys {
+            IdempotencyKey::for_call(&call.run_id, &call.tool, &identity, &call.inputs)
+        } else {
+            IdempotencyKey::from_stored(format!("minted:{}", new_id()))
+        };
         let p = Pending {
             step_id: String::new(),
             run_id: call.run_id,
@@ -1264,11 +1304,7 @@ impl Executor {
             presented: call.approvals,
             attempts: 0,
         };
-        let mut tx = self.store.begin().await?;
-        let mut cache = BatchCache::default();
-        let prepared = self.prepare(&mut tx, p, now, &mut cache).await?;
-        cache.flush(&mut tx).await?;
-        tx.commit().await?;
+        let prepared = self.store.reserve_direct(self.clone(), p, now).await?;
         match prepared {
             Prepared::Settled {
                 p,

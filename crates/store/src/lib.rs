@@ -14,7 +14,12 @@ mod db;
 pub mod error;
 pub mod exec;
 pub mod model;
+pub mod plan;
+mod reserve;
 mod store;
+pub mod toggles;
+mod window;
+pub mod worker;
 
 pub use audit::{AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainReport};
 pub use db::ConnectOptions;
@@ -27,4 +32,9 @@ pub use model::{
     Actor, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepKind, StepOutcome,
     StepReport,
 };
+pub use plan::{
+    PlanSubmission, Review, ReviewVerdict, RunStatus, SubmittedPlan, WorkSignal, assign_worker,
+};
 pub use store::{Store, StoreConfig};
+pub use toggles::{ExecutorToggles, Toggles};
+pub use worker::{WorkOptions, WorkStats};

@@ -20,9 +20,11 @@ use crate::audit::{
 };
 use crate::db::{ConnectOptions, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
+use crate::exec::{Executor, Pending, Prepared};
 use crate::model::{
     Actor, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepKind, StepOutcome,
 };
+use crate::reserve::{self, ReserveJob};
 
 /// Tunables. Defaults follow DESIGN.md: 24 h idempotency retention, never shorter than the
 /// 72 h approval expiry it must outlive.
@@ -78,6 +80,7 @@ pub(crate) struct Inner {
     pub pool: Pool,
     pub cfg: StoreConfig,
     writer: mpsc::UnboundedSender<WriteJob>,
+    reserver: mpsc::UnboundedSender<ReserveJob>,
 }
 
 /// What happens to the idempotency record when a call settles.
@@ -229,11 +232,13 @@ impl Store {
         let pool = Pool::connect(url, &opts).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer_task(pool.clone(), rx, cfg.max_group_commit.max(1)));
+        let reserver = reserve::spawn(pool.clone(), cfg.claim_batch);
         Ok(Store {
             inner: Arc::new(Inner {
                 pool,
                 cfg,
                 writer: tx,
+                reserver,
             }),
         })
     }
@@ -304,6 +309,32 @@ impl Store {
             ))),
             Err(_) => Err(StoreError::WriterGone),
         }
+    }
+
+    /// Decides and reserves one direct call in the next reservation batch.
+    pub(crate) async fn reserve_direct(
+        &self,
+        exec: Executor,
+        p: Pending,
+        now: Timestamp,
+    ) -> Result<Prepared> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .reserver
+            .send(ReserveJob {
+                exec,
+                p,
+                now,
+                reply,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Returns once everything committed before the call is fsync'd: a durable group commit
+    /// (which writes a barrier row when it has nothing else to write).
+    pub(crate) async fn sync_barrier(&self) -> Result<()> {
+        self.commit_records(Vec::new()).await.map(|_| ())
     }
 
     /// Appends audit records directly (one transaction), for events outside a call.
@@ -571,8 +602,8 @@ impl Store {
         let mut tx = self.begin().await?;
         let req = tx
             .opt(
-                "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed \
-                 FROM approval_requests WHERE approval_id = $1",
+                "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed, \
+                 definition_hash FROM approval_requests WHERE approval_id = $1",
                 args![approval_id],
             )
             .await?
@@ -613,7 +644,8 @@ impl Store {
             tool_version: version,
             input_hash: InputHash::from_stored(hash),
             registry_version: None,
-            definition_hash: None,
+            // The upstream definition the call was parked under (none for built-in tools).
+            definition_hash: req.opt_text(7)?,
             approver: approver.to_string(),
             expires_at: Timestamp::from_millis(expires),
             nonce: new_id(),
@@ -1181,7 +1213,7 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
         args![step_id],
     )
     .await?;
-    Ok(())
+    crate::window::release(tx, step_id).await
 }
 
 async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
@@ -1195,6 +1227,11 @@ async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
         .iter()
         .flat_map(|j| j.units.iter().map(|u| u.1.clone()))
         .collect();
+    if settles.is_empty() && jobs.iter().all(|j| j.units.is_empty()) {
+        // Only sync barriers: write something so the commit fsyncs the WAL.
+        tx.exec("UPDATE sync_barrier SET n = n + 1 WHERE id = 1", args![])
+            .await?;
+    }
     let seqs = audit::append(&mut tx, drafts).await?;
     tx.commit().await?;
     Ok(seqs)

@@ -1,0 +1,139 @@
+//! The reservation batcher for direct governed calls. Each `tools/call` first decides and
+//! reserves (idempotency key, step row, budgets, approval nonces) in a write transaction.
+//! Calls that arrive together are decided one after another in one transaction, so they
+//! share its `BEGIN`/`COMMIT` and, on SQLite, its single writer lock — the same shape as the
+//! planned-step claim in [`crate::Executor::run_batch`].
+//!
+//! Durability. A reservation that only lets a call proceed is committed without waiting for
+//! an fsync: it survives the gateway being killed (SQLite WAL, `synchronous = NORMAL`;
+//! PostgreSQL `synchronous_commit = off` for that transaction), and the outcome record that
+//! follows is fsync'd, which makes the WAL before it durable too. A batch holding an
+//! irreversible call is fsync'd before the call is made, so a power loss cannot forget that
+//! an irreversible call may be under way. A batch that settles a call on the spot (a refusal,
+//! a replay, a parked approval) has acknowledged something, so it is made durable before any
+//! caller hears of it: on PostgreSQL by committing normally, on SQLite by a sync barrier
+//! through the group-commit writer.
+
+use tokio::sync::{mpsc, oneshot};
+use toolgate_core::{Effect, Timestamp};
+
+use crate::db::Pool;
+use crate::error::{Result, StoreError};
+use crate::exec::{BatchCache, Executor, Pending, Prepared};
+
+/// One direct call waiting to be decided and reserved.
+pub(crate) struct ReserveJob {
+    pub exec: Executor,
+    pub p: Pending,
+    pub now: Timestamp,
+    pub reply: oneshot::Sender<Result<Prepared>>,
+}
+
+impl ReserveJob {
+    fn irreversible(&self) -> bool {
+        self.exec
+            .registry
+            .tool(&self.p.tool)
+            .is_some_and(|t| t.config.effect == Effect::Irreversible)
+    }
+}
+
+/// Starts the batcher; it ends when every sender is gone.
+pub(crate) fn spawn(pool: Pool, max: usize) -> mpsc::UnboundedSender<ReserveJob> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(task(pool, rx, max.max(1)));
+    tx
+}
+
+async fn task(pool: Pool, mut rx: mpsc::UnboundedReceiver<ReserveJob>, max: usize) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        // Take what is waiting; give callers about to send a few turns to do so.
+        let mut idle_turns = 0;
+        while jobs.len() < max && idle_turns < 3 {
+            match rx.try_recv() {
+                Ok(j) => {
+                    jobs.push(j);
+                    idle_turns = 0;
+                }
+                Err(_) => {
+                    idle_turns += 1;
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        run(&pool, jobs).await;
+    }
+}
+
+/// Decides and reserves a batch in one transaction and answers each caller. If the batch
+/// fails as a whole (one call's error rolls back all), each call is retried on its own, so
+/// one bad call cannot sink the others.
+async fn run(pool: &Pool, jobs: Vec<ReserveJob>) {
+    let durable = jobs.iter().any(ReserveJob::irreversible);
+    let inputs: Vec<Pending> = jobs.iter().map(|j| j.p.clone()).collect();
+    match batch(pool, &jobs, inputs, durable).await {
+        Ok(prepared) => {
+            let settled = prepared
+                .iter()
+                .any(|p| matches!(p, Prepared::Settled { .. }));
+            if settled && !durable && !pool.is_pg() {
+                // Something was acknowledged in a transaction that was not fsync'd.
+                if let Err(e) = jobs[0].exec.store.sync_barrier().await {
+                    for j in jobs {
+                        let _ = j.reply.send(Err(StoreError::Corrupt(format!(
+                            "making a refusal durable failed: {e}"
+                        ))));
+                    }
+                    return;
+                }
+            }
+            for (j, p) in jobs.into_iter().zip(prepared) {
+                let _ = j.reply.send(Ok(p));
+            }
+        }
+        Err(batch_err) if jobs.len() > 1 => {
+            tracing::debug!(error = %batch_err, n = jobs.len(), "reservation batch failed; one by one");
+            // Rare: each retried call is committed durably on its own.
+            for j in jobs {
+                let res = batch(pool, std::slice::from_ref(&j), vec![j.p.clone()], true)
+                    .await
+                    .map(|mut v| v.remove(0));
+                let _ = j.reply.send(res);
+            }
+        }
+        Err(e) => {
+            let j = jobs.into_iter().next().expect("one job");
+            let _ = j.reply.send(Err(e));
+        }
+    }
+}
+
+async fn batch(
+    pool: &Pool,
+    jobs: &[ReserveJob],
+    inputs: Vec<Pending>,
+    durable: bool,
+) -> Result<Vec<Prepared>> {
+    let mut tx = if durable {
+        pool.begin().await?
+    } else {
+        pool.begin_relaxed().await?
+    };
+    let mut cache = BatchCache::default();
+    let mut out = Vec::with_capacity(jobs.len());
+    for (j, p) in jobs.iter().zip(inputs) {
+        let run_id = p.run_id.clone();
+        out.push(j.exec.prepare(&mut tx, p, j.now, &mut cache).await?);
+        // The next call of the same run must see this one (its step, or its refusal in the
+        // audit chain): read the run again inside this transaction.
+        cache.runs.remove(&run_id);
+    }
+    cache.flush(&mut tx).await?;
+    let settled = out.iter().any(|p| matches!(p, Prepared::Settled { .. }));
+    if !durable && !settled {
+        tx.relax_commit().await?;
+    }
+    tx.commit().await?;
+    Ok(out)
+}
