@@ -1,0 +1,175 @@
+//! Window budgets in the store: each allowed call of a tool with window budgets reserves its
+//! amount (or one call) in the window of every (budget, principal, key) it falls into — its own
+//! principal's and each ancestor's — in the transaction that reserves its key. A reservation
+//! stays while the call is in flight, lands or is `unknown`, and is deleted when the call fails
+//! ([`release`], from the budget release), so only what may have been spent is held.
+//!
+//! A sliding window has no single counter to update conditionally, so taking one is a read of
+//! the live reservations and an insert: on SQLite the transaction is the only writer; on
+//! PostgreSQL a lock row per (budget, principal, key), taken with `SELECT … FOR UPDATE` in one
+//! order everywhere, makes concurrent reservations of one window take turns, and each sums what
+//! the one before it committed (read committed reads afresh per statement).
+
+use serde_json::Value;
+use toolgate_core::Timestamp;
+use toolgate_core::budget::{Held, WindowBudget, WindowView};
+use toolgate_core::registry::Tool;
+
+use crate::db::{Tx, args};
+use crate::error::Result;
+use crate::store::Store;
+
+/// What the windows of `tool`'s budgets hold for this call's key, for each principal of the
+/// chain (the caller, then its ancestors). A plain read: the engine decides on it, and
+/// [`reserve`] checks again under the lock.
+pub(crate) async fn load(
+    tx: &mut Tx,
+    tool: &Tool,
+    chain: &[String],
+    inputs: &Value,
+    now: Timestamp,
+) -> Result<WindowView> {
+    let mut view = WindowView::default();
+    for b in &tool.windows {
+        let Some(key) = b.key_of(inputs) else {
+            continue;
+        };
+        for id in chain {
+            view.set(&b.id, id, live(tx, b, id, &key, now).await?);
+        }
+    }
+    Ok(view)
+}
+
+/// Reserves the call's amount in every window it falls into, or returns the refusal (rule,
+/// reason) and leaves none of them reserved.
+pub(crate) async fn reserve(
+    tx: &mut Tx,
+    tool: &Tool,
+    chain: &[String],
+    caller: &str,
+    inputs: &Value,
+    step_id: &str,
+    now: Timestamp,
+) -> Result<Option<(String, String)>> {
+    let mut entries: Vec<(&WindowBudget, &str, String, i64)> = Vec::new();
+    for b in &tool.windows {
+        let (Some(key), Some(need)) = (b.key_of(inputs), b.amount_of(inputs)) else {
+            return Ok(Some((
+                b.rule(),
+                format!(
+                    "window budget '{}' cannot measure this call's inputs, so it is refused",
+                    b.id
+                ),
+            )));
+        };
+        for id in chain {
+            entries.push((b, id.as_str(), key.clone(), need));
+        }
+    }
+    // One lock order everywhere: no two reservations wait on each other.
+    entries.sort_by(|a, b| (&a.0.id, a.1, &a.2).cmp(&(&b.0.id, b.1, &b.2)));
+    for (b, id, key, need) in entries {
+        if tx.is_pg() {
+            tx.exec(
+                "INSERT INTO window_locks (budget, principal, key_value) VALUES ($1, $2, $3) \
+                 ON CONFLICT (budget, principal, key_value) DO NOTHING",
+                args![&b.id, id, &key],
+            )
+            .await?;
+            tx.exec(
+                "SELECT 1 FROM window_locks WHERE budget = $1 AND principal = $2 AND key_value = $3 \
+                 FOR UPDATE",
+                args![&b.id, id, &key],
+            )
+            .await?;
+        }
+        // What left the window is never read again.
+        tx.exec(
+            "DELETE FROM window_reservations WHERE budget = $1 AND principal = $2 \
+             AND key_value = $3 AND at <= $4",
+            args![&b.id, id, &key, now.millis() - b.window_ms],
+        )
+        .await?;
+        let held = live(tx, b, id, &key, now).await?;
+        let a = b.assess(id, &held, need, now);
+        if !a.fits() {
+            release(tx, step_id).await?;
+            return Ok(Some((b.rule(), b.refusal(&a, id, caller, &key))));
+        }
+        tx.exec(
+            "INSERT INTO window_reservations (step_id, budget, principal, key_value, amount, at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            args![step_id, &b.id, id, &key, need, now.millis()],
+        )
+        .await?;
+    }
+    Ok(None)
+}
+
+/// Gives back what a step reserved in any window (its failure means nothing was spent).
+pub(crate) async fn release(tx: &mut Tx, step_id: &str) -> Result<()> {
+    tx.exec(
+        "DELETE FROM window_reservations WHERE step_id = $1",
+        args![step_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The live reservations of one window, oldest first.
+async fn live(
+    tx: &mut Tx,
+    b: &WindowBudget,
+    principal: &str,
+    key: &str,
+    now: Timestamp,
+) -> Result<Vec<Held>> {
+    let rows = tx
+        .rows(
+            "SELECT at, amount FROM window_reservations WHERE budget = $1 AND principal = $2 \
+             AND key_value = $3 AND at > $4 ORDER BY at",
+            args![&b.id, principal, key, now.millis() - b.window_ms],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Held {
+                at: Timestamp::from_millis(r.i64(0)?),
+                amount: r.i64(1)?,
+            })
+        })
+        .collect()
+}
+
+impl Store {
+    /// What one window holds at `now`: the live reservations of `budget` for `principal` under
+    /// `key` (empty for a budget without a key), oldest first. Amounts are in units of
+    /// 1/10,000 for a sum, 1 per call for a count.
+    pub async fn window_use(
+        &self,
+        budget: &WindowBudget,
+        principal: &str,
+        key: &str,
+        now: Timestamp,
+    ) -> Result<Vec<Held>> {
+        let mut conn = self.inner.pool.conn().await?;
+        let rows = conn
+            .rows(
+                "SELECT at, amount FROM window_reservations WHERE budget = $1 AND principal = $2 \
+                 AND key_value = $3 AND at > $4 ORDER BY at",
+                args![&budget.id, principal, key, now.millis() - budget.window_ms],
+            )
+            .await?;
+        let held = rows
+            .iter()
+            .map(|r| {
+                Ok(Held {
+                    at: Timestamp::from_millis(r.i64(0)?),
+                    amount: r.i64(1)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(held)
+    }
+}
