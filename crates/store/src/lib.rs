@@ -17,7 +17,6 @@ pub mod model;
 pub mod plan;
 mod reserve;
 mod store;
-mod window;
 pub mod toggles;
 mod window;
 pub mod worker;
