@@ -65,6 +65,7 @@ fn draft(x: &R) -> AuditDraft {
             decision: x.decision,
             rule: x.rule.map(str::to_string),
             checks: vec![],
+            shadow: Vec::new(),
         },
         approval: x.approved.then(|| AuditApproval {
             approvers: vec!["alice".into()],

@@ -116,6 +116,33 @@ pub enum Verdict {
     },
 }
 
+/// What a shadow rule would have done to a call had it been enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShadowEffect {
+    /// A shadow `forbid`: the call would have been refused.
+    Deny,
+    /// A shadow `@gate` policy, or a tool declared `gate: shadow`: it would have waited for a person.
+    Gate,
+}
+
+impl ShadowEffect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShadowEffect::Deny => "deny",
+            ShadowEffect::Gate => "gate",
+        }
+    }
+}
+
+/// A shadow rule that matched a call: evaluated on live traffic, recorded, never deciding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShadowRule {
+    /// The policy id, or `gate.always` for a tool whose gate is in shadow.
+    pub rule: String,
+    pub would: ShadowEffect,
+}
+
 /// The decision with every check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
@@ -124,8 +151,8 @@ pub struct Decision {
     pub input_hash: InputHash,
     /// Approvals that verified and authorise this call (to be consumed by the store).
     pub approvals: Vec<ApprovalClaims>,
-    /// Shadow policies that would have refused or gated this call.
-    pub shadow: Vec<String>,
+    /// Shadow rules that would have refused or gated this call (they did not decide it).
+    pub shadow: Vec<ShadowRule>,
     /// The registry version the decision was taken under.
     pub registry_version: String,
 }
@@ -327,6 +354,25 @@ impl Recorder {
     }
 }
 
+/// Appends what shadow rules would have done to the detail of `check` (already recorded), so
+/// the trace shows it beside the check that enforces such rules.
+fn note_shadow(rec: &mut Recorder, check: CheckName, shadow: &[ShadowRule]) {
+    if shadow.is_empty() {
+        return;
+    }
+    let notes: Vec<String> = shadow
+        .iter()
+        .map(|s| match s.would {
+            ShadowEffect::Deny => format!("'{}' would refuse", s.rule),
+            ShadowEffect::Gate => format!("'{}' would ask for approval", s.rule),
+        })
+        .collect();
+    if let Some(c) = rec.checks.iter_mut().rev().find(|c| c.name == check) {
+        c.detail
+            .push_str(&format!("; shadow, not enforced: {}", notes.join(", ")));
+    }
+}
+
 /// The answer for a tool that is not there, identical whether it does not exist or is not
 /// listed for the caller's role.
 pub fn unknown_tool_message(tool: &str) -> String {
@@ -513,6 +559,22 @@ impl<'r> Engine<'r> {
             ),
             Some(_) => rec.pass(CheckName::Policy, "no policy objects".into()),
         }
+        let mut shadow: Vec<ShadowRule> = verdict
+            .as_ref()
+            .map(|v| {
+                v.shadow_matched
+                    .iter()
+                    .map(|id| ShadowRule {
+                        rule: id.clone(),
+                        would: match self.registry.policies.info(id) {
+                            Some(p) if p.gate => ShadowEffect::Gate,
+                            _ => ShadowEffect::Deny,
+                        },
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        note_shadow(&mut rec, CheckName::Policy, &shadow);
 
         // 9. daily budget and window budgets, for the principal and every ancestor it draws from.
         self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
@@ -545,8 +607,15 @@ impl<'r> Engine<'r> {
         };
         let (approvals, gate_passed) =
             self.check_gate(&mut rec, tool, req, &input_hash, gate_rule.as_deref(), now);
+        if cfg.gate == crate::model::Gate::Shadow {
+            let tool_gate = ShadowRule {
+                rule: "gate.always".into(),
+                would: ShadowEffect::Gate,
+            };
+            note_shadow(&mut rec, CheckName::Gate, std::slice::from_ref(&tool_gate));
+            shadow.push(tool_gate);
+        }
 
-        let shadow = verdict.map(|v| v.shadow_matched).unwrap_or_default();
         let verdict = self.verdict(&rec, tool, &approvals);
         let approvals = if gate_passed { approvals } else { Vec::new() };
         Decision {
@@ -894,6 +963,17 @@ impl<'r> Engine<'r> {
         );
     }
 
+    /// Whether an approval decided under `claims.registry_version` still authorises a call the
+    /// current registry gates under `rule`: always under the same version; after a reload only
+    /// when the call is gated under the same rule it was approved for.
+    fn carries_over(&self, claims: &ApprovalClaims, rule: &str) -> bool {
+        match claims.registry_version.as_deref() {
+            None => true,
+            Some(v) if v == self.registry.version.hash => true,
+            Some(_) => claims.gate_rule.as_deref() == Some(rule),
+        }
+    }
+
     fn check_gate(
         &self,
         rec: &mut Recorder,
@@ -930,6 +1010,13 @@ impl<'r> Engine<'r> {
         let mut refused = Vec::new();
         for token in req.approvals {
             match self.keys.verify(token, &expected, now, req.nonce_used) {
+                Ok(claims) if !self.carries_over(&claims, rule) => refused.push(format!(
+                    "approved under registry version {} for rule {}, but the current rules ({}) gate \
+                     this call under rule {rule}: it needs a new approval",
+                    short_version(claims.registry_version.as_deref().unwrap_or_default()),
+                    claims.gate_rule.as_deref().unwrap_or("(unrecorded)"),
+                    short_version(&self.registry.version.hash),
+                )),
                 Ok(claims) => {
                     let is_approver = self.registry.principal(&claims.approver).is_some_and(|p| {
                         p.config.kind == PrincipalKind::Human
@@ -987,6 +1074,12 @@ impl<'r> Engine<'r> {
         );
         (valid, false)
     }
+}
+
+/// The first characters of a version hash, enough to tell versions apart in a message.
+fn short_version(v: &str) -> &str {
+    let hex = v.strip_prefix("sha256:").unwrap_or(v);
+    &hex[..hex.len().min(12)]
 }
 
 pub(crate) fn url_host(url: &str) -> Option<String> {

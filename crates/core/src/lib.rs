@@ -17,7 +17,8 @@ pub use budget::{Held, WindowBudget, WindowView};
 pub use canon::{IdempotencyKey, InputHash, Redactor, canonical};
 pub use decide::{
     BudgetView, CallRequest, Check, CheckName, Decision, DestinationFacts, Engine,
-    IdempotencyState, Outcome, PriorCall, PriorOutcome, RunHistory, Verdict,
+    IdempotencyState, Outcome, PriorCall, PriorOutcome, RunHistory, ShadowEffect, ShadowRule,
+    Verdict,
 };
 pub use model::{
     Clock, Effect, FixedClock, Gate, PrincipalKind, Sensitivity, StepStatus, SystemClock, Tier,

@@ -145,7 +145,7 @@ pub fn lint_tool(
             "name the tool that undoes it (`compensate: note.discard`), or declare it `irreversible`",
         );
     }
-    if t.effect == Effect::Irreversible && t.reconcile.is_none() && t.gate == Gate::Never {
+    if t.effect == Effect::Irreversible && t.reconcile.is_none() && t.gate != Gate::Always {
         push(
             out,
             file,

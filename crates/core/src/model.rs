@@ -53,6 +53,9 @@ pub enum Gate {
     Never,
     /// Every call needs an approval.
     Always,
+    /// Shadow mode for the tool's gate: every call is recorded as one that would have needed an
+    /// approval (`gate.always`), and nothing waits. Switch to `always` once the evidence is in.
+    Shadow,
 }
 
 /// The life of a step. Terminal states are recorded, never re-run.
@@ -125,6 +128,7 @@ impl Gate {
         match self {
             Gate::Never => "never",
             Gate::Always => "always",
+            Gate::Shadow => "shadow",
         }
     }
 }

@@ -26,6 +26,11 @@ pub struct ApprovalClaims {
     /// The registry version the gate was decided under.
     #[serde(default)]
     pub registry_version: Option<String>,
+    /// The rule that gated the call under that version (`gate.always` or a `@gate` policy id).
+    /// After a reload the approval carries over only while the current rules gate the call
+    /// under the same rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_rule: Option<String>,
     /// The pinned upstream definition hash, when the tool is served from an upstream.
     #[serde(default)]
     pub definition_hash: Option<String>,

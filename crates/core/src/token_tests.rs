@@ -8,6 +8,7 @@ fn claims(input_hash: InputHash) -> ApprovalClaims {
         tool_version: "3.1.0".into(),
         input_hash,
         registry_version: Some("sha256:abc".into()),
+        gate_rule: Some("gate.always".into()),
         definition_hash: None,
         approver: "alice".into(),
         expires_at: Timestamp::from_millis(1_000_000),

@@ -46,6 +46,7 @@ fn approval(
         tool_version: version.into(),
         input_hash: InputHash::of(inputs),
         registry_version: None,
+        gate_rule: None,
         definition_hash: None,
         approver: approver.into(),
         expires_at: NOW.plus_hours(72),

@@ -55,6 +55,7 @@ fn draft(i: usize) -> AuditDraft {
             decision: AuditDecision::Allow,
             rule: None,
             checks: vec![],
+            shadow: Vec::new(),
         },
         approval: None,
         outcome: AuditOutcome {

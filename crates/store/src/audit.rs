@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Check, Effect, StepStatus, Tier, Timestamp, canonical};
+use toolgate_core::{Check, Effect, ShadowRule, StepStatus, Tier, Timestamp, canonical};
 
 use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
@@ -42,6 +42,9 @@ pub struct AuditWhy {
     /// Every check of the decision, passed or failed.
     #[serde(default)]
     pub checks: Vec<Check>,
+    /// Shadow rules that would have refused or gated the call; they did not decide it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<ShadowRule>,
 }
 
 /// What kind of event the record is.

@@ -419,6 +419,7 @@ impl Executor {
                     .map(str::to_string)
                     .or_else(|| outcome.rule.clone()),
                 checks: decision.checks.clone(),
+                shadow: decision.shadow.clone(),
             },
             approval: (!approvals.is_empty()).then(|| AuditApproval {
                 approvers: approvals.iter().map(|c| c.approver.clone()).collect(),
@@ -768,8 +769,9 @@ impl Executor {
                         tx.exec(
                             "INSERT INTO approval_requests (approval_id, subject, run_id, principal, \
                              tool, tool_version, input_hash, inputs, reason, evidence, rule, \
-                             approvers_needed, status, created_at, expires_at, definition_hash) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14, $15)",
+                             approvers_needed, status, created_at, expires_at, definition_hash, \
+                             registry_version) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14, $15, $16)",
                             args![
                                 &id,
                                 &subject,
@@ -785,7 +787,8 @@ impl Executor {
                                 needed.max(1),
                                 now.millis(),
                                 now.plus_hours(self.store.config().approval_expiry_hours).millis(),
-                                definition.clone()
+                                definition.clone(),
+                                &decision.registry_version
                             ],
                         )
                         .await?;

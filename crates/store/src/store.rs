@@ -603,7 +603,7 @@ impl Store {
         let req = tx
             .opt(
                 "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed, \
-                 definition_hash FROM approval_requests WHERE approval_id = $1",
+                 definition_hash, rule, registry_version FROM approval_requests WHERE approval_id = $1",
                 args![approval_id],
             )
             .await?
@@ -643,7 +643,13 @@ impl Store {
             tool,
             tool_version: version,
             input_hash: InputHash::from_stored(hash),
-            registry_version: None,
+            // The registry version and rule the gate was decided under: after a reload the
+            // approval carries over only while the current rules gate the call the same way.
+            registry_version: Some(
+                req.opt_text(9)?
+                    .unwrap_or_else(|| registry.version.hash.clone()),
+            ),
+            gate_rule: Some(req.text(8)?),
             // The upstream definition the call was parked under (none for built-in tools).
             definition_hash: req.opt_text(7)?,
             approver: approver.to_string(),
@@ -771,6 +777,7 @@ impl Store {
                 decision: AuditDecision::Rejected,
                 rule: Some("approval.rejected".into()),
                 checks: Vec::new(),
+                shadow: Vec::new(),
             },
             approval: Some(audit::AuditApproval {
                 approvers: vec![approver.to_string()],
@@ -1019,6 +1026,15 @@ fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
         } else {
             let _ = writeln!(s, "      {:<16} Pass", c.name.as_str());
         }
+    }
+    for r in &b.why.shadow {
+        let _ = writeln!(
+            s,
+            "      {:<16} would {} [{}] (shadow, not enforced)",
+            "shadow",
+            r.would.as_str(),
+            r.rule
+        );
     }
     if verbose {
         let _ = writeln!(s, "      inputs: {}", canonical(&b.inputs));

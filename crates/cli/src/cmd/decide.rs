@@ -141,10 +141,15 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         writeln!(out, "inputs:   {}", d.input_hash)?;
         writeln!(out, "registry: {}", registry.version)?;
         if !d.shadow.is_empty() {
+            let rules: Vec<String> = d
+                .shadow
+                .iter()
+                .map(|r| format!("{} ({})", r.rule, r.would.as_str()))
+                .collect();
             writeln!(
                 out,
-                "shadow:   would also be stopped by {}",
-                d.shadow.join(", ")
+                "shadow:   would also be stopped by {} (not enforced)",
+                rules.join(", ")
             )?;
         }
         writeln!(out)?;
