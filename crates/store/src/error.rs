@@ -32,6 +32,12 @@ pub enum StoreError {
     WriterGone,
     #[error("run {0} is aborted; no more steps run in it")]
     RunAborted(String),
+    #[error("plan refused: {0}")]
+    PlanRefused(String),
+    #[error(
+        "step {step} was already {verdict} by this reviewer; a reviewer gives one verdict per step"
+    )]
+    AlreadyReviewed { step: String, verdict: String },
     #[error("I/O error while exporting: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -33,7 +33,8 @@ pub use model::{
     StepReport,
 };
 pub use plan::{
-    PlanSubmission, Review, ReviewVerdict, RunStatus, SubmittedPlan, WorkSignal, assign_worker,
+    PlanSubmission, Review, ReviewVerdict, RunStatus, StepProblem, SubmittedPlan, WorkSignal,
+    assign_worker, check_step,
 };
 pub use store::{Store, StoreConfig};
 pub use toggles::{ExecutorToggles, Toggles};

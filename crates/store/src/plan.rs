@@ -1,0 +1,617 @@
+//! Plans as data. A planner submits steps — tool, inputs, the principal that executes each,
+//! purpose, justification, cited evidence — and submitting creates a run whose steps wait in the
+//! queue: nothing executes here. Workers claim them through the [`crate::Executor`], so a planned
+//! step meets the same checks as any call. A model reviewer's verdict is recorded beside the
+//! step: a rejection stops a step that has not run; an approval never stands in for a person's.
+
+use serde::Serialize;
+use serde_json::Value;
+use toolgate_core::{IdempotencyKey, InputHash, PrincipalKind, Registry, StepStatus, Timestamp};
+
+use crate::audit::{AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy};
+use crate::db::{Pool, args};
+use crate::error::{Result, StoreError};
+use crate::model::{Actor, PlannedStep, Step, StepKind, StepOutcome};
+use crate::store::{NewStep, Store, insert_step, new_id, step_cols, step_from_row, to_json};
+
+/// A plan as submitted, with every step's executing principal resolved (see [`assign_worker`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanSubmission {
+    /// Chosen by the caller: the gateway derives it from the submitting call's idempotency key,
+    /// so a retried submission names the same run and creates nothing new.
+    pub run_id: String,
+    pub planner: String,
+    pub goal: String,
+    pub steps: Vec<PlannedStep>,
+}
+
+/// What a submission created (or, for a retry of the same plan, had created).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubmittedPlan {
+    pub run_id: String,
+    /// `(seq, step_id, executing principal)` in order.
+    pub steps: Vec<(i64, String, String)>,
+    /// True when this exact plan was already submitted under this run id.
+    pub existing: bool,
+}
+
+/// A reviewer's verdict on a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewVerdict {
+    Approved,
+    Rejected,
+}
+
+impl ReviewVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewVerdict::Approved => "approved",
+            ReviewVerdict::Rejected => "rejected",
+        }
+    }
+    fn parse(s: &str) -> Result<Self> {
+        match s {
+            "approved" => Ok(ReviewVerdict::Approved),
+            "rejected" => Ok(ReviewVerdict::Rejected),
+            other => Err(StoreError::Corrupt(format!(
+                "review verdict '{other}' is not one the store writes"
+            ))),
+        }
+    }
+}
+
+/// One review of a step, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Review {
+    pub step_id: String,
+    pub reviewer: String,
+    pub verdict: ReviewVerdict,
+    pub note: String,
+    pub reviewed_at: Timestamp,
+}
+
+/// A run as `run.status` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunStatus {
+    pub run_id: String,
+    /// The principal that opened the run (the planner, for a submitted plan).
+    pub principal: String,
+    /// The goal, for a submitted plan.
+    pub goal: Option<String>,
+    /// `open` or `aborted`.
+    pub status: String,
+    pub steps: Vec<Step>,
+    pub reviews: Vec<Review>,
+}
+
+/// Who executes a planned step when the plan names nobody: the one agent in a plan-bound role
+/// whose tools include it, or else the planner itself if its own role lists the tool. A plan
+/// may only hand a step to the planner or to a plan-bound agent — never to a person or to an
+/// agent that may act on its own, or a planner could borrow their grants.
+pub fn assign_worker(
+    registry: &Registry,
+    planner: &str,
+    tool: &str,
+    named: Option<&str>,
+) -> std::result::Result<String, String> {
+    let may_execute = |id: &str| {
+        registry.principal(id).is_some_and(|p| {
+            p.config.kind == PrincipalKind::Agent
+                && (id == planner || registry.role(p.role()).is_some_and(|r| r.plan_bound))
+        })
+    };
+    let lists = |id: &str| {
+        registry
+            .principal(id)
+            .zip(registry.tool(tool))
+            .is_some_and(|(p, t)| t.is_listed_for(p.role()))
+    };
+    if let Some(id) = named {
+        if !may_execute(id) {
+            return Err(format!(
+                "'{id}' cannot execute planned steps: a step goes to the planner itself or to an \
+                 agent in a plan-bound role"
+            ));
+        }
+        if !lists(id) {
+            return Err(format!("unknown tool '{tool}' for '{id}'"));
+        }
+        return Ok(id.to_string());
+    }
+    let bound: Vec<&str> = registry
+        .principals()
+        .iter()
+        .map(|p| p.id())
+        .filter(|id| *id != planner && may_execute(id) && lists(id))
+        .collect();
+    match bound.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] if lists(planner) => Ok(planner.to_string()),
+        [] => Err(format!(
+            "unknown tool '{tool}': no plan-bound worker runs it"
+        )),
+        many => Err(format!(
+            "several workers run '{tool}' ({}); name one in the step's `worker`",
+            many.join(", ")
+        )),
+    }
+}
+
+/// Why a step cannot be part of a plan: the rule (`tool.unknown`, `schema.<keyword>`) and what
+/// is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepProblem {
+    pub rule: String,
+    pub reason: String,
+}
+
+/// Checks one step against the registry: a tool (not a built-in) its executing principal may
+/// call, and inputs that pass the tool's own closed schema. The reason names what is wrong.
+pub fn check_step(registry: &Registry, step: &PlannedStep) -> std::result::Result<(), StepProblem> {
+    let unknown = || StepProblem {
+        rule: "tool.unknown".into(),
+        reason: format!("unknown tool '{}' for '{}'", step.tool, step.principal),
+    };
+    let tool = registry
+        .tool(&step.tool)
+        .filter(|t| t.config.handler.builtin.is_none())
+        .ok_or_else(unknown)?;
+    let principal = registry.principal(&step.principal).ok_or_else(unknown)?;
+    if !tool.is_listed_for(principal.role()) {
+        return Err(unknown());
+    }
+    tool.schema
+        .validate(&step.inputs)
+        .map_err(|errors| StepProblem {
+            rule: format!("schema.{}", errors[0].constraint),
+            reason: format!(
+                "inputs fail the schema of '{}': {}",
+                step.tool,
+                errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        })
+}
+
+fn plan_hash(sub: &PlanSubmission) -> String {
+    let steps: Vec<Value> = sub
+        .steps
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "tool": s.tool, "inputs": s.inputs, "principal": s.principal,
+                "purpose": s.purpose, "reason": s.reason, "evidence": s.evidence,
+            })
+        })
+        .collect();
+    InputHash::of(&serde_json::json!({"goal": sub.goal, "planner": sub.planner, "steps": steps}))
+        .as_str()
+        .to_string()
+}
+
+impl Store {
+    /// Stores a plan: its run, one queued step per planned call (each with its derived key) and
+    /// the plan's goal, in one transaction; on PostgreSQL the commit wakes waiting workers.
+    /// Every step is checked first ([`check_step`]); the first that fails refuses the whole plan,
+    /// naming the step. Submitting the same plan under the same run id again changes nothing.
+    pub async fn submit_plan(
+        &self,
+        registry: &Registry,
+        sub: &PlanSubmission,
+        now: Timestamp,
+    ) -> Result<SubmittedPlan> {
+        if sub.steps.is_empty() {
+            return Err(StoreError::PlanRefused(
+                "a plan needs at least one step".into(),
+            ));
+        }
+        for (i, s) in sub.steps.iter().enumerate() {
+            check_step(registry, s).map_err(|p| {
+                StoreError::PlanRefused(format!("step {} ({}): {}", i + 1, s.tool, p.reason))
+            })?;
+        }
+        let hash = plan_hash(sub);
+        let mut tx = self.begin().await?;
+        if let Some(r) = tx
+            .opt(
+                "SELECT plan_hash FROM plans WHERE run_id = $1",
+                args![&sub.run_id],
+            )
+            .await?
+        {
+            drop(tx);
+            if r.text(0)? != hash {
+                return Err(StoreError::PlanRefused(format!(
+                    "run {} already holds a different plan; a changed plan is a new submission",
+                    sub.run_id
+                )));
+            }
+            let steps = self.steps(&sub.run_id).await?;
+            return Ok(SubmittedPlan {
+                run_id: sub.run_id.clone(),
+                steps: steps
+                    .into_iter()
+                    .map(|s| (s.seq, s.step_id, s.principal))
+                    .collect(),
+                existing: true,
+            });
+        }
+        tx.exec(
+            "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+             VALUES ($1, $2, NULL, 'open', $3, $3)",
+            args![&sub.run_id, &sub.planner, now.millis()],
+        )
+        .await?;
+        tx.exec(
+            "INSERT INTO plans (run_id, planner, goal, plan_hash, submitted_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+            args![&sub.run_id, &sub.planner, &sub.goal, &hash, now.millis()],
+        )
+        .await?;
+        let mut created = Vec::with_capacity(sub.steps.len());
+        for (i, s) in sub.steps.iter().enumerate() {
+            let seq = i as u32 + 1;
+            let tool = registry.tool(&s.tool).expect("checked above");
+            let role = registry
+                .principal(&s.principal)
+                .map(|p| p.role().to_string())
+                .expect("checked above");
+            let step_id = new_id();
+            let key = IdempotencyKey::for_step(&sub.run_id, seq, &s.inputs);
+            insert_step(
+                &mut tx,
+                NewStep {
+                    step_id: &step_id,
+                    run_id: &sub.run_id,
+                    seq: seq as i64,
+                    kind: StepKind::Planned,
+                    principal: &s.principal,
+                    role: &role,
+                    tool: &s.tool,
+                    effect: tool.config.effect,
+                    tier: tool.config.tier,
+                    purpose: s.purpose.as_deref(),
+                    reason: s.reason.as_deref(),
+                    evidence: &s.evidence,
+                    actor: &s.actor,
+                    inputs: &s.inputs,
+                    idem_key: key.as_str(),
+                    status: StepStatus::Pending,
+                    attempts: 0,
+                    compensates: None,
+                    lease_until: None,
+                    now,
+                },
+            )
+            .await?;
+            created.push((seq as i64, step_id, s.principal.clone()));
+        }
+        if tx.is_pg() {
+            // Delivered at commit: workers waiting in LISTEN claim the new steps at once.
+            tx.exec("SELECT pg_notify('toolgate_steps', $1)", args![&sub.run_id])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(SubmittedPlan {
+            run_id: sub.run_id.clone(),
+            steps: created,
+            existing: false,
+        })
+    }
+
+    /// A run with its steps, the plan's goal and every review of its steps.
+    pub async fn run_status(&self, run_id: &str) -> Result<RunStatus> {
+        let mut c = self.inner.pool.conn().await?;
+        let run = c
+            .opt(
+                "SELECT r.principal, r.status, p.goal FROM runs r \
+                 LEFT JOIN plans p ON p.run_id = r.run_id WHERE r.run_id = $1",
+                args![run_id],
+            )
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "run",
+                id: run_id.to_string(),
+            })?;
+        let reviews = c
+            .rows(
+                "SELECT v.step_id, v.reviewer, v.verdict, v.note, v.reviewed_at \
+                 FROM step_reviews v JOIN steps s ON s.step_id = v.step_id \
+                 WHERE s.run_id = $1 ORDER BY v.reviewed_at, v.reviewer",
+                args![run_id],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(Review {
+                    step_id: r.text(0)?,
+                    reviewer: r.text(1)?,
+                    verdict: ReviewVerdict::parse(&r.text(2)?)?,
+                    note: r.text(3)?,
+                    reviewed_at: Timestamp::from_millis(r.i64(4)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (principal, status, goal) = (run.text(0)?, run.text(1)?, run.opt_text(2)?);
+        drop(c);
+        Ok(RunStatus {
+            run_id: run_id.to_string(),
+            principal,
+            goal,
+            status,
+            steps: self.steps(run_id).await?,
+            reviews,
+        })
+    }
+
+    /// Records a reviewer's verdict on a planned step. A rejection refuses the step if it has
+    /// not run (pending, parked for a person, or waiting to retry) and closes its open approval
+    /// request, so no person spends time on it; the step's trace records why. An approval is a
+    /// note for the people who decide: it changes no status and issues no token. One verdict
+    /// per reviewer and step; repeating the same verdict is a no-op.
+    pub async fn review_step(
+        &self,
+        registry: &Registry,
+        step_id: &str,
+        reviewer: &str,
+        verdict: ReviewVerdict,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<Step> {
+        let mut tx = self.begin().await?;
+        let step = tx
+            .opt(
+                concat!("SELECT ", step_cols!(), " FROM steps WHERE step_id = $1"),
+                args![step_id],
+            )
+            .await?
+            .map(|r| step_from_row(&r))
+            .transpose()?
+            .filter(|s| s.kind == StepKind::Planned)
+            .ok_or_else(|| StoreError::NotFound {
+                what: "planned step",
+                id: step_id.to_string(),
+            })?;
+        let inserted = tx
+            .exec(
+                "INSERT INTO step_reviews (step_id, reviewer, verdict, note, reviewed_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (step_id, reviewer) DO NOTHING",
+                args![step_id, reviewer, verdict.as_str(), note, now.millis()],
+            )
+            .await?;
+        if inserted == 0 {
+            let before = tx
+                .opt(
+                    "SELECT verdict FROM step_reviews WHERE step_id = $1 AND reviewer = $2",
+                    args![step_id, reviewer],
+                )
+                .await?
+                .map(|r| r.text(0))
+                .transpose()?
+                .unwrap_or_default();
+            drop(tx);
+            if before == verdict.as_str() {
+                return self.step(step_id).await;
+            }
+            return Err(StoreError::AlreadyReviewed {
+                step: step_id.to_string(),
+                verdict: before,
+            });
+        }
+        if verdict == ReviewVerdict::Rejected {
+            let mut outcome = StepOutcome::status(StepStatus::Refused);
+            outcome.rule = Some("review.rejected".into());
+            outcome.error = Some(format!("rejected by reviewer {reviewer}: {note}"));
+            let stopped = tx
+                .exec(
+                    "UPDATE steps SET status = 'refused', outcome = $1, retry_at = NULL, \
+                     updated_at = $2 WHERE step_id = $3 \
+                     AND status IN ('pending', 'needs_approval', 'failed')",
+                    args![to_json(&outcome), now.millis(), step_id],
+                )
+                .await?;
+            if stopped > 0 {
+                tx.exec(
+                    "UPDATE approval_requests SET status = 'rejected', decided_at = $1 \
+                     WHERE subject = $2 AND status = 'pending'",
+                    args![now.millis(), step_id],
+                )
+                .await?;
+                let role = registry
+                    .principal(reviewer)
+                    .map(|p| p.role().to_string())
+                    .unwrap_or_default();
+                let draft = AuditDraft {
+                    ts: now,
+                    run_id: Some(step.run_id.clone()),
+                    step_id: Some(step.step_id.clone()),
+                    who: AuditWho {
+                        principal: reviewer.to_string(),
+                        role,
+                        actor: Actor::default(),
+                    },
+                    tool: step.tool.clone(),
+                    tool_version: registry.tool(&step.tool).map(|t| t.config.version.clone()),
+                    effect: Some(step.effect),
+                    tier: Some(step.tier),
+                    inputs: Value::Null,
+                    redacted: Vec::new(),
+                    idem_key: Some(step.idem_key.to_string()),
+                    why: AuditWhy {
+                        purpose: step.purpose.clone(),
+                        reason: Some(note.to_string()),
+                        evidence: Vec::new(),
+                        decision: AuditDecision::Rejected,
+                        rule: Some("review.rejected".into()),
+                        checks: Vec::new(),
+                        shadow: Vec::new(),
+                    },
+                    approval: None,
+                    outcome: AuditOutcome {
+                        status: StepStatus::Refused,
+                        target_ref: None,
+                        latency_ms: None,
+                        error: outcome.error.clone(),
+                    },
+                    registry_version: registry.version.hash.clone(),
+                };
+                crate::audit::append(&mut tx, vec![draft]).await?;
+            }
+        }
+        tx.commit().await?;
+        self.step(step_id).await
+    }
+
+    /// The planned step assigned to `principal` that this exact call (tool and canonical
+    /// inputs, and run when one is named) is: one still to run first, else one already run
+    /// (whose recorded outcome a repeated call gets back).
+    pub async fn assigned_step(
+        &self,
+        principal: &str,
+        tool: &str,
+        inputs: &Value,
+        run_id: Option<&str>,
+    ) -> Result<Option<String>> {
+        let hash = InputHash::of(inputs);
+        let mut c = self.inner.pool.conn().await?;
+        let rows = c
+            .rows(
+                "SELECT step_id, run_id, status FROM steps WHERE kind = 'planned' \
+                 AND principal = $1 AND tool = $2 AND input_hash = $3 ORDER BY created_at, seq",
+                args![principal, tool, hash.as_str()],
+            )
+            .await?;
+        let mut first_run = None;
+        for r in &rows {
+            if run_id.is_some_and(|want| r.text(1).ok().as_deref() != Some(want)) {
+                continue;
+            }
+            let status = r.text(2)?;
+            if matches!(status.as_str(), "pending" | "failed") {
+                return Ok(Some(r.text(0)?));
+            }
+            if first_run.is_none() {
+                first_run = Some(r.text(0)?);
+            }
+        }
+        Ok(first_run)
+    }
+
+    /// Records a call refused before the executor saw it — a plan-bound principal's call that
+    /// matches none of its planned steps (`plan.unplanned`), a plan with a step that cannot run
+    /// (`schema.…`, `tool.unknown`). It counts as a denial of the run it names, so the run's
+    /// policies see it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn record_refusal(
+        &self,
+        registry: &Registry,
+        principal: &str,
+        tool: &str,
+        inputs: &Value,
+        run_id: &str,
+        purpose: Option<&str>,
+        reason: Option<&str>,
+        rule: &str,
+        detail: &str,
+        now: Timestamp,
+    ) -> Result<i64> {
+        let t = registry.tool(tool);
+        let (inputs, redacted) = match t {
+            Some(t) => self.config().redactor.redact(inputs, &t.config.redact),
+            None => (inputs.clone(), Vec::new()),
+        };
+        let draft = AuditDraft {
+            ts: now,
+            run_id: Some(run_id.to_string()),
+            step_id: None,
+            who: AuditWho {
+                principal: principal.to_string(),
+                role: registry
+                    .principal(principal)
+                    .map(|p| p.role().to_string())
+                    .unwrap_or_default(),
+                actor: Actor::default(),
+            },
+            tool: tool.to_string(),
+            tool_version: t.map(|t| t.config.version.clone()),
+            effect: t.map(|t| t.config.effect),
+            tier: t.map(|t| t.config.tier),
+            inputs,
+            redacted,
+            idem_key: None,
+            why: AuditWhy {
+                purpose: purpose.map(str::to_string),
+                reason: reason.map(str::to_string),
+                evidence: Vec::new(),
+                decision: AuditDecision::Deny,
+                rule: Some(rule.to_string()),
+                checks: Vec::new(),
+                shadow: Vec::new(),
+            },
+            approval: None,
+            outcome: AuditOutcome {
+                status: StepStatus::Refused,
+                target_ref: None,
+                latency_ms: None,
+                error: Some(detail.to_string()),
+            },
+            registry_version: registry.version.hash.clone(),
+        };
+        Ok(self.append_audit(vec![draft]).await?[0])
+    }
+
+    /// What a worker waits on between empty claims: a LISTEN on PostgreSQL (woken by plan
+    /// submissions and approvals), a short poll on SQLite.
+    pub async fn work_signal(&self) -> WorkSignal {
+        WorkSignal {
+            pool: self.inner.pool.clone(),
+            listener: None,
+        }
+    }
+}
+
+/// See [`Store::work_signal`]. The PostgreSQL listener is opened on first use, kept between
+/// waits (notifications sent while the worker was busy are buffered, not lost) and reopened
+/// after a lost connection.
+pub struct WorkSignal {
+    pool: Pool,
+    listener: Option<sqlx::postgres::PgListener>,
+}
+
+impl WorkSignal {
+    /// Opens the listener now (PostgreSQL), so nothing sent after this call is missed.
+    pub async fn listen(&mut self) -> Result<()> {
+        if let (Pool::Postgres(pool), None) = (&self.pool, &self.listener) {
+            let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
+            l.listen("toolgate_steps").await?;
+            self.listener = Some(l);
+        }
+        Ok(())
+    }
+
+    /// Waits until there may be work, at most `timeout` (SQLite: at most `poll`).
+    pub async fn wait(&mut self, timeout: std::time::Duration, poll: std::time::Duration) {
+        if matches!(self.pool, Pool::Sqlite(_)) {
+            tokio::time::sleep(timeout.min(poll)).await;
+            return;
+        }
+        if let Err(e) = self.listen().await {
+            tracing::warn!(error = %e, "cannot LISTEN for work; polling");
+            tokio::time::sleep(timeout.min(poll)).await;
+            return;
+        }
+        let l = self.listener.as_mut().expect("listening");
+        match tokio::time::timeout(timeout, l.recv()).await {
+            Ok(Ok(_)) => while l.next_buffered().is_some() {},
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the LISTEN connection failed; reopening");
+                self.listener = None;
+            }
+            Err(_) => {}
+        }
+    }
+}
