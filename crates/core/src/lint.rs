@@ -64,6 +64,21 @@ pub fn schema_mentions(schema: &Value, name: &str) -> bool {
     }
 }
 
+/// Where a built-in's schema is open by design, and why that is safe: `plan.submit` carries
+/// other tools' inputs, and each step's inputs are validated against the named tool's own closed
+/// schema when the plan is submitted (a plan with a failing step is refused, naming it). These
+/// are the only exemptions; an author cannot declare one.
+pub const OPEN_BY_DESIGN: &[(&str, &str)] =
+    &[("plan.submit", ".properties.steps.items.properties.inputs")];
+
+fn open_by_design(tool: &ToolConfig, path: &str) -> bool {
+    tool.handler.builtin.as_deref().is_some_and(|b| {
+        OPEN_BY_DESIGN
+            .iter()
+            .any(|(name, at)| *name == b && path.ends_with(at))
+    })
+}
+
 /// Lints a loaded registry: every unsafe-surface finding.
 pub fn lint(registry: &Registry) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -135,7 +150,10 @@ pub fn lint_tool(
             "list the input fields that identify the operation (`identity: [invoice_id, amount]`), not free text",
         );
     }
-    if t.effect == Effect::Write && t.compensate.is_none() && !is_compensation {
+    // A built-in writes only toolgate's own records (a plan, a review), which no compensating
+    // tool could undo better than aborting the run they belong to.
+    let builtin = t.handler.builtin.is_some();
+    if t.effect == Effect::Write && t.compensate.is_none() && !is_compensation && !builtin {
         push(
             out,
             file,
@@ -276,7 +294,10 @@ fn lint_schema(
     let constrained = has_any(m, &["enum", "const"]);
     for ty in &types {
         match *ty {
-            "object" if m.get("additionalProperties") != Some(&Value::Bool(false)) => {
+            "object"
+                if m.get("additionalProperties") != Some(&Value::Bool(false))
+                    && !open_by_design(tool, path) =>
+            {
                 push(
                     out,
                     file,

@@ -10,6 +10,7 @@
 //! - [`auth`]: API keys and OAuth 2.1 bearer tokens at the HTTP boundary.
 
 pub mod auth;
+mod builtins;
 mod calls;
 mod error;
 pub mod http;

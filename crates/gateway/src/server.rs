@@ -178,7 +178,11 @@ impl GatewayServer {
             actor: ctx.actor,
         };
         let started = std::time::Instant::now();
-        let executor = self.state.executor();
+        let named = call.run_id != self.session_run;
+        if let Some(answer) = crate::builtins::intercept(&self.state, &call, named).await {
+            return answer;
+        }
+        let executor = crate::builtins::executor_for(&self.state, tool);
         let result = self
             .state
             .calls

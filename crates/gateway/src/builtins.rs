@@ -1,0 +1,569 @@
+//! The built-in tools of the roles of seed 000 §04, and the binding of plan-bound roles.
+//!
+//! - `plan.submit` (planner): a plan as data — steps with tool, inputs, purpose, justification
+//!   and cited evidence — becomes a run whose steps wait for workers. It executes nothing.
+//! - `step.approve` / `step.reject` (reviewer): a model's check of a planned step before a
+//!   person's time is spent. Recorded; a rejection stops a step that has not run; an approval
+//!   never replaces the gate.
+//! - `run.status`: a run's steps, their outcomes and reviews.
+//!
+//! Built-ins are registry tools (`handler: {builtin: …}`), listed per role like any other, and
+//! `plan.submit`, `step.approve` and `step.reject` are governed calls: every check, the key, the
+//! audit record; only the handler is toolgate itself. `run.status` reads toolgate's own records
+//! and, like `tools/list`, is answered without a record (a governed read would replay its first
+//! answer for the rest of the session).
+//!
+//! A principal whose role is `plan_bound` makes no direct calls: a `tools/call` from it runs the
+//! planned step it matches exactly (tool and canonical inputs, and the run when `_meta` names
+//! one) through the executor, or is refused and recorded as a denial of that run.
+
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, ResultType};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{Clock, Registry, StepStatus};
+use toolgate_store::{
+    BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
+    PlanSubmission, PlannedStep, ReviewVerdict, Store, StoreError, Target, assign_worker,
+    check_step,
+};
+
+use crate::render;
+use crate::server::GatewayState;
+
+/// The executor a call to `tool` runs under: for a built-in, the current one with toolgate's
+/// own handler in place of the upstreams.
+pub(crate) fn executor_for(state: &GatewayState, tool: &str) -> Executor {
+    let ex = state.executor();
+    match builtin_of(&ex.registry, tool) {
+        Some(_) => Executor {
+            handler: Arc::new(Builtins {
+                store: ex.store.clone(),
+                registry: ex.registry.clone(),
+                clock: ex.clock.clone(),
+            }),
+            ..ex
+        },
+        None => ex,
+    }
+}
+
+/// Answers the calls that do not take the direct governed path: `run.status`, and every call
+/// of a plan-bound principal to a tool its role lists. `None`: the governed path decides.
+pub(crate) async fn intercept(
+    state: &GatewayState,
+    call: &DirectCall,
+    run_named: bool,
+) -> Option<Result<CallToolResult, ErrorData>> {
+    let ex = state.executor();
+    let reg = ex.registry.clone();
+    let principal = reg.principal(&call.principal)?;
+    let tool = reg
+        .tool(&call.tool)
+        .filter(|t| t.is_listed_for(principal.role()))?;
+    match builtin_of(&reg, &call.tool) {
+        Some("run.status") => return Some(run_status(&ex, &reg, call, tool).await),
+        Some("plan.submit") => return refuse_plan(&ex, &reg, call, tool).await,
+        _ => {}
+    }
+    let bound = reg.role(principal.role()).is_some_and(|r| r.plan_bound);
+    if !bound || tool.config.handler.builtin.is_some() {
+        return None;
+    }
+    Some(planned_call(ex, &reg, call, run_named).await)
+}
+
+fn builtin_of<'r>(reg: &'r Registry, tool: &str) -> Option<&'r str> {
+    reg.tool(tool)
+        .and_then(|t| t.config.handler.builtin.as_deref())
+}
+
+fn internal(e: impl std::fmt::Display) -> ErrorData {
+    tracing::error!(error = %e, "a built-in could not reach the store");
+    ErrorData::internal_error(
+        format!(
+            "toolgate could not record or read this call, so its outcome is not confirmed: {e}"
+        ),
+        None,
+    )
+}
+
+/// A result the model reads as a failure, with the same facts as structured content.
+fn readable_error(text: String, facts: Value) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(facts);
+    r.result_type = Some(ResultType::COMPLETE);
+    r
+}
+
+fn structured(v: Value) -> CallToolResult {
+    render::from_stored(&v)
+}
+
+// ---------------------------------------------------------------- plan-bound calls
+
+async fn planned_call(
+    ex: Executor,
+    reg: &Registry,
+    call: &DirectCall,
+    run_named: bool,
+) -> Result<CallToolResult, ErrorData> {
+    let run = run_named.then_some(call.run_id.as_str());
+    let found = ex
+        .store
+        .assigned_step(&call.principal, &call.tool, &call.inputs, run)
+        .await
+        .map_err(internal)?;
+    let Some(step_id) = found else {
+        let detail = format!(
+            "'{}' is plan-bound: it runs only the steps a submitted plan assigned to it, and this \
+             '{}' call matches none of them (same tool and exactly the same inputs{})",
+            call.principal,
+            call.tool,
+            if run_named { ", in this run" } else { "" }
+        );
+        let seq = ex
+            .store
+            .record_refusal(
+                reg,
+                &call.principal,
+                &call.tool,
+                &call.inputs,
+                &call.run_id,
+                call.purpose.as_deref(),
+                call.reason.as_deref(),
+                "plan.unplanned",
+                &detail,
+                ex.clock.now(),
+            )
+            .await
+            .map_err(internal)?;
+        tracing::info!(principal = %call.principal, tool = %call.tool, audit_seq = seq, "unplanned call refused");
+        return Ok(readable_error(
+            format!(
+                "'{}' was refused (rule plan.unplanned): {detail}. Next: run the steps of your \
+                 plan exactly as planned; anything else needs a new plan from the planner.",
+                call.tool
+            ),
+            json!({"status": "refused", "tool": call.tool, "check": "plan", "rule": "plan.unplanned",
+                   "reason": detail, "audit_seq": seq}),
+        ));
+    };
+    // The executor's future need not be `Send`; run it on a blocking thread of this runtime.
+    let handle = tokio::runtime::Handle::current();
+    let id = step_id.clone();
+    let exec = ex.clone();
+    let report = tokio::task::spawn_blocking(move || handle.block_on(exec.execute_step(&id)))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    let step = ex.store.step(&step_id).await.map_err(internal)?;
+    tracing::info!(principal = %call.principal, tool = %call.tool, step = %step_id, status = %report.status, replayed = report.replayed, "planned step executed");
+    Ok(step_result(&step))
+}
+
+/// The answer for an executed (or already executed) planned step.
+fn step_result(step: &toolgate_store::Step) -> CallToolResult {
+    let o = step.outcome.clone();
+    let rule = o.as_ref().and_then(|o| o.rule.clone()).unwrap_or_default();
+    let error = o.as_ref().and_then(|o| o.error.clone()).unwrap_or_default();
+    let tool = &step.tool;
+    let at = json!({"tool": tool, "run_id": step.run_id, "step_id": step.step_id, "seq": step.seq});
+    let with = |mut v: Value| {
+        if let (Some(m), Some(a)) = (v.as_object_mut(), at.as_object()) {
+            m.extend(a.clone());
+        }
+        v
+    };
+    match step.status {
+        StepStatus::Done => match o.and_then(|o| o.result) {
+            Some(v) => structured(v),
+            None => structured(json!({})),
+        },
+        StepStatus::Refused => readable_error(
+            format!(
+                "'{tool}' (step {} of run {}) was refused (rule {rule}): {error}.",
+                step.seq, step.run_id
+            ),
+            with(json!({"status": "refused", "rule": rule, "reason": error})),
+        ),
+        StepStatus::NeedsApproval => {
+            let id = o.and_then(|o| o.approval_id).unwrap_or_default();
+            readable_error(
+                format!(
+                    "'{tool}' was NOT executed: it needs a person's approval ({error}; rule {rule}). \
+                     Approval request {id} is waiting; once people approve it, a worker runs the \
+                     step (or call it again with exactly the same inputs)."
+                ),
+                with(
+                    json!({"status": "needs_approval", "approval_id": id, "rule": rule, "reason": error}),
+                ),
+            )
+        }
+        StepStatus::Unknown => readable_error(
+            format!("The outcome of '{tool}' is unknown: {error}"),
+            with(json!({"status": "unknown", "rule": rule, "reason": error})),
+        ),
+        StepStatus::Failed => readable_error(
+            format!("'{tool}' failed at the target: {error}"),
+            with(json!({"status": "failed", "rule": rule, "reason": error})),
+        ),
+        StepStatus::Pending | StepStatus::Running => readable_error(
+            format!(
+                "'{tool}' is {} (another worker holds it); ask run.status later",
+                step.status
+            ),
+            with(json!({"status": "in_progress"})),
+        ),
+    }
+}
+
+// ---------------------------------------------------------------- plan.submit
+
+/// A plan with a step that cannot run is refused before it is decided, naming the step and the
+/// rule (`schema.maximum`, `tool.unknown`…) as a call of that tool would be refused, and the
+/// refusal is recorded. `None`: the plan goes on to the governed path (which checks it again).
+async fn refuse_plan(
+    ex: &Executor,
+    reg: &Registry,
+    call: &DirectCall,
+    tool: &toolgate_core::registry::Tool,
+) -> Option<Result<CallToolResult, ErrorData>> {
+    if tool.schema.validate(&call.inputs).is_err() {
+        return None;
+    }
+    let plan: PlanInputs = serde_json::from_value(call.inputs.clone()).ok()?;
+    let problem = plan.steps.iter().enumerate().find_map(|(i, s)| {
+        let at = |rule: String, why: String| Some((i + 1, s.tool.clone(), rule, why));
+        let worker = match assign_worker(reg, &call.principal, &s.tool, s.worker.as_deref()) {
+            Ok(w) => w,
+            Err(why) => return at("plan.worker".into(), why),
+        };
+        let step = PlannedStep {
+            tool: s.tool.clone(),
+            inputs: s.inputs.clone(),
+            principal: worker,
+            purpose: Some(s.purpose.clone()),
+            reason: None,
+            evidence: Vec::new(),
+            actor: Default::default(),
+        };
+        match check_step(reg, &step) {
+            Ok(()) => None,
+            Err(p) => at(p.rule, p.reason),
+        }
+    });
+    let (n, step_tool, rule, why) = problem?;
+    let reason = format!("step {n} ({step_tool}): {why}");
+    let recorded = ex
+        .store
+        .record_refusal(
+            reg,
+            &call.principal,
+            &call.tool,
+            &call.inputs,
+            &call.run_id,
+            call.purpose.as_deref(),
+            call.reason.as_deref(),
+            &rule,
+            &reason,
+            ex.clock.now(),
+        )
+        .await;
+    Some(recorded.map_err(internal).map(|seq| {
+        readable_error(
+            format!(
+                "'plan.submit' was refused (rule {rule}): {reason}. Nothing was created. Next: \
+                 correct that step (or leave it out) and submit the plan again."
+            ),
+            json!({"status": "refused", "tool": "plan.submit", "check": "plan", "rule": rule,
+                   "reason": reason, "step": n, "step_tool": step_tool, "audit_seq": seq}),
+        )
+    }))
+}
+
+// ---------------------------------------------------------------- run.status
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunStatusInputs {
+    run_id: String,
+}
+
+async fn run_status(
+    ex: &Executor,
+    reg: &Registry,
+    call: &DirectCall,
+    tool: &toolgate_core::registry::Tool,
+) -> Result<CallToolResult, ErrorData> {
+    if let Err(errors) = tool.schema.validate(&call.inputs) {
+        let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        return Ok(readable_error(
+            format!(
+                "'run.status' was refused by the schema check: {}",
+                detail.join("; ")
+            ),
+            json!({"status": "refused", "tool": "run.status", "check": "schema", "rule": "schema", "reason": detail.join("; ")}),
+        ));
+    }
+    let inputs: RunStatusInputs = match serde_json::from_value(call.inputs.clone()) {
+        Ok(i) => i,
+        Err(e) => {
+            return Ok(readable_error(
+                format!("'run.status' takes {{run_id}}: {e}"),
+                json!({"status": "refused", "tool": "run.status", "check": "schema", "rule": "schema", "reason": e.to_string()}),
+            ));
+        }
+    };
+    let missing = || {
+        readable_error(
+            format!("no run '{}' for '{}'", inputs.run_id, call.principal),
+            json!({"status": "refused", "tool": "run.status", "rule": "run.unknown", "reason": format!("no run '{}'", inputs.run_id)}),
+        )
+    };
+    let st = match ex.store.run_status(&inputs.run_id).await {
+        Ok(s) => s,
+        Err(StoreError::NotFound { .. }) => return Ok(missing()),
+        Err(e) => return Err(internal(e)),
+    };
+    // A run is visible to whoever opened it, to the principals it assigns steps to, and to
+    // reviewers (a role that lists step.approve or step.reject).
+    let role = reg
+        .principal(&call.principal)
+        .map(|p| p.role().to_string())
+        .unwrap_or_default();
+    let reviewer = reg.tools_for_role(&role).any(|t| {
+        matches!(
+            t.config.handler.builtin.as_deref(),
+            Some("step.approve" | "step.reject")
+        )
+    });
+    let involved =
+        st.principal == call.principal || st.steps.iter().any(|s| s.principal == call.principal);
+    if !(reviewer || involved) {
+        return Ok(missing());
+    }
+    Ok(structured(run_status_json(&st)))
+}
+
+/// `run.status`'s answer: statuses, rules and reasons, approval ids and reviews — never the
+/// steps' results, which the caller's own grants may not cover.
+pub fn run_status_json(st: &toolgate_store::RunStatus) -> Value {
+    let mut counts = serde_json::Map::new();
+    let steps: Vec<Value> = st
+        .steps
+        .iter()
+        .map(|s| {
+            let n = counts.entry(s.status.to_string()).or_insert(json!(0));
+            *n = json!(n.as_i64().unwrap_or(0) + 1);
+            let o = s.outcome.as_ref();
+            let reviews: Vec<Value> = st
+                .reviews
+                .iter()
+                .filter(|r| r.step_id == s.step_id)
+                .map(|r| json!({"reviewer": r.reviewer, "verdict": r.verdict, "note": r.note}))
+                .collect();
+            json!({
+                "seq": s.seq,
+                "step_id": s.step_id,
+                "kind": s.kind.as_str(),
+                "tool": s.tool,
+                "worker": s.principal,
+                "purpose": s.purpose,
+                "status": s.status.to_string(),
+                "attempts": s.attempts,
+                "rule": o.and_then(|o| o.rule.clone()),
+                "reason": o.and_then(|o| o.error.clone()),
+                "approval_id": o.and_then(|o| o.approval_id.clone()),
+                "target_ref": o.and_then(|o| o.target_ref.clone()),
+                "latency_ms": o.and_then(|o| o.latency_ms),
+                "reviews": reviews,
+            })
+        })
+        .collect();
+    json!({
+        "run_id": st.run_id,
+        "goal": st.goal,
+        "planner": st.principal,
+        "status": st.status,
+        "steps": steps,
+        "counts": counts,
+    })
+}
+
+// ---------------------------------------------------------------- the handler
+
+/// toolgate's own handler for the governed built-ins.
+struct Builtins {
+    store: Store,
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanInputs {
+    goal: String,
+    steps: Vec<PlanStepInputs>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanStepInputs {
+    tool: String,
+    inputs: Value,
+    purpose: String,
+    justification: String,
+    #[serde(default)]
+    evidence: Vec<String>,
+    #[serde(default)]
+    worker: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewInputs {
+    step_id: String,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+fn failed(msg: impl Into<String>) -> HandlerError {
+    HandlerError::Failed(msg.into())
+}
+
+impl Builtins {
+    async fn plan_submit(
+        &self,
+        inputs: &Value,
+        meta: &CallMeta,
+    ) -> Result<HandlerOutput, HandlerError> {
+        let plan: PlanInputs = serde_json::from_value(inputs.clone())
+            .map_err(|e| failed(format!("not a plan: {e}")))?;
+        let mut steps = Vec::with_capacity(plan.steps.len());
+        for (i, s) in plan.steps.into_iter().enumerate() {
+            let worker = assign_worker(
+                &self.registry,
+                &meta.principal,
+                &s.tool,
+                s.worker.as_deref(),
+            )
+            .map_err(|why| failed(format!("plan refused: step {}: {why}", i + 1)))?;
+            steps.push(PlannedStep {
+                tool: s.tool,
+                inputs: s.inputs,
+                principal: worker,
+                purpose: Some(s.purpose),
+                reason: Some(s.justification),
+                evidence: s.evidence,
+                actor: Default::default(),
+            });
+        }
+        // The run id derives from the submitting call's key: a retried submission is the same run.
+        let key = meta.idempotency_key.as_str();
+        let hex = key.strip_prefix("sha256:").unwrap_or(key);
+        let sub = PlanSubmission {
+            run_id: format!("plan-{}", &hex[..hex.len().min(32)]),
+            planner: meta.principal.clone(),
+            goal: plan.goal,
+            steps,
+        };
+        let done = self
+            .store
+            .submit_plan(&self.registry, &sub, self.clock.now())
+            .await
+            .map_err(|e| match e {
+                StoreError::PlanRefused(why) => failed(format!("plan refused: {why}")),
+                other => failed(other.to_string()),
+            })?;
+        let steps: Vec<Value> = done
+            .steps
+            .iter()
+            .zip(&sub.steps)
+            .map(|((seq, id, worker), s)| json!({"seq": seq, "step_id": id, "tool": s.tool, "worker": worker}))
+            .collect();
+        Ok(HandlerOutput {
+            result: json!({
+                "run_id": done.run_id,
+                "status": "submitted",
+                "steps": steps,
+                "next": "nothing has run: workers execute the steps through every check; follow the run with run.status",
+            }),
+            target_ref: Some(done.run_id),
+        })
+    }
+
+    async fn review(
+        &self,
+        inputs: &Value,
+        meta: &CallMeta,
+        verdict: ReviewVerdict,
+    ) -> Result<HandlerOutput, HandlerError> {
+        let r: ReviewInputs = serde_json::from_value(inputs.clone())
+            .map_err(|e| failed(format!("takes {{step_id, note}}: {e}")))?;
+        let note = r.note.unwrap_or_default();
+        if verdict == ReviewVerdict::Rejected && note.trim().is_empty() {
+            return Err(failed(
+                "a rejection needs a note saying what is wrong with the step",
+            ));
+        }
+        let step = self
+            .store
+            .review_step(
+                &self.registry,
+                &r.step_id,
+                &meta.principal,
+                verdict,
+                &note,
+                self.clock.now(),
+            )
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let effect = match (verdict, step.status) {
+            (ReviewVerdict::Rejected, StepStatus::Refused) => {
+                "the step is refused and will not run; its approval request, if any, is closed"
+            }
+            (ReviewVerdict::Rejected, _) => {
+                "recorded; the step had already run, so nothing was stopped"
+            }
+            (ReviewVerdict::Approved, _) => {
+                "recorded for the people who decide; the step still passes every check, and a \
+                 person's approval where its gate asks for one"
+            }
+        };
+        Ok(HandlerOutput {
+            result: json!({
+                "step_id": step.step_id,
+                "run_id": step.run_id,
+                "tool": step.tool,
+                "verdict": verdict,
+                "step_status": step.status.to_string(),
+                "effect": effect,
+            }),
+            target_ref: Some(step.step_id),
+        })
+    }
+}
+
+impl Handler for Builtins {
+    fn call<'a>(
+        &'a self,
+        target: &'a Target,
+        inputs: &'a Value,
+        meta: &'a CallMeta,
+    ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
+        Box::pin(async move {
+            match builtin_of(&self.registry, &target.tool) {
+                Some("plan.submit") => self.plan_submit(inputs, meta).await,
+                Some("step.approve") => self.review(inputs, meta, ReviewVerdict::Approved).await,
+                Some("step.reject") => self.review(inputs, meta, ReviewVerdict::Rejected).await,
+                other => Err(failed(format!(
+                    "'{}' has no built-in handler here ({other:?})",
+                    target.tool
+                ))),
+            }
+        })
+    }
+}
