@@ -238,6 +238,21 @@ impl Lockfile {
 }
 
 impl Lockfile {
+    /// Moves a pinned server to a new address without re-approving it: only its identity is
+    /// replaced. Its `initialize` name and version, its instructions and every tool definition
+    /// stay pinned and are still checked. For test environments that serve a reviewed upstream
+    /// on a loopback URL instead of the command the lockfile was written for; returns whether
+    /// `server` was pinned.
+    pub fn rehome(&mut self, server: &str, identity: ServerIdentity) -> bool {
+        match self.servers.get_mut(server) {
+            Some(pin) => {
+                pin.identity = identity;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Re-pins after review. Without `tool`: the server's identity, `initialize` facts and every
     /// listed tool (a tool whose definition did not change keeps its earlier approval; tools no
     /// longer listed are dropped). With `tool`: only that tool, and only on a server whose own
