@@ -140,7 +140,7 @@ async fn access_tokens_are_checked_for_audience_and_expiry_and_mapped_by_subject
     let want: std::collections::BTreeSet<String> = h
         .gateway
         .state
-        .registry
+        .registry()
         .tools_for_role("planner")
         .map(|t| t.name().to_string())
         .collect();
