@@ -398,19 +398,30 @@ async fn planned_steps_in_one_batch_never_overrun_the_window(db: &TestDb) {
 }
 
 async fn eight_concurrent_callers_never_overrun_a_value_budget(db: &TestDb) {
-    let store = Store::connect_with(&db.url, StoreConfig::default(), db.options(16))
-        .await
-        .unwrap();
+    // Each caller has its own store handle (its own pool and reservation batcher), as eight
+    // gateway processes sharing one database would: their reservations are concurrent
+    // transactions, and only the store's locking keeps the window within its limit.
     let fake = Recorder::new();
     let reg = window_registry();
-    let ex = Executor::new(store.clone(), reg.clone(), keys(), fake.clone(), clock());
     const CALLERS: u32 = 8;
     const EACH: u32 = 6;
     let amount = |c: u32, i: u32| 700.0 + f64::from((c * 37 + i * 101) % 900) + 0.25;
+    let mut stores = Vec::new();
+    for _ in 0..CALLERS {
+        stores.push(
+            Store::connect_with(&db.url, StoreConfig::default(), db.options(2))
+                .await
+                .unwrap(),
+        );
+    }
+    let store = stores[0].clone();
+    let start = Arc::new(tokio::sync::Barrier::new(CALLERS as usize));
     let mut tasks = Vec::new();
-    for c in 0..CALLERS {
-        let ex = ex.clone();
+    for (c, s) in (0..CALLERS).zip(stores) {
+        let ex = Executor::new(s, reg.clone(), keys(), fake.clone(), clock());
+        let start = start.clone();
         tasks.push(tokio::spawn(async move {
+            start.wait().await;
             let mut out = Vec::new();
             for i in 0..EACH {
                 let mut call = pay(
