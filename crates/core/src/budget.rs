@@ -232,10 +232,10 @@ impl WindowBudget {
             self.show(a.need)
         );
         if a.need > a.limit {
-            msg.push_str(&format!(
+            msg.push_str(
                 "; this call alone is more than the whole budget, so it never fits: split it or \
-                 ask for a higher limit"
-            ));
+                 ask for a higher limit",
+            );
             return msg;
         }
         if let Some(t) = a.oldest_leaves {
@@ -393,7 +393,7 @@ fn show_units(units: i64) -> String {
     let whole = (units / SCALE).unsigned_abs().to_string();
     let mut grouped = String::new();
     for (i, c) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i) % 3 == 0 {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
             grouped.push(',');
         }
         grouped.push(c);
