@@ -11,7 +11,6 @@
 
 pub mod auth;
 mod builtins;
-mod calls;
 mod error;
 pub mod http;
 pub mod jwt;

@@ -14,7 +14,6 @@ use toolgate_core::{ApprovalKeys, Redactor, Registry, SystemClock};
 use toolgate_store::{Executor, Store, StoreConfig};
 
 use crate::auth::{Authenticator, Caller, CredentialKind};
-use crate::calls::CallPool;
 use crate::error::GatewayError;
 use crate::http::{HttpState, router};
 use crate::jwt::{JwtVerifier, OAuthOptions};
@@ -180,7 +179,7 @@ impl Gateway {
         };
         let auth = Arc::new(Authenticator::new(registry.clone(), jwt, metadata_url));
         Ok(Gateway {
-            state: Arc::new(GatewayState::new(executor, CallPool::start(2), upstreams)),
+            state: Arc::new(GatewayState::new(executor, upstreams)),
             auth,
             dir,
             oauth: opts.oauth.clone(),

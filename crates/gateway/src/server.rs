@@ -23,7 +23,6 @@ use toolgate_store::{DirectCall, Executor, Store};
 use tracing::Instrument;
 
 use crate::auth::Caller;
-use crate::calls::CallPool;
 use crate::meta::CallContext;
 use crate::render;
 use crate::upstream::Upstreams;
@@ -43,19 +42,17 @@ pub struct GatewayState {
     live: ArcSwap<Surface>,
     /// The store: one for the process, whatever the registry version.
     pub store: Store,
-    pub calls: Arc<CallPool>,
     pub upstreams: Arc<Upstreams>,
 }
 
 impl GatewayState {
-    pub fn new(executor: Executor, calls: Arc<CallPool>, upstreams: Arc<Upstreams>) -> Self {
+    pub fn new(executor: Executor, upstreams: Arc<Upstreams>) -> Self {
         GatewayState {
             store: executor.store.clone(),
             live: ArcSwap::from_pointee(Surface {
                 registry: executor.registry.clone(),
                 executor,
             }),
-            calls,
             upstreams,
         }
     }
@@ -183,12 +180,7 @@ impl GatewayServer {
             return answer;
         }
         let executor = crate::builtins::executor_for(&self.state, tool);
-        let result = self
-            .state
-            .calls
-            .governed_call(executor, call)
-            .await
-            .map_err(|e| {
+        let result = executor.governed_call(call).await.map_err(|e| {
                 tracing::error!(error = %e, "a governed call could not be recorded");
                 ErrorData::internal_error(
                     format!(
