@@ -2,7 +2,8 @@
 # Runs the official MCP conformance suite's server scenarios twice: against the conformance
 # fixture fake alone, then through toolgate (the same fake as a stdio upstream, every fixture
 # tool declared as a read tool for one test principal; an adapter adds that principal's API key
-# and a purpose, which the suite itself cannot send). Fails if a scenario that passes alone
+# and a purpose, which the suite itself cannot send; the fixture's definitions are pinned with
+# `toolgate lock approve` first). Fails if a scenario that passes alone
 # fails through toolgate and is not listed in tests/conformance/exclusions.txt.
 set -euo pipefail
 
@@ -41,6 +42,11 @@ sed -n '/=== SUMMARY ===/,$p' "$work/alone.log"
 # 2. The same fixtures through toolgate.
 key="tg-conformance-$(date +%s)-$RANDOM"
 "$node" "$here/gen-registry.mjs" "http://127.0.0.1:$p_fake/mcp" "$work/registry" "$key" "$fake"
+# toolgate serves an upstream tool only at a definition pinned in toolgate.lock. The registry is
+# generated from what the fixture lists, so its pins are too: approved here, by this script, from
+# the same stdio upstream toolgate will spawn (and recorded in the run's audit chain).
+"$toolgate" lock approve --config "$work/registry" --by conformance-run >"$work/lock.log" 2>&1 \
+  || { cat "$work/lock.log" >&2; exit 1; }
 p_gw="$(free_port)"; p_proxy="$(free_port)"
 RUST_LOG="${RUST_LOG:-warn}" "$toolgate" serve --config "$work/registry" --http "127.0.0.1:$p_gw" 2>"$work/toolgate.log" & pids+=($!)
 wait_http "http://127.0.0.1:$p_gw/healthz"

@@ -468,6 +468,8 @@ impl Bench {
         config["store"] =
             json!({"url": format!("sqlite://{}", dir.path().join("bench.db").display())});
         std::fs::write(&top, yaml_serde::to_string(&config)?)?;
+        // The example's pins, moved to the loopback URL (definitions are still checked).
+        toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
         let opts = ServeOptions {
             config_dir: dir.path().to_path_buf(),
             http: true,

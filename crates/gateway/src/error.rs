@@ -17,6 +17,8 @@ pub enum GatewayError {
     },
     #[error("upstream '{name}': {message}")]
     Upstream { name: String, message: String },
+    #[error("{0} (fix it, or re-pin with `toolgate lock approve`)")]
+    Lockfile(String),
     #[error("OAuth settings: {0}")]
     OAuth(String),
     #[error("cannot listen on {addr}: {source}")]

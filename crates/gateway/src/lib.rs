@@ -16,6 +16,7 @@ pub mod http;
 pub mod jwt;
 mod logging;
 mod meta;
+pub mod pins;
 mod render;
 mod serve;
 mod server;

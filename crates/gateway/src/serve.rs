@@ -17,6 +17,7 @@ use crate::auth::{Authenticator, Caller, CredentialKind};
 use crate::error::GatewayError;
 use crate::http::{HttpState, router};
 use crate::jwt::{JwtVerifier, OAuthOptions};
+use crate::pins::Pins;
 use crate::server::{GatewayServer, GatewayState};
 use crate::upstream::{ToolsChangedHook, Upstreams};
 
@@ -127,6 +128,22 @@ impl Gateway {
         opts: &ServeOptions,
         hook: Option<ToolsChangedHook>,
     ) -> Result<Gateway, GatewayError> {
+        let pins =
+            Pins::load(&opts.config_dir).map_err(|e| GatewayError::Lockfile(e.to_string()))?;
+        Self::build_pinned(opts, hook, Arc::new(pins)).await
+    }
+
+    /// As [`Gateway::build`] with no pin check at all: upstream tools are served as listed.
+    /// Only for measuring what pinning costs (the gateway benchmark's `--no-pin`).
+    pub async fn build_without_pins(opts: &ServeOptions) -> Result<Gateway, GatewayError> {
+        Self::build_pinned(opts, None, Arc::new(Pins::off())).await
+    }
+
+    async fn build_pinned(
+        opts: &ServeOptions,
+        hook: Option<ToolsChangedHook>,
+        pins: Arc<Pins>,
+    ) -> Result<Gateway, GatewayError> {
         let dir = opts.config_dir.clone();
         let registry = Arc::new(
             Registry::load(&dir).map_err(|source| GatewayError::Registry {
@@ -134,7 +151,12 @@ impl Gateway {
                 source,
             })?,
         );
-        let upstreams = Arc::new(Upstreams::new(&dir, &registry.gateway.upstreams, hook));
+        let upstreams = Arc::new(Upstreams::new(
+            &dir,
+            &registry.gateway.upstreams,
+            hook,
+            pins.clone(),
+        ));
         let url = resolve_store_url(
             &dir,
             opts.store_url
@@ -148,6 +170,7 @@ impl Gateway {
                 source,
             })?;
         tracing::info!(store = %url, registry = %registry.version.label, "store open, migrations applied");
+        pins.attach_store(store.clone());
         let failed = upstreams.connect_all().await;
         for (name, why) in &failed {
             tracing::warn!(upstream = %name, error = %why, "serving without this upstream for now");

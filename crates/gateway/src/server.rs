@@ -179,6 +179,9 @@ impl GatewayServer {
         if let Some(answer) = crate::builtins::intercept(&self.state, &call, named).await {
             return answer;
         }
+        if let Some(refused) = crate::pins::refusal(&self.state, caller, &call).await {
+            return Ok(refused);
+        }
         let executor = crate::builtins::executor_for(&self.state, tool);
         let result = executor.governed_call(call).await.map_err(|e| {
                 tracing::error!(error = %e, "a governed call could not be recorded");
@@ -233,9 +236,11 @@ impl ServerHandler for GatewayServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&context)?;
+        crate::pins::refresh(&self.state).await;
         let registry = self.state.registry();
         let tools: Vec<Tool> = registry
             .tools_for_role(&caller.role)
+            .filter(|t| crate::pins::listed(&self.state, t))
             .map(mcp_tool)
             .collect();
         tracing::debug!(principal = %caller.principal, role = %caller.role, tools = tools.len(), "tools/list");

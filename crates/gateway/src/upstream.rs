@@ -6,7 +6,8 @@
 //! An upstream that does not answer within its `timeout_secs` is a [`HandlerError::Timeout`]
 //! (the store decides what that means for the effect class); a dropped connection is
 //! re-established on the next call; `notifications/tools/list_changed` re-reads the upstream's
-//! `tools/list` and hands the new list to a hook (the pinning work decides what a change may do).
+//! `tools/list`. Each connect, reconnect and change is checked against `toolgate.lock` (see
+//! [`crate::pins`]) before anything of the new list is served, then handed to a hook.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,12 +22,15 @@ use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
+use toolgate_contract::{DefinitionHash, PinVerdict, ServerIdentity};
 use toolgate_core::config::UpstreamConfig;
 use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Target};
 
+use crate::pins::{PinGuard, Pins};
 use crate::render::to_stored;
 
-/// Called with an upstream's name and its new `tools/list` after it announced a change.
+/// Called with an upstream's name and its new `tools/list` after it announced a change, once
+/// the new list was checked against `toolgate.lock` and the verdict is in force.
 pub type ToolsChangedHook = Arc<dyn Fn(&str, &[Tool]) + Send + Sync>;
 
 /// The client side of one upstream connection: answers `tools/list_changed`.
@@ -35,6 +39,7 @@ struct UpstreamClient {
     name: String,
     tools: Arc<RwLock<Vec<Tool>>>,
     hook: Option<ToolsChangedHook>,
+    pins: Arc<PinGuard>,
 }
 
 impl ClientHandler for UpstreamClient {
@@ -52,10 +57,16 @@ impl ClientHandler for UpstreamClient {
             match peer.list_all_tools().await {
                 Ok(tools) => {
                     tracing::warn!(upstream = %this.name, tools = tools.len(), "upstream tools/list changed; re-read");
+                    match peer.peer_info() {
+                        Some(info) => this.pins.check(info, &tools).await,
+                        None => {
+                            tracing::error!(upstream = %this.name, "no initialize answer to check the new tools/list against")
+                        }
+                    }
+                    *this.tools.write().expect("tools lock") = tools.clone();
                     if let Some(h) = &this.hook {
                         h(&this.name, &tools);
                     }
-                    *this.tools.write().expect("tools lock") = tools;
                 }
                 Err(e) => {
                     tracing::error!(upstream = %this.name, error = %e, "re-reading tools/list failed")
@@ -79,6 +90,8 @@ struct Upstream {
     peer: RwLock<Option<Peer<RoleClient>>>,
     tools: Arc<RwLock<Vec<Tool>>>,
     hook: Option<ToolsChangedHook>,
+    /// The verdict of `toolgate.lock` on what this upstream lists.
+    pins: Arc<PinGuard>,
 }
 
 impl Upstream {
@@ -103,6 +116,7 @@ impl Upstream {
             name: self.name.clone(),
             tools: self.tools.clone(),
             hook: self.hook.clone(),
+            pins: self.pins.clone(),
         };
         let service = tokio::time::timeout(
             self.timeout.max(Duration::from_secs(5)),
@@ -121,6 +135,11 @@ impl Upstream {
             .await
             .map_err(|e| format!("reading tools/list of upstream '{}': {e}", self.name))?;
         tracing::info!(upstream = %self.name, tools = tools.len(), "connected to upstream");
+        // Checked before the peer is published: nothing of a (re)connection is served unchecked.
+        let info = peer
+            .peer_info()
+            .ok_or_else(|| format!("upstream '{}' completed no initialize handshake", self.name))?;
+        self.pins.check(info, &tools).await;
         *self.tools.write().expect("tools lock") = tools;
         *self.peer.write().expect("peer lock") = Some(peer.clone());
         *guard = Some(service);
@@ -183,6 +202,11 @@ impl Upstream {
             // Nothing was sent: the call certainly did not happen.
             HandlerError::Failed(format!("upstream '{}' is unavailable: {e}", self.name))
         })?;
+        // A tool not served at a pinned definition is never forwarded, whoever asks.
+        if let Err(refusal) = self.pins.allows(tool) {
+            tracing::warn!(upstream = %self.name, tool, "not forwarded: not served at a pinned definition");
+            return Err(HandlerError::Failed(refusal));
+        }
         let arguments: JsonObject = match inputs {
             Value::Object(m) => m.clone(),
             Value::Null => JsonObject::new(),
@@ -267,15 +291,18 @@ fn resolve_command(dir: &Path, command: &str) -> PathBuf {
 /// The upstream servers of one registry.
 pub struct Upstreams {
     map: BTreeMap<String, Arc<Upstream>>,
+    pins: Arc<Pins>,
 }
 
 impl Upstreams {
     /// Declares the upstreams of `toolgate.yaml` (relative commands resolve against `dir`);
-    /// nothing connects until [`Upstreams::connect_all`] or the first call.
+    /// nothing connects until [`Upstreams::connect_all`] or the first call. Every tool is
+    /// served only as `pins` allows.
     pub fn new(
         dir: &Path,
         configs: &BTreeMap<String, UpstreamConfig>,
         hook: Option<ToolsChangedHook>,
+        pins: Arc<Pins>,
     ) -> Upstreams {
         let map = configs
             .iter()
@@ -296,11 +323,87 @@ impl Upstreams {
                         peer: RwLock::new(None),
                         tools: Arc::new(RwLock::new(Vec::new())),
                         hook: hook.clone(),
+                        pins: Arc::new(PinGuard::new(
+                            name,
+                            ServerIdentity::from_upstream(cfg),
+                            pins.clone(),
+                        )),
                     }),
                 )
             })
             .collect();
-        Upstreams { map }
+        Upstreams { map, pins }
+    }
+
+    /// The pins every upstream is checked against.
+    pub fn pins(&self) -> &Arc<Pins> {
+        &self.pins
+    }
+
+    /// Whether `tool` of `upstream` is served now (pinned and unchanged, or pinning off).
+    pub fn is_served(&self, upstream: &str, tool: &str) -> bool {
+        self.map
+            .get(upstream)
+            .is_some_and(|u| u.pins.allows(tool).is_ok())
+    }
+
+    /// The per-call pin check: the pinned definition hash `tool` of `upstream` is served at
+    /// (`None` with pinning off), or the refusal. An upstream never checked is connected (and
+    /// checked) first; a refusal re-reads `toolgate.lock` once, so an approval given since
+    /// takes effect without a restart.
+    pub async fn pin_check(
+        &self,
+        upstream: &str,
+        tool: &str,
+    ) -> Result<Option<DefinitionHash>, String> {
+        let Some(u) = self.map.get(upstream) else {
+            return Err(format!(
+                "no upstream named '{upstream}' is declared in toolgate.yaml"
+            ));
+        };
+        if u.pins.unchecked() {
+            u.connected().await?;
+        }
+        match u.pins.allows(tool) {
+            Ok(h) => Ok(h),
+            Err(refusal) => {
+                let tools = u.tools.read().expect("tools lock").clone();
+                if u.pins.recheck_if_lock_changed(&tools).await {
+                    u.pins.allows(tool)
+                } else {
+                    Err(refusal)
+                }
+            }
+        }
+    }
+
+    /// Re-reads `toolgate.lock` and, when it changed, re-checks every upstream against it (with
+    /// what each last listed; no network). A read of one small file when nothing changed.
+    pub async fn refresh_pins(&self) {
+        if !self.pins.is_on() || !self.pins.refresh() {
+            return;
+        }
+        for u in self.map.values() {
+            let tools = u.tools.read().expect("tools lock").clone();
+            u.pins.recheck(&tools).await;
+        }
+    }
+
+    /// The verdict of `toolgate.lock` on `upstream` as last checked.
+    pub fn verdict(&self, upstream: &str) -> Option<Arc<PinVerdict>> {
+        self.map.get(upstream).and_then(|u| u.pins.verdict())
+    }
+
+    /// Drops the connection to `upstream` and connects again (which re-reads `initialize` and
+    /// `tools/list` and checks them against `toolgate.lock`).
+    pub async fn reconnect(&self, upstream: &str) -> Result<(), String> {
+        let Some(u) = self.map.get(upstream) else {
+            return Err(format!(
+                "no upstream named '{upstream}' is declared in toolgate.yaml"
+            ));
+        };
+        u.drop_peer();
+        u.connected().await.map(|_| ())
     }
 
     /// Connects every upstream and reads its tools; returns the ones that failed, with why.
@@ -374,6 +477,17 @@ impl Upstreams {
 }
 
 impl Handler for Upstreams {
+    fn definition_hash(&self, target: &Target) -> Option<String> {
+        let upstream = self.map.get(target.upstream.as_deref()?)?;
+        let name = target.upstream_tool.as_deref().unwrap_or(&target.tool);
+        upstream
+            .pins
+            .allows(name)
+            .ok()
+            .flatten()
+            .map(|h| h.as_str().to_string())
+    }
+
     fn call<'a>(
         &'a self,
         target: &'a Target,

@@ -145,6 +145,10 @@ impl Environment {
             .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("toolgate.db").display()));
         config["store"] = serde_json::json!({"url": store});
         std::fs::write(&top, yaml_serde::to_string(&config)?)?;
+        // The example's toolgate.lock pins each upstream as reached by its command; here the
+        // same fake is reached at a loopback URL, so only the pinned identity moves with it.
+        // Server name, version, instructions and every tool definition are still checked.
+        toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
 
         let opts = ServeOptions {
             config_dir: dir.path().to_path_buf(),

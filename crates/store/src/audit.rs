@@ -65,6 +65,13 @@ pub enum AuditDecision {
     Compensation,
     /// A person rejected a parked call.
     Rejected,
+    /// The gateway checked an upstream against `toolgate.lock` (at connect, on
+    /// `tools/list_changed`, on reconnect) and serves the listed tools at their pinned hashes.
+    Pin,
+    /// The same check blocked a tool or a whole upstream server (changed, new or unpinned).
+    PinBlock,
+    /// A person re-pinned upstream definitions with `toolgate lock approve`.
+    LockApproval,
 }
 
 /// Who approved, by token fingerprint (never the token itself).

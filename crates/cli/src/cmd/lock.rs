@@ -1,5 +1,6 @@
 //! `toolgate lock status|diff|approve`: the upstream servers declared in a registry, compared
-//! with `toolgate.lock` beside it; `approve` re-pins after a person reviewed the diff.
+//! with `toolgate.lock` beside it; `approve` re-pins after a person reviewed the diff and records
+//! who re-pinned what in the registry's audit chain (a `lock_approval` record).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -58,6 +59,9 @@ pub struct Approve {
     /// Who approves (default: $USER); written into the lockfile with the time.
     #[arg(long)]
     pub by: Option<String>,
+    /// The store whose audit chain records the approval (default: the registry's `store.url`).
+    #[arg(long, value_name = "URL")]
+    pub store_url: Option<String>,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -172,6 +176,10 @@ fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<u8> {
             .or_else(|| std::env::var("USER").ok())
             .context("say who approves with --by NAME (no $USER is set)")?;
     let approval = Approval::now(by);
+    // The approval is recorded, or not made: the store is opened before anything is re-pinned.
+    let registry = s.common.config.load()?;
+    let rt = super::store::runtime()?;
+    let store = rt.block_on(super::store::open(&registry, a.store_url.as_deref()))?;
     let mut lines = Vec::new();
     for (name, identity, o) in observe_all(&s.common, s.server.as_deref())? {
         lines.extend(lock.approve(
@@ -184,6 +192,14 @@ fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<u8> {
         )?);
     }
     lock.write(&path)?;
+    let text = std::fs::read_to_string(&path)?;
+    let record = approval_record(s, &approval, &lines, &text);
+    let seq = rt.block_on(async {
+        let seq = store.append_audit(vec![record]).await;
+        store.close().await;
+        seq
+    });
+    let seq = seq.context("recording the lock approval in the audit chain")?;
     for l in &lines {
         writeln!(out, "{l}")?;
     }
@@ -195,5 +211,69 @@ fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<u8> {
         approval.by,
         approval.at
     )?;
+    writeln!(out, "recorded in the audit chain as record {}", seq[0])?;
     Ok(0)
+}
+
+/// The audit record of one `lock approve`: who, what was selected, every pin line written, and
+/// the hash of the lockfile it left.
+fn approval_record(
+    s: &Selected,
+    approval: &Approval,
+    lines: &[String],
+    lock_text: &str,
+) -> toolgate_store::AuditDraft {
+    use toolgate_core::canon::sha256_tagged;
+    use toolgate_core::{Clock, StepStatus, SystemClock};
+    use toolgate_store::AuditDecision;
+    use toolgate_store::audit::{AuditOutcome, AuditWho, AuditWhy};
+    let version = format!("lock:{}", sha256_tagged(lock_text.as_bytes()));
+    toolgate_store::AuditDraft {
+        ts: SystemClock.now(),
+        run_id: None,
+        step_id: None,
+        who: AuditWho {
+            principal: approval.by.clone(),
+            role: "operator".into(),
+            actor: Default::default(),
+        },
+        tool: match (&s.server, &s.tool) {
+            (Some(server), Some(tool)) => format!("upstream:{server}/{tool}"),
+            (Some(server), None) => format!("upstream:{server}"),
+            _ => "upstream:*".into(),
+        },
+        tool_version: None,
+        effect: None,
+        tier: None,
+        inputs: serde_json::json!({
+            "server": s.server,
+            "tool": s.tool,
+            "pins": lines,
+            "approved_at": approval.at,
+            "lockfile": version,
+        }),
+        redacted: Vec::new(),
+        idem_key: None,
+        why: AuditWhy {
+            purpose: None,
+            reason: Some(format!(
+                "{} re-pinned {} definition(s) with `toolgate lock approve`",
+                approval.by,
+                lines.len()
+            )),
+            evidence: Vec::new(),
+            decision: AuditDecision::LockApproval,
+            rule: Some("lock.approve".into()),
+            checks: Vec::new(),
+            shadow: Vec::new(),
+        },
+        approval: None,
+        outcome: AuditOutcome {
+            status: StepStatus::Done,
+            target_ref: None,
+            latency_ms: None,
+            error: None,
+        },
+        registry_version: version,
+    }
 }

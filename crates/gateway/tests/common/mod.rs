@@ -136,6 +136,9 @@ pub fn write_registry(dir: &Path, upstream: &str) {
         format!("label: gateway-test\nstore:\n  url: \"sqlite://toolgate-test.db\"\nupstreams:\n  erp:\n{upstream}"),
     )
     .unwrap();
+    // The finance example's pins, moved to wherever this registry reaches the same fake.
+    std::fs::copy(ex.join("toolgate.lock"), dir.join("toolgate.lock")).unwrap();
+    toolgate_gateway::pins::rehome_lock(dir).unwrap();
 }
 
 /// toolgate in front of the finance fake, over streamable HTTP.

@@ -1,0 +1,524 @@
+//! Serve-time pinning: an upstream tool is served only at the definition `toolgate.lock` (beside
+//! the registry) pins for it. Each upstream is checked with [`PinSet::check_rmcp`] when the
+//! gateway connects to it, when it announces `notifications/tools/list_changed`, and on every
+//! reconnect; the verdict is kept, so a call costs one map lookup ([`PinGuard::allows`]).
+//!
+//! Fail closed: a server the lockfile does not know, or whose identity, reported name/version or
+//! instructions changed, serves nothing; a changed or new tool is hidden from `tools/list` and a
+//! call to it is refused with a result naming `toolgate lock diff`; a tool that is not pinned is
+//! never forwarded; a pinned tool the server stopped listing is simply gone. The pinned hash of
+//! each allowed call is bound into its decision and into any approval requested for it.
+//!
+//! Every verdict that changes (at start, on a change, after a lock approval took effect) is
+//! written to the audit chain: one `pin` record with the hashes served, one `pin_block` record
+//! per blocked tool or server. Refused calls are `deny` records under rule `pin.blocked`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use rmcp::model::{CallToolResult, ContentBlock, ResultType, ServerPeerInfo, Tool};
+use serde_json::{Value, json};
+use toolgate_contract::{
+    ContractError, DefinitionHash, Lockfile, PinSet, PinVerdict, ServerIdentity,
+};
+use toolgate_core::canon::sha256_tagged;
+use toolgate_core::{Clock, StepStatus, SystemClock};
+use toolgate_store::audit::{AuditOutcome, AuditWho, AuditWhy};
+use toolgate_store::{AuditDecision, AuditDraft, DirectCall, Store};
+
+use crate::auth::Caller;
+use crate::server::GatewayState;
+
+/// The lockfile's name in the registry folder.
+pub const LOCKFILE: &str = "toolgate.lock";
+
+/// The principal pin records are written under.
+const GATEWAY: &str = "toolgate";
+
+/// The lockfile as the gateway holds it. Re-read when a check runs and its text changed, so a
+/// `toolgate lock approve` takes effect without a restart.
+pub struct Pins {
+    /// `None`: pinning is off (benchmarks only; `toolgate serve` always pins).
+    path: Option<PathBuf>,
+    loaded: Mutex<Loaded>,
+    store: OnceLock<Store>,
+}
+
+struct Loaded {
+    text: Option<String>,
+    set: Arc<PinSet>,
+    /// `lock:sha256:…` of the lockfile text, recorded with each pin record.
+    version: String,
+}
+
+fn read_text(path: &Path) -> Result<Option<String>, ContractError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ContractError::Io {
+            file: path.display().to_string(),
+            message: format!("cannot read: {e}"),
+        }),
+    }
+}
+
+fn parse(path: &Path, text: Option<&str>) -> Result<Loaded, ContractError> {
+    let lock = match text {
+        Some(t) => Lockfile::parse(&path.display().to_string(), t)?,
+        None => Lockfile::default(),
+    };
+    Ok(Loaded {
+        text: text.map(str::to_string),
+        set: Arc::new(PinSet::new(&lock)),
+        version: format!("lock:{}", sha256_tagged(text.unwrap_or("").as_bytes())),
+    })
+}
+
+impl Pins {
+    /// Reads `toolgate.lock` in `dir`. A missing lockfile pins nothing (every upstream is then
+    /// new and serves nothing); an unreadable or tampered one is an error.
+    pub fn load(dir: &Path) -> Result<Pins, ContractError> {
+        let path = dir.join(LOCKFILE);
+        let text = read_text(&path)?;
+        let loaded = parse(&path, text.as_deref())?;
+        if text.is_none() {
+            tracing::warn!(lock = %path.display(), "no toolgate.lock: no upstream tool is served until `toolgate lock approve`");
+        }
+        Ok(Pins {
+            path: Some(path),
+            loaded: Mutex::new(loaded),
+            store: OnceLock::new(),
+        })
+    }
+
+    /// No pinning: every upstream tool is served as listed, with no definition hash. For
+    /// measuring what pinning costs; nothing in `toolgate serve` turns it on.
+    pub fn off() -> Pins {
+        Pins {
+            path: None,
+            loaded: Mutex::new(Loaded {
+                text: None,
+                set: Arc::new(PinSet::default()),
+                version: String::new(),
+            }),
+            store: OnceLock::new(),
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.path.is_some()
+    }
+
+    /// Where pin records go (set once the store is open, before upstreams are checked).
+    pub fn attach_store(&self, store: Store) {
+        let _ = self.store.set(store);
+    }
+
+    fn current(&self) -> (Arc<PinSet>, String) {
+        let l = self.loaded.lock().expect("pins lock");
+        (l.set.clone(), l.version.clone())
+    }
+
+    /// Re-reads the lockfile; true when its text changed (and parsed). A lockfile that no longer
+    /// parses keeps the pins in force and is logged: it cannot widen what is served.
+    pub fn refresh(&self) -> bool {
+        let Some(path) = &self.path else {
+            return false;
+        };
+        let text = match read_text(path) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(error = %e, "toolgate.lock unreadable; keeping the pins in force");
+                return false;
+            }
+        };
+        let mut l = self.loaded.lock().expect("pins lock");
+        if l.text == text {
+            return false;
+        }
+        match parse(path, text.as_deref()) {
+            Ok(new) => {
+                tracing::info!(lock = %path.display(), "toolgate.lock changed; re-checking upstreams");
+                *l = new;
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "toolgate.lock changed but does not parse; keeping the pins in force");
+                false
+            }
+        }
+    }
+
+    async fn record(&self, drafts: Vec<AuditDraft>) {
+        if drafts.is_empty() {
+            return;
+        }
+        match self.store.get() {
+            Some(store) => {
+                if let Err(e) = store.append_audit(drafts).await {
+                    tracing::error!(error = %e, "recording a pin check in the audit chain failed");
+                }
+            }
+            None => tracing::warn!("pin check before the store was attached: not recorded"),
+        }
+    }
+}
+
+/// The last check of one upstream.
+struct Checked {
+    info: Arc<ServerPeerInfo>,
+    verdict: Arc<PinVerdict>,
+}
+
+/// One upstream's pin state, shared by its connection and its `list_changed` handler.
+pub struct PinGuard {
+    name: String,
+    identity: ServerIdentity,
+    pins: Arc<Pins>,
+    checked: RwLock<Option<Checked>>,
+}
+
+impl PinGuard {
+    pub fn new(name: &str, identity: ServerIdentity, pins: Arc<Pins>) -> PinGuard {
+        PinGuard {
+            name: name.to_string(),
+            identity,
+            pins,
+            checked: RwLock::new(None),
+        }
+    }
+
+    /// Whether the upstream still has to be checked before anything of it is served.
+    pub fn unchecked(&self) -> bool {
+        self.pins.is_on() && self.checked.read().expect("pin guard").is_none()
+    }
+
+    /// Checks what the upstream said in `initialize` and listed against the lockfile, puts the
+    /// verdict in force, and records it when it differs from the last one.
+    pub async fn check(&self, info: Arc<ServerPeerInfo>, tools: &[Tool]) {
+        if !self.pins.is_on() {
+            return;
+        }
+        self.pins.refresh();
+        let (set, version) = self.pins.current();
+        let verdict = Arc::new(set.check_rmcp(&self.name, &self.identity, &info, tools));
+        let previous = {
+            let mut c = self.checked.write().expect("pin guard");
+            let prev = c.as_ref().map(|c| c.verdict.clone());
+            *c = Some(Checked {
+                info,
+                verdict: verdict.clone(),
+            });
+            prev
+        };
+        if previous.as_deref() == Some(&*verdict) {
+            return;
+        }
+        log_verdict(&verdict);
+        self.pins
+            .record(drafts_for(&verdict, &self.identity, &version))
+            .await;
+    }
+
+    /// Re-checks the last `initialize` answer and `tools` (no network) when the lockfile changed.
+    pub async fn recheck_if_lock_changed(&self, tools: &[Tool]) -> bool {
+        if !self.pins.is_on() || !self.pins.refresh() {
+            return false;
+        }
+        self.recheck(tools).await;
+        true
+    }
+
+    /// Re-checks the last `initialize` answer and `tools` against the pins in force.
+    pub async fn recheck(&self, tools: &[Tool]) {
+        let info = self
+            .checked
+            .read()
+            .expect("pin guard")
+            .as_ref()
+            .map(|c| c.info.clone());
+        if let Some(info) = info {
+            self.check(info, tools).await;
+        }
+    }
+
+    /// The per-call check, one map lookup: `Ok(Some(hash))` when `tool` is served at a pinned
+    /// definition, `Ok(None)` when pinning is off, `Err(refusal)` otherwise.
+    pub fn allows(&self, tool: &str) -> Result<Option<DefinitionHash>, String> {
+        if !self.pins.is_on() {
+            return Ok(None);
+        }
+        let c = self.checked.read().expect("pin guard");
+        let Some(c) = c.as_ref() else {
+            return Err(format!(
+                "tool '{tool}' is not served yet: upstream '{}' has not been reached and checked \
+                 against toolgate.lock",
+                self.name
+            ));
+        };
+        match c.verdict.allows(tool) {
+            Some(h) => Ok(Some(h.clone())),
+            None => Err(c.verdict.refusal(tool)),
+        }
+    }
+
+    /// The verdict in force, if the upstream was checked.
+    pub fn verdict(&self) -> Option<Arc<PinVerdict>> {
+        self.checked
+            .read()
+            .expect("pin guard")
+            .as_ref()
+            .map(|c| c.verdict.clone())
+    }
+}
+
+fn log_verdict(v: &PinVerdict) {
+    if let Some(reason) = &v.server_blocked {
+        tracing::warn!(upstream = %v.server, %reason, "upstream BLOCKED by toolgate.lock: nothing of it is served; see `toolgate lock diff`");
+    }
+    for b in &v.blocked {
+        tracing::warn!(upstream = %v.server, tool = %b.tool, label = %b.label, reason = %b.reason, "upstream tool blocked by toolgate.lock; see `toolgate lock diff`");
+    }
+    tracing::info!(upstream = %v.server, served = v.allowed.len(), blocked = v.blocked.len(), removed = v.removed.len(), "checked against toolgate.lock");
+}
+
+fn gateway_who() -> AuditWho {
+    AuditWho {
+        principal: GATEWAY.into(),
+        role: "gateway".into(),
+        actor: Default::default(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn event(
+    tool: String,
+    inputs: Value,
+    decision: AuditDecision,
+    rule: &str,
+    reason: String,
+    status: StepStatus,
+    error: Option<String>,
+    version: &str,
+) -> AuditDraft {
+    AuditDraft {
+        ts: SystemClock.now(),
+        run_id: None,
+        step_id: None,
+        who: gateway_who(),
+        tool,
+        tool_version: None,
+        effect: None,
+        tier: None,
+        inputs,
+        redacted: Vec::new(),
+        idem_key: None,
+        why: AuditWhy {
+            purpose: None,
+            reason: Some(reason),
+            evidence: Vec::new(),
+            decision,
+            rule: Some(rule.into()),
+            checks: Vec::new(),
+            shadow: Vec::new(),
+        },
+        approval: None,
+        outcome: AuditOutcome {
+            status,
+            target_ref: None,
+            latency_ms: None,
+            error,
+        },
+        registry_version: version.to_string(),
+    }
+}
+
+/// The audit records of one verdict: what is served, and each block.
+fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<AuditDraft> {
+    let server = &v.server;
+    let mut out = Vec::new();
+    if let Some(reason) = &v.server_blocked {
+        out.push(event(
+            format!("upstream:{server}"),
+            json!({
+                "server": server,
+                "identity": identity,
+                "changes": v.server_changes,
+                "listed": v.blocked.iter().map(|b| &b.tool).collect::<Vec<_>>(),
+            }),
+            AuditDecision::PinBlock,
+            "pin.server_blocked",
+            format!("upstream '{server}' serves nothing: {reason}"),
+            StepStatus::Refused,
+            Some(reason.clone()),
+            version,
+        ));
+        return out;
+    }
+    let served: BTreeMap<&String, &DefinitionHash> = v.allowed.iter().collect();
+    out.push(event(
+        format!("upstream:{server}"),
+        json!({
+            "server": server,
+            "identity": identity,
+            "served": served,
+            "removed": v.removed,
+        }),
+        AuditDecision::Pin,
+        "pin.served",
+        format!(
+            "upstream '{server}': {} tool(s) served at their pinned definitions, {} blocked, {} removed",
+            v.allowed.len(),
+            v.blocked.len(),
+            v.removed.len()
+        ),
+        StepStatus::Done,
+        None,
+        version,
+    ));
+    for b in &v.blocked {
+        out.push(event(
+            format!("upstream:{server}/{}", b.tool),
+            json!({
+                "server": server,
+                "tool": b.tool,
+                "label": b.label,
+                "changes": b.change.changes(),
+            }),
+            AuditDecision::PinBlock,
+            "pin.tool_blocked",
+            format!(
+                "'{}' on upstream '{server}' is blocked ({}): {}",
+                b.tool, b.label, b.reason
+            ),
+            StepStatus::Refused,
+            Some(v.refusal(&b.tool)),
+            version,
+        ));
+    }
+    out
+}
+
+/// The upstream and upstream tool name a registry tool is served from, if any.
+fn upstream_of(tool: &toolgate_core::registry::Tool) -> Option<(&str, &str)> {
+    let h = &tool.config.handler;
+    let upstream = h.upstream.as_deref()?;
+    Some((upstream, h.tool.as_deref().unwrap_or(&tool.config.name)))
+}
+
+/// Picks up a changed `toolgate.lock` before a `tools/list` is answered.
+pub async fn refresh(state: &GatewayState) {
+    state.upstreams.refresh_pins().await;
+}
+
+/// Whether a registry tool may appear in `tools/list`: built-in tools always; upstream tools
+/// only while served at their pinned definition.
+pub fn listed(state: &GatewayState, tool: &toolgate_core::registry::Tool) -> bool {
+    match upstream_of(tool) {
+        None => true,
+        Some((upstream, name)) => state.upstreams.is_served(upstream, name),
+    }
+}
+
+/// The refusal of a call whose upstream tool is not served at a pinned definition, recorded in
+/// the audit chain; `None` when the call may go on to be decided. A tool the caller's role is
+/// not granted is left to the engine, which refuses it without naming any upstream.
+pub async fn refusal(
+    state: &GatewayState,
+    caller: &Caller,
+    call: &DirectCall,
+) -> Option<CallToolResult> {
+    let registry = state.registry();
+    let tool = registry.tool(&call.tool)?;
+    let (upstream, name) = upstream_of(tool)?;
+    let message = state.upstreams.pin_check(upstream, name).await.err()?;
+    if !tool.is_listed_for(&caller.role) {
+        return None;
+    }
+    let store = &state.store;
+    let (inputs, redacted) = store
+        .config()
+        .redactor
+        .redact(&call.inputs, &tool.config.redact);
+    let draft = AuditDraft {
+        ts: SystemClock.now(),
+        run_id: Some(call.run_id.clone()),
+        step_id: None,
+        who: AuditWho {
+            principal: caller.principal.clone(),
+            role: caller.role.clone(),
+            actor: call.actor.clone(),
+        },
+        tool: call.tool.clone(),
+        tool_version: Some(tool.config.version.clone()),
+        effect: Some(tool.config.effect),
+        tier: Some(tool.config.tier),
+        inputs,
+        redacted,
+        idem_key: None,
+        why: AuditWhy {
+            purpose: call.purpose.clone(),
+            reason: call.reason.clone(),
+            evidence: call.evidence.clone(),
+            decision: AuditDecision::Deny,
+            rule: Some("pin.blocked".into()),
+            checks: Vec::new(),
+            shadow: Vec::new(),
+        },
+        approval: None,
+        outcome: AuditOutcome {
+            status: StepStatus::Refused,
+            target_ref: None,
+            latency_ms: None,
+            error: Some(message.clone()),
+        },
+        registry_version: registry.version.hash.clone(),
+    };
+    let seq = match store.append_audit(vec![draft]).await {
+        Ok(s) => s.first().copied(),
+        Err(e) => {
+            tracing::error!(error = %e, "recording a pin refusal failed");
+            None
+        }
+    };
+    tracing::warn!(tool = %call.tool, upstream, principal = %caller.principal, "call refused: upstream tool not served at a pinned definition");
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
+        "'{}' was NOT executed: {message}. Nothing was sent upstream. Next: the tool is \
+         unavailable until an operator reviews the change; do not retry it, and tell the user \
+         it is blocked.",
+        call.tool
+    ))]);
+    r.structured_content = Some(json!({
+        "status": "refused",
+        "tool": call.tool,
+        "check": "pin",
+        "rule": "pin.blocked",
+        "reason": message,
+        "upstream": upstream,
+        "audit_seq": seq,
+    }));
+    r.result_type = Some(ResultType::COMPLETE);
+    Some(r)
+}
+
+/// Rewrites the identity of each server pinned in `dir`'s `toolgate.lock` to how `dir`'s
+/// `toolgate.yaml` now reaches it, keeping every other pin (server name and version,
+/// instructions, tool definitions) as it was. For test environments that copy an example and
+/// serve its upstreams on loopback URLs; returns the servers moved.
+pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, String> {
+    let path = dir.join(LOCKFILE);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let mut lock = Lockfile::read(&path).map_err(|e| e.to_string())?;
+    let sources = toolgate_core::registry::Sources::read(dir).map_err(|e| e.to_string())?;
+    let mut moved = Vec::new();
+    for (name, cfg) in &sources.gateway.upstreams {
+        if lock.rehome(name, ServerIdentity::from_upstream(cfg)) {
+            moved.push(name.clone());
+        }
+    }
+    lock.write(&path).map_err(|e| e.to_string())?;
+    Ok(moved)
+}
