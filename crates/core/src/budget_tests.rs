@@ -462,3 +462,26 @@ fn a_registry_without_window_budgets_keeps_its_version() {
     let with = registry_with(VALUE_BUDGET, "", None).unwrap();
     assert_ne!(plain.version.hash, with.version.hash);
 }
+
+#[test]
+fn a_replay_is_not_refused_for_the_window_its_first_run_filled() {
+    let reg = registry_with(VALUE_BUDGET, "", None).unwrap();
+    let keys = ApprovalKeys::new("k1", vec![7u8; 32]);
+    // The window holds 12,000; a fresh call of 9,000 does not fit.
+    let mut budgets = BudgetView::default();
+    budgets
+        .windows
+        .set("payment_value_24h", "fin-worker", vec![held(0, 12_000)]);
+    let inputs = payment(9000.0);
+    let mut req = CallRequest::new("fin-worker", "payment.schedule", &inputs);
+    req.purpose = Some("billing");
+    req.reason = Some("pay the matched invoice");
+    req.budgets = &budgets;
+    let fresh = crate::Engine::new(&reg, &keys).decide(&req, T0);
+    assert_eq!(fresh.check(CheckName::Budget).outcome, Outcome::Fail);
+    // A replay of a call whose key is done runs nothing, so the budget does not refuse it.
+    req.idempotency = crate::IdempotencyState::Done;
+    let replay = crate::Engine::new(&reg, &keys).decide(&req, T0);
+    assert_eq!(replay.check(CheckName::Budget).outcome, Outcome::Pass);
+    assert!(replay.is_allow(), "{:?}", replay.verdict);
+}

@@ -577,7 +577,16 @@ impl<'r> Engine<'r> {
         note_shadow(&mut rec, CheckName::Policy, &shadow);
 
         // 9. daily budget and window budgets, for the principal and every ancestor it draws from.
-        self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
+        // A replay runs nothing and reserves nothing (its first run was charged), so it is not
+        // refused for a budget its own first run filled.
+        if req.idempotency == IdempotencyState::Done {
+            rec.pass(
+                CheckName::Budget,
+                "this key is done: nothing runs again, so no budget is reserved".into(),
+            );
+        } else {
+            self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
+        }
 
         // 10. idempotency, as the store sees this call's key.
         match req.idempotency {

@@ -46,6 +46,7 @@ suite!(
     window_budgets_are_conserved_up_the_parent_chain,
     planned_steps_in_one_batch_never_overrun_the_window,
     eight_concurrent_callers_never_overrun_a_value_budget,
+    a_replay_of_the_call_that_filled_the_window_is_replayed,
 );
 
 const HOUR: i64 = 3_600_000;
@@ -488,4 +489,22 @@ async fn eight_concurrent_callers_never_overrun_a_value_budget(db: &TestDb) {
             "{a} was refused with {done} of {limit} used"
         );
     }
+}
+
+async fn a_replay_of_the_call_that_filled_the_window_is_replayed(db: &TestDb) {
+    let e = env(db).await;
+    let first =
+        e.ex.governed_call(pay("agent-a", 1, "SUP-0001", 20_000.0))
+            .await
+            .unwrap();
+    assert_eq!(first.status, CallStatus::Done, "{first:?}");
+    // The same call again: the window is full, but nothing runs again and nothing is reserved.
+    let again =
+        e.ex.governed_call(pay("agent-a", 1, "SUP-0001", 20_000.0))
+            .await
+            .unwrap();
+    assert_eq!(again.status, CallStatus::Replayed, "{again:?}");
+    assert_eq!(again.outcome, first.outcome);
+    assert_eq!(held(&e, "pay_value_24h", "agent-a", "").await, 20_000.0);
+    assert_eq!(e.fake.count("pay.send"), 1);
 }
