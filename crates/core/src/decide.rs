@@ -844,7 +844,10 @@ impl<'r> Engine<'r> {
             rec.fail(
                 CheckName::Purpose,
                 "grant.purpose",
-                format!("scopes {missing:?} not granted for purpose '{purpose}'"),
+                format!(
+                    "scopes {} not granted for purpose '{purpose}'",
+                    quoted(missing)
+                ),
             );
         } else if cfg.effect != crate::model::Effect::Read
             && req.reason.is_none_or(|r| r.trim().is_empty())
@@ -860,7 +863,10 @@ impl<'r> Engine<'r> {
         } else {
             rec.pass(
                 CheckName::Purpose,
-                format!("scopes {:?} granted for purpose '{purpose}'", cfg.scopes),
+                format!(
+                    "scopes {} granted for purpose '{purpose}'",
+                    quoted(&cfg.scopes)
+                ),
             );
         }
         covering
@@ -1089,6 +1095,12 @@ impl<'r> Engine<'r> {
 fn short_version(v: &str) -> &str {
     let hex = v.strip_prefix("sha256:").unwrap_or(v);
     &hex[..hex.len().min(12)]
+}
+
+/// A list of names as the seeds print them: `['invoices:write', 'customers:read']`.
+fn quoted<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
+    let inner: Vec<String> = names.into_iter().map(|n| format!("'{n}'")).collect();
+    format!("[{}]", inner.join(", "))
 }
 
 pub(crate) fn url_host(url: &str) -> Option<String> {
