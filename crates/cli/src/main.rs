@@ -46,8 +46,14 @@ enum Command {
     Log(cmd::log::Args),
     /// Print a run with every step and, with --verbose, every check of every step.
     Trace(cmd::trace::Args),
-    /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call.
+    /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call. Reloads the
+    /// registry folder when its files change, on SIGHUP and on `toolgate reload`.
     Serve(cmd::serve::Args),
+    /// Ask the running `toolgate serve` to reload its registry folder (validated like `check`,
+    /// swapped in only if clean; a refused folder leaves the old version serving).
+    Reload(cmd::reload::Args),
+    /// What the running `toolgate serve` serves, and its last reload attempts and errors.
+    Status(cmd::status::Args),
     /// Audit any MCP server's tool contract (a command after `--`, or a URL): table, JSON or SARIF.
     Audit(cmd::audit::Args),
     /// Compare upstream tool definitions with toolgate.lock: status, labelled diff, approve.
@@ -77,6 +83,8 @@ fn main() -> ExitCode {
         Command::Log(a) => cmd::log::run(&a, &mut out),
         Command::Trace(a) => cmd::trace::run(&a, &mut out),
         Command::Serve(a) => cmd::serve::run(&a, &mut out),
+        Command::Reload(a) => cmd::reload::run(&a, &mut out),
+        Command::Status(a) => cmd::status::run(&a, &mut out),
         Command::Audit(a) => cmd::audit::run(&a, &mut out),
         Command::Lock(a) => cmd::lock::run(&a, &mut out),
         Command::Registry(a) => cmd::registry::run(&a, &mut out),

@@ -1,7 +1,8 @@
 //! The surface numbers (what an operator reads each week), computed from the audit chain, the
 //! approval requests and today's budget counters: calls by tool and decision, refusals by rule,
 //! each gate's rejection rate r with its break-even cost ratio 1/r and weekly trend, approvals'
-//! age at decision, duplicates suppressed, unknowns and time to reconcile, budget use, latency.
+//! age at decision, duplicates suppressed, unknowns and time to reconcile, budget use, latency,
+//! and per shadow rule the calls it would have refused or gated (the evidence for enforcing it).
 //! One [`Report`] feeds the page, `toolgate report` and `/metrics`, so they cannot disagree.
 //!
 //! Percentiles use the nearest-rank method (the smallest value with at least p % of the values
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use toolgate_core::{Registry, StepStatus, Tier, Timestamp};
+use toolgate_core::{Registry, ShadowEffect, StepStatus, Tier, Timestamp};
 use toolgate_store::{
     ApprovalRequest, ApprovalStatus, AuditDecision, AuditRecord, BudgetUse, Store, StoreError,
 };
@@ -117,6 +118,32 @@ pub struct Budget {
     pub limit: Option<u32>,
 }
 
+/// One call a shadow rule matched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShadowCall {
+    pub seq: i64,
+    pub ts: Timestamp,
+    pub tool: String,
+    pub principal: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// What was actually decided (`allow`, `deny`, `needs_approval`, …).
+    pub decision: String,
+}
+
+/// One shadow rule over the period: how many calls it would have refused (or gated), which,
+/// and how many of those the enforcing rules let through, i.e. what enforcing it would change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShadowUse {
+    pub rule: String,
+    pub would: ShadowEffect,
+    /// Audit records whose decision it matched.
+    pub matched: u64,
+    /// Of those, calls that were allowed (or replayed): the ones enforcing it would have stopped.
+    pub let_through: u64,
+    pub calls: Vec<ShadowCall>,
+}
+
 /// The surface numbers over a period.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
@@ -140,6 +167,8 @@ pub struct Report {
     pub budgets: Vec<Budget>,
     /// Handler latency of calls that ran, in milliseconds.
     pub call_latency: Percentiles,
+    /// Shadow rules that matched in the period, by rule and what it would have done.
+    pub shadow: Vec<ShadowUse>,
 }
 
 fn decision_name(d: AuditDecision) -> String {
@@ -293,6 +322,8 @@ pub fn compute(
         }
     }
 
+    let shadow = shadow_uses(&records);
+
     let budgets = budgets
         .iter()
         .map(|b| Budget {
@@ -318,7 +349,40 @@ pub fn compute(
         unknowns,
         budgets,
         call_latency: Percentiles::of(latencies),
+        shadow,
     }
+}
+
+/// Per shadow rule, the records that name it (`why.shadow`), in chain order.
+fn shadow_uses(records: &[&AuditRecord]) -> Vec<ShadowUse> {
+    let mut uses: BTreeMap<(String, ShadowEffect), ShadowUse> = BTreeMap::new();
+    for r in records {
+        let b = &r.body;
+        for m in &b.why.shadow {
+            let u = uses
+                .entry((m.rule.clone(), m.would))
+                .or_insert_with(|| ShadowUse {
+                    rule: m.rule.clone(),
+                    would: m.would,
+                    matched: 0,
+                    let_through: 0,
+                    calls: Vec::new(),
+                });
+            u.matched += 1;
+            if matches!(b.why.decision, AuditDecision::Allow | AuditDecision::Replay) {
+                u.let_through += 1;
+            }
+            u.calls.push(ShadowCall {
+                seq: r.seq,
+                ts: b.ts,
+                tool: b.tool.clone(),
+                principal: b.who.principal.clone(),
+                run_id: b.run_id.clone(),
+                decision: decision_name(b.why.decision),
+            });
+        }
+    }
+    uses.into_values().collect()
 }
 
 /// Reads what the report needs from the store and computes it.
@@ -468,6 +532,47 @@ impl Report {
                 "  {:<24} {:<6} {} of {limit}",
                 b.principal, b.tier, b.used
             );
+        }
+        let _ = writeln!(
+            s,
+            "\nshadow rules (evaluated on every call, recorded, never deciding)"
+        );
+        if self.shadow.is_empty() {
+            let _ = writeln!(s, "  (none matched)");
+        }
+        for u in &self.shadow {
+            let verb = match u.would {
+                ShadowEffect::Deny => "refused",
+                ShadowEffect::Gate => "gated",
+            };
+            let _ = writeln!(
+                s,
+                "  {} would have {verb} {} call(s); {} of them were let through",
+                u.rule, u.matched, u.let_through
+            );
+            const SHOWN: usize = 10;
+            for c in u.calls.iter().take(SHOWN) {
+                let _ = writeln!(
+                    s,
+                    "    #{} {} {} by {} ({}){}",
+                    c.seq,
+                    crate::fmt::datetime(c.ts),
+                    c.tool,
+                    c.principal,
+                    c.decision,
+                    c.run_id
+                        .as_deref()
+                        .map(|r| format!(" run {r}"))
+                        .unwrap_or_default()
+                );
+            }
+            if u.calls.len() > SHOWN {
+                let _ = writeln!(
+                    s,
+                    "    … and {} more (`toolgate log export` has them all)",
+                    u.calls.len() - SHOWN
+                );
+            }
         }
         let l = &self.call_latency;
         let _ = writeln!(
@@ -631,6 +736,20 @@ impl Report {
                             l.to_string(),
                         )
                     })
+                })
+                .collect(),
+        );
+        family(
+            "toolgate_shadow_matches_total",
+            "counter",
+            "Calls a shadow rule would have refused or gated (it did not decide them).",
+            self.shadow
+                .iter()
+                .map(|u| {
+                    (
+                        labels(&[("rule", &u.rule), ("would", u.would.as_str())]),
+                        u.matched.to_string(),
+                    )
                 })
                 .collect(),
         );

@@ -4,6 +4,7 @@
 //! this crate; this crate only translates between MCP and the engine's values.
 //!
 //! - [`serve`]: load a registry folder, open the store, connect the upstreams, serve.
+//! - [`reload`]: hot reload of the registry folder (file watch, SIGHUP, `toolgate reload`).
 //! - [`GatewayServer`]: the hand-written rmcp `ServerHandler` (per-role `tools/list`, governed
 //!   `tools/call`).
 //! - [`Upstreams`]: rmcp clients to the upstream servers, as the store's [`toolgate_store::Handler`].
@@ -16,6 +17,7 @@ pub mod http;
 pub mod jwt;
 mod logging;
 mod meta;
+pub mod reload;
 pub mod pins;
 mod render;
 mod serve;
@@ -26,6 +28,7 @@ pub use auth::{Authenticator, Caller, CredentialKind};
 pub use error::GatewayError;
 pub use jwt::{JwtVerifier, OAuthOptions};
 pub use logging::{LogFormat, init_logging};
+pub use reload::{ReloadOutcome, ReloadReport, Reloader, ServeStatus, Trigger};
 pub use render::{from_stored, to_stored};
 pub use serve::{Gateway, ServeOptions, registry_store_config, resolve_store_url, serve};
 pub use server::{GatewayServer, derive_annotations, mcp_tool};

@@ -18,6 +18,7 @@ use crate::error::GatewayError;
 use crate::http::{HttpState, router};
 use crate::jwt::{JwtVerifier, OAuthOptions};
 use crate::pins::Pins;
+use crate::reload::Reloader;
 use crate::server::{GatewayServer, GatewayState};
 use crate::upstream::{ToolsChangedHook, Upstreams};
 
@@ -38,6 +39,8 @@ pub struct ServeOptions {
     pub oauth: Option<OAuthOptions>,
     /// Overrides `server.public_url` (the resource identifier in OAuth metadata).
     pub public_url: Option<String>,
+    /// Do not watch the registry folder for changes (SIGHUP and `toolgate reload` still work).
+    pub no_watch: bool,
 }
 
 /// A loaded gateway: registry, store, executor, upstreams, authenticator.
@@ -45,6 +48,8 @@ pub struct Gateway {
     pub state: Arc<GatewayState>,
     pub auth: Arc<Authenticator>,
     pub dir: PathBuf,
+    /// Loads, validates and swaps registry versions (hot reload).
+    pub reloader: Arc<Reloader>,
     oauth: Option<OAuthOptions>,
     public_url: Option<String>,
 }
@@ -201,9 +206,12 @@ impl Gateway {
             ),
         };
         let auth = Arc::new(Authenticator::new(registry.clone(), jwt, metadata_url));
+        let state = Arc::new(GatewayState::new(executor, upstreams));
+        let reloader = Reloader::new(dir.clone(), state.clone(), auth.clone());
         Ok(Gateway {
-            state: Arc::new(GatewayState::new(executor, upstreams)),
+            state,
             auth,
+            reloader,
             dir,
             oauth: opts.oauth.clone(),
             public_url,
@@ -354,6 +362,15 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
     }
     let gw = Gateway::build(&opts).await?;
     let shutdown = CancellationToken::new();
+    // Hot reload: SIGHUP (what `toolgate reload` sends), the folder watch, and the status file
+    // `toolgate status` and `toolgate reload` read.
+    gw.reloader.keep_status_file();
+    gw.reloader.on_sighup(shutdown.clone());
+    if !opts.no_watch
+        && let Err(e) = gw.reloader.watch(shutdown.clone())
+    {
+        tracing::warn!(error = %e, "cannot watch the registry folder: reload with SIGHUP or `toolgate reload`");
+    }
     {
         let s = shutdown.clone();
         tokio::spawn(async move {
@@ -390,6 +407,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
             Err(e) => tracing::error!(error = %e, "the HTTP server task failed"),
         }
     }
+    gw.reloader.clear_status();
     gw.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -57,6 +57,9 @@ pub enum AuditDecision {
     NeedsApproval,
     /// Allowed, and the stored outcome was replayed: nothing ran.
     Replay,
+    /// `toolgate serve` loaded its registry folder again: applied (outcome done), or refused
+    /// because it failed validation (outcome refused; the old version kept serving).
+    Reload,
     /// A worker died mid-call; the step was settled by recovery.
     Recovery,
     /// An `unknown` step settled by asking the target by key.

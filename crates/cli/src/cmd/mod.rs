@@ -13,8 +13,10 @@ pub mod lock;
 pub mod log;
 pub mod ontology;
 pub mod registry;
+pub mod reload;
 pub mod report;
 pub mod serve;
+pub mod status;
 pub mod store;
 pub mod trace;
 

@@ -45,6 +45,10 @@ pub struct Args {
     /// The public URL of the MCP endpoint (overrides `server.public_url`).
     #[arg(long, value_name = "URL")]
     pub public_url: Option<String>,
+    /// Do not reload when files in the registry folder change (SIGHUP and `toolgate reload`
+    /// still reload it).
+    #[arg(long)]
+    pub no_watch: bool,
 }
 
 pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -73,6 +77,7 @@ pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
         store_url: args.store_url.clone(),
         oauth,
         public_url: args.public_url.clone(),
+        no_watch: args.no_watch,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
