@@ -70,7 +70,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut out = std::io::stdout().lock();
+    // Not `stdout().lock()`: a lock held for the whole command would deadlock `serve --stdio`,
+    // whose MCP transport writes to the same stdout from another thread.
+    let mut out = std::io::stdout();
     let result = match cli.command {
         Command::Check(a) => cmd::check::run(&a, &mut out),
         Command::Capabilities(a) => cmd::capabilities::run(&a, &mut out),
