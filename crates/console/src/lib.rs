@@ -25,4 +25,4 @@ mod svg;
 mod web;
 
 pub use error::ConsoleError;
-pub use web::{ConsoleOptions, ConsoleState, metrics_router, router};
+pub use web::{ConsoleOptions, ConsoleState, LiveExecutor, metrics_router, router};

@@ -38,7 +38,14 @@ pub struct ConsoleOptions {
     /// Run an approved planned step at once (in this process, through the executor). Off:
     /// the step is queued for the gateway's workers.
     pub run_on_approve: bool,
+    /// The executor of the registry version serving now, when the gateway reloads its
+    /// registry: each request then reads and decides under the current version. None: the
+    /// executor given to [`ConsoleState::new`] serves for good.
+    pub live: Option<LiveExecutor>,
 }
+
+/// Returns the executor of the registry version serving now.
+pub type LiveExecutor = Arc<dyn Fn() -> Executor + Send + Sync>;
 
 impl Default for ConsoleOptions {
     fn default() -> Self {
@@ -48,6 +55,7 @@ impl Default for ConsoleOptions {
             session_ttl: Duration::from_secs(8 * 3600),
             ontology: None,
             run_on_approve: true,
+            live: None,
         }
     }
 }
@@ -85,10 +93,15 @@ impl ConsoleState {
             self.base().to_string()
         }
     }
+    /// The executor (and so the registry version) this request works with.
+    fn exec(&self) -> Executor {
+        match &self.inner.opts.live {
+            Some(live) => live(),
+            None => self.inner.exec.clone(),
+        }
+    }
     fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        self.inner
-            .sessions
-            .current(&self.inner.exec.registry, headers)
+        self.inner.sessions.current(&self.exec().registry, headers)
     }
 }
 
@@ -183,7 +196,7 @@ async fn login(
         );
     }
     let key = f.api_key.unwrap_or_default();
-    match s.inner.sessions.sign_in(&s.inner.exec.registry, &key) {
+    match s.inner.sessions.sign_in(&s.exec().registry, &key) {
         Some((id, _)) => {
             let mut r = redirect(&pages::home(s.base()));
             let path = s.cookie_path();
@@ -298,7 +311,7 @@ async fn queue_page(
     let Some(who) = s.session(&headers) else {
         return to_login(&s);
     };
-    let exec = &s.inner.exec;
+    let exec = &s.exec();
     let now = exec.clock.now();
     match exec.store.approvals(None).await {
         Ok(reqs) => {
@@ -326,7 +339,7 @@ async fn item_page(
     let Some(who) = s.session(&headers) else {
         return to_login(&s);
     };
-    match item::load(&s.inner.exec, &id).await {
+    match item::load(&s.exec(), &id).await {
         Ok(view) => html(
             StatusCode::OK,
             pages::item(s.base(), (&who.principal, &who.csrf), &view, &who.principal),
@@ -354,7 +367,7 @@ async fn approve(
         return csrf_refusal(&s, &who);
     }
     let shown = f.input_hash.unwrap_or_default();
-    let exec = &s.inner.exec;
+    let exec = &s.exec();
     let result = actions::approve(
         exec,
         &id,
@@ -446,7 +459,7 @@ async fn reject(
         return csrf_refusal(&s, &who);
     }
     let reason = f.reason.unwrap_or_default();
-    match actions::reject(&s.inner.exec, &id, &who.principal, &reason).await {
+    match actions::reject(&s.exec(), &id, &who.principal, &reason).await {
         Ok(()) => html(
             StatusCode::OK,
             pages::outcome(
@@ -535,7 +548,7 @@ async fn report_page(
     let Some(who) = s.session(&headers) else {
         return to_login(&s);
     };
-    let exec = &s.inner.exec;
+    let exec = &s.exec();
     let now = exec.clock.now();
     let text = q.since.unwrap_or_default();
     let since = if text.trim().is_empty() {
@@ -553,7 +566,7 @@ async fn report_page(
 }
 
 async fn metrics(State(s): State<ConsoleState>) -> Response {
-    let exec = &s.inner.exec;
+    let exec = &s.exec();
     match report::gather(&exec.store, &exec.registry, None, exec.clock.now()).await {
         Ok(r) => (
             StatusCode::OK,

@@ -65,6 +65,11 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
         toolgate_console::ConsoleOptions {
             base: "/approvals".into(),
             ontology,
+            // Approvals decided and run on the page follow hot reloads.
+            live: Some({
+                let gw = state.gateway.clone();
+                Arc::new(move || gw.executor())
+            }),
             ..Default::default()
         },
     );
