@@ -5,6 +5,9 @@
 //! back; the assertions are here, on the fake ERP's recorded deliveries, the audit chain, the
 //! approval store and the structured part of each result.
 //!
+//! The stdio tests start the real `toolgate serve --stdio` binary (target/debug, built by `cargo
+//! test --workspace`) from each client, the way an MCP host launches a stdio server.
+//!
 //! Without the installed clients these tests say so and pass, except under `CI=true`, where a
 //! missing client fails the test.
 
@@ -248,5 +251,107 @@ async fn python_sdk_client_two_roles_a_call_a_refusal_and_an_approval() {
 async fn typescript_sdk_client_two_roles_a_call_a_refusal_and_an_approval() {
     if let Some(c) = ts_client() {
         two_roles_a_call_a_refusal_and_an_approval(c).await;
+    }
+}
+
+/// A workspace binary in this profile's target folder (built when missing).
+fn workspace_binary(name: &str, package: &str) -> PathBuf {
+    // target/debug/deps/clients-… → target/debug/NAME
+    let dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let bin = dir.join(name);
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = std::process::Command::new(cargo)
+            .args(["build", "-p", package, "--bins"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building {package} failed");
+    }
+    bin
+}
+
+/// The client starts `toolgate serve --stdio` itself (the fake ERP as its child upstream), lists
+/// the tools of the principal whose key is in TOOLGATE_API_KEY and makes one call; checked
+/// against the fake's record and the audit chain the process left in its SQLite store.
+async fn stdio_through_the_real_binary(client: Client) {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("erp-calls.jsonl");
+    let fake = workspace_binary("toolgate-fake-finance", "toolgate-fakes");
+    let toolgate = workspace_binary("toolgate", "toolgate");
+    write_registry(
+        dir.path(),
+        &format!(
+            "    command: \"{}\"\n    args: [\"--record\", \"{}\"]\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 5\n",
+            fake.display(),
+            record.display()
+        ),
+    );
+    let script = json!({
+        "transport": "stdio",
+        "command": toolgate,
+        "args": ["serve", "--stdio", "--config", dir.path()],
+        "env": {"TOOLGATE_API_KEY": WORKER_KEY, "RUST_LOG": "warn"},
+        "sessions": [{"ops": [
+            {"op": "list"},
+            {"op": "call", "name": "note.draft",
+             "arguments": {"invoice_id": "INV-20260615", "kind": "info", "text": "Goods received in full."},
+             "meta": {"purpose": "billing", "reason": "record that the goods were received", "run_id": "run-stdio-client"}}
+        ]}]
+    });
+    let out = client.run(&script).await;
+    let session = &out["sessions"][0];
+    assert_eq!(session["server"]["name"], "toolgate");
+
+    let registry = toolgate_core::Registry::load(dir.path()).unwrap();
+    let want: BTreeSet<String> = registry
+        .tools_for_role("worker.finance")
+        .map(|t| t.name().to_string())
+        .collect();
+    assert_eq!(tool_names(&session["results"][0]), want);
+
+    let r = &session["results"][1];
+    assert_ne!(r["isError"], true, "{r}");
+    let recs = toolgate_fakes::record::read_records(&record).unwrap();
+    let drafts: Vec<_> = recs.iter().filter(|r| r.tool == "draft_note").collect();
+    assert_eq!(drafts.len(), 1);
+
+    let url = toolgate_gateway::resolve_store_url(dir.path(), &registry.gateway.store.url);
+    let store =
+        toolgate_store::Store::connect(&url, toolgate_gateway::registry_store_config(&registry))
+            .await
+            .unwrap();
+    let audit = store
+        .audit_records(Some("test-worker"), None)
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1);
+    let rec = serde_json::to_value(&audit[0]).unwrap();
+    assert_eq!(rec["tool"], "note.draft");
+    assert_eq!(rec["why"]["decision"], "allow");
+    assert_eq!(
+        rec["idem_key"].as_str(),
+        drafts[0].idempotency_key.as_deref()
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_stdio_client_starts_toolgate_and_is_served_as_its_key() {
+    if let Some(c) = python_client() {
+        stdio_through_the_real_binary(c).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_sdk_stdio_client_starts_toolgate_and_is_served_as_its_key() {
+    if let Some(c) = ts_client() {
+        stdio_through_the_real_binary(c).await;
     }
 }
