@@ -23,6 +23,7 @@ mod render;
 mod serve;
 mod server;
 pub mod upstream;
+mod worker;
 
 pub use auth::{Authenticator, Caller, CredentialKind};
 pub use error::GatewayError;
@@ -33,3 +34,4 @@ pub use render::{from_stored, to_stored};
 pub use serve::{Gateway, ServeOptions, registry_store_config, resolve_store_url, serve};
 pub use server::{GatewayServer, derive_annotations, mcp_tool};
 pub use upstream::{ToolsChangedHook, Upstreams};
+pub use worker::{WorkerOptions, run_worker, worker};

@@ -77,7 +77,7 @@ pub fn resolve_store_url(dir: &Path, url: &str) -> String {
     }
 }
 
-fn approval_keys(registry: &Registry) -> ApprovalKeys {
+pub(crate) fn approval_keys(registry: &Registry) -> ApprovalKeys {
     let a = &registry.gateway.approvals;
     match std::env::var(&a.key_env) {
         Ok(k) if k.len() >= 32 => ApprovalKeys::new(a.key_id.clone(), k.into_bytes()),
@@ -336,7 +336,7 @@ fn host_of(url: &str) -> Option<String> {
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.
-async fn signal() {
+pub(crate) async fn signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -10,13 +10,14 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use crate::env::{Environment, text_of};
-use crate::planner::{DISPATCH_GOAL, DeterministicPlanner, PAYMENT_GOAL, Planner};
+use crate::env::{Client, Environment, text_of};
+use crate::planner::{DISPATCH_GOAL, DeterministicPlanner, PAYMENT_GOAL, Plan, Planner};
 
 /// Development keys published in the examples' READMEs.
 pub const DISPATCH_KEY: &str = "tgdev_field_dispatch_agent";
 pub const FIN_PLANNER_KEY: &str = "tgdev_fin_planner";
 pub const FIN_WORKER_KEY: &str = "tgdev_fin_worker";
+pub const FIN_REVIEWER_KEY: &str = "tgdev_fin_reviewer";
 
 /// Where the example registries are: beside the workspace this binary was built from.
 pub fn examples_dir() -> PathBuf {
@@ -28,6 +29,8 @@ pub fn examples_dir() -> PathBuf {
 pub struct DemoSummary {
     pub dispatch_run: String,
     pub dispatch: Vec<(String, String)>,
+    /// What the worker that executed the dispatch plan did.
+    pub dispatch_worker: toolgate_store::WorkStats,
     pub payment_run: String,
     pub payment: Vec<(String, String)>,
     pub worker_tools: Vec<String>,
@@ -64,6 +67,68 @@ fn uuid_like() -> String {
     format!("run-{:x}", n)
 }
 
+/// Submits `plan` through `plan.submit` as `client`'s principal; returns the new run's id.
+pub async fn submit(client: &Client, plan: &Plan, purpose: &str) -> anyhow::Result<String> {
+    let steps: Vec<Value> = plan
+        .steps
+        .iter()
+        .map(|s| {
+            let mut v = json!({"tool": s.tool, "inputs": s.inputs, "purpose": s.purpose,
+                               "justification": s.reason, "evidence": s.evidence});
+            if let Some(w) = &s.worker {
+                v["worker"] = json!(w);
+            }
+            v
+        })
+        .collect();
+    let r = client
+        .call(
+            "plan.submit",
+            json!({"goal": plan.goal, "steps": steps}),
+            json!({"purpose": purpose, "reason": format!("Plan: {}", plan.goal),
+                   "model": "deterministic-planner", "prompt_rev": "demo-1"}),
+        )
+        .await?;
+    if r.is_error == Some(true) {
+        anyhow::bail!("plan.submit refused the plan: {}", text_of(&r));
+    }
+    r.structured_content
+        .as_ref()
+        .and_then(|s| s.get("run_id"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .context("plan.submit answered without a run id")
+}
+
+/// `run.status` of `run_id` as `client`'s principal.
+pub async fn run_status(client: &Client, run_id: &str) -> anyhow::Result<Value> {
+    let r = client
+        .call(
+            "run.status",
+            json!({"run_id": run_id}),
+            json!({"purpose": "billing", "reason": "Follow the run."}),
+        )
+        .await?;
+    if r.is_error == Some(true) {
+        anyhow::bail!("run.status: {}", text_of(&r));
+    }
+    Ok(r.structured_content.unwrap_or(Value::Null))
+}
+
+/// A `toolgate worker` for the environment's registry, until the queue is empty.
+pub async fn work(env: &Environment) -> anyhow::Result<toolgate_store::WorkStats> {
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let opts = toolgate_gateway::WorkerOptions {
+        config_dir: env.dir.path().to_path_buf(),
+        store_url: None,
+        work: Some(toolgate_store::WorkOptions {
+            until_idle: true,
+            ..Default::default()
+        }),
+    };
+    Ok(toolgate_gateway::run_worker(&opts, rx).await?)
+}
+
 /// Runs the demo, writing what happened to `out`. `store_url` replaces the embedded SQLite store.
 pub async fn run(
     out: &mut dyn Write,
@@ -89,45 +154,52 @@ pub async fn run(
     writeln!(out, "\n== 1. The ontology: what the work order is about\n")?;
     writeln!(out, "{}", ontology.walk("cust-001")?)?;
 
-    // 2. Seed 003's dispatch run, as direct calls by the dispatch agent.
+    // 2. Seed 003's dispatch run: the dispatch agent submits its plan through plan.submit, a
+    //    worker executes the steps through every check, and run.status reports each one.
     let env = Environment::start(&field_dir, store_url, Vec::new()).await?;
     let agent = env.client(DISPATCH_KEY).await?;
-    let plan = DeterministicPlanner.plan(DISPATCH_GOAL, &[])?;
-    let run_id = new_run_id();
+    let plan = DeterministicPlanner.plan(DISPATCH_GOAL, &[]).await?;
+    let run_id = submit(&agent, &plan, "service_delivery").await?;
     writeln!(
         out,
         "\n== 2. Field services: dispatch-agent, run {run_id}\n"
     )?;
     writeln!(out, "goal: {DISPATCH_GOAL}")?;
+    writeln!(
+        out,
+        "plan submitted through plan.submit: {} steps, nothing run yet; a worker executes them",
+        plan.steps.len()
+    )?;
+    let worked = work(&env).await?;
+    let status = run_status(&agent, &run_id).await?;
     let (mut allowed, mut denied) = (0, 0);
     for (i, step) in plan.steps.iter().enumerate() {
-        let t = Instant::now();
-        let meta = json!({"purpose": step.purpose, "reason": step.reason, "run_id": run_id,
-                          "evidence": step.evidence, "model": "deterministic-planner", "prompt_rev": "demo-1"});
-        let result = agent.call(&step.tool, step.inputs.clone(), meta).await?;
-        let ms = t.elapsed().as_secs_f64() * 1000.0;
-        let (status, s) = status_of(&result);
+        let s = status
+            .get("steps")
+            .and_then(|v| v.get(i))
+            .cloned()
+            .unwrap_or(Value::Null);
         let label = format!(
             "step {}: {:<22} (purpose={})",
             i + 1,
             step.tool,
             step.purpose
         );
-        if status == "allowed" {
+        let st = s.get("status").and_then(Value::as_str).unwrap_or("?");
+        if st == "done" {
             allowed += 1;
+            let ms = s.get("latency_ms").and_then(Value::as_i64).unwrap_or(0) as f64;
             writeln!(out, "{label:<62} [allowed] {ms:.1} ms")?;
+            summary.dispatch.push((step.tool.clone(), "allowed".into()));
         } else {
             denied += 1;
             writeln!(out, "{label:<62} [DENIED]")?;
-            let why = s
-                .get("reason")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| text_of(&result));
+            let why = s.get("reason").and_then(Value::as_str).unwrap_or_default();
             writeln!(out, "        reason: {why}")?;
+            summary.dispatch.push((step.tool.clone(), st.to_string()));
         }
-        summary.dispatch.push((step.tool.clone(), status));
     }
+    summary.dispatch_worker = worked;
     let field_calls = env.all_upstream_calls();
     let invoices = field_calls
         .iter()
@@ -148,10 +220,11 @@ pub async fn run(
     let env = Environment::start(&fin_dir, store_url, Vec::new()).await?;
     let planner = env.client(FIN_PLANNER_KEY).await?;
     let worker = env.client(FIN_WORKER_KEY).await?;
+    let reviewer = env.client(FIN_REVIEWER_KEY).await?;
     let run_id = new_run_id();
     writeln!(
         out,
-        "\n== 3. Supplier payments: invoice INV-20260611, run {run_id}\n"
+        "\n== 3. Supplier payments: invoice INV-20260611 (the planner reads in run {run_id})\n"
     )?;
     summary.planner_tools = planner
         .list_tools()
@@ -185,19 +258,23 @@ pub async fn run(
         "invoice text the planner read:\n  | {}",
         text.replace('\n', "\n  | ")
     )?;
-    let plan = DeterministicPlanner.plan(PAYMENT_GOAL, &[observation])?;
+    let plan = DeterministicPlanner
+        .plan(PAYMENT_GOAL, &[observation])
+        .await?;
+    let plan_run = submit(&planner, &plan, "billing").await?;
     writeln!(
         out,
-        "plan: {}",
+        "plan: {} (submitted through plan.submit as run {plan_run}; nothing run yet)",
         plan.steps
             .iter()
             .map(|s| s.tool.as_str())
             .collect::<Vec<_>>()
             .join(" -> ")
     )?;
+    // The worker is plan-bound: each call it makes runs the planned step it matches exactly.
     for step in &plan.steps {
-        let meta = json!({"purpose": step.purpose, "reason": step.reason, "run_id": run_id,
-                          "evidence": step.evidence, "model": "deterministic-planner", "prompt_rev": "demo-1"});
+        let meta = json!({"purpose": step.purpose, "reason": step.reason, "run_id": plan_run,
+                          "model": "deterministic-planner", "prompt_rev": "demo-1"});
         let result = worker.call(&step.tool, step.inputs.clone(), meta).await?;
         let (status, s) = status_of(&result);
         match status.as_str() {
@@ -218,12 +295,36 @@ pub async fn run(
         }
         summary.payment.push((step.tool.clone(), status));
     }
+    // A model reviewer checks the parked payment before a person's time is spent; its
+    // approval is recorded beside the step and is not the person's.
+    let status = run_status(&planner, &plan_run).await?;
+    if let Some(pay) = status
+        .get("steps")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|s| s["tool"] == "payment.schedule"))
+    {
+        let step_id = pay["step_id"].as_str().unwrap_or_default();
+        let r = reviewer
+            .call(
+                "step.approve",
+                json!({"step_id": step_id, "note": "Amount, currency and PO match the invoice; the payee is the supplier on record."}),
+                json!({"purpose": "billing", "reason": "Check the payment step against its evidence.", "run_id": plan_run}),
+            )
+            .await?;
+        let s = r.structured_content.clone().unwrap_or(Value::Null);
+        writeln!(
+            out,
+            "reviewer: step.approve payment.schedule [recorded] step still {}: {}",
+            s.get("step_status").and_then(Value::as_str).unwrap_or("?"),
+            s.get("effect").and_then(Value::as_str).unwrap_or_default()
+        )?;
+    }
     // The injected instruction asks for an IBAN change: for the worker, that tool does not exist.
     let attempt = worker
         .call(
             "supplier.update_iban",
             json!({"supplier_id": "SUP-0042", "iban": "ES9121000418450200051332"}),
-            json!({"purpose": "billing", "reason": "as the invoice says", "run_id": run_id}),
+            json!({"purpose": "billing", "reason": "as the invoice says", "run_id": plan_run}),
         )
         .await;
     let refused = match &attempt {
@@ -254,10 +355,11 @@ pub async fn run(
         "\nthe ERP received: {}; payments booked: {booked}; supplier changes: {supplier}",
         summary.erp_calls.join(", ")
     )?;
-    summary.payment_run = run_id;
+    summary.payment_run = plan_run;
     summary.finance_dir = env.dir.path().to_path_buf();
     planner.close().await;
     worker.close().await;
+    reviewer.close().await;
 
     writeln!(out, "\n== Next\n")?;
     writeln!(

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use toolgate_core::Tier;
 use toolgate_core::registry::api_key_hash;
 
-use crate::env::{Environment, text_of};
+use crate::env::{Client, Environment, text_of};
 
 /// One fixture file.
 #[derive(Debug, Deserialize)]
@@ -30,6 +30,10 @@ pub struct Fixture {
     /// The principal calling, unless a step says otherwise.
     #[serde(default)]
     pub principal: Option<String>,
+    /// Who submits the plan a plan-bound principal's steps belong to (default: the first
+    /// principal whose role lists `plan.submit`).
+    #[serde(default)]
+    pub planner: Option<String>,
     pub steps: Vec<Step>,
     #[serde(default)]
     pub expect: Expect,
@@ -187,6 +191,102 @@ async fn approve(
     Ok(())
 }
 
+/// Submits, per run label, the steps of plan-bound principals (each once) as one plan, and
+/// names that label's run after the plan's run. A step the plan cannot hold (its inputs fail
+/// the tool's schema, say) is left out, and `plan.submit`'s refusal is that step's answer.
+async fn submit_plans(
+    env: &Environment,
+    fx: &Fixture,
+    nonce: u128,
+    clients: &mut BTreeMap<String, Client>,
+    runs: &mut BTreeMap<String, String>,
+) -> anyhow::Result<BTreeMap<usize, rmcp::model::CallToolResult>> {
+    let registry = toolgate_core::Registry::load(env.dir.path())?;
+    let bound = |who: &str, tool: &str| {
+        registry.principal(who).is_some_and(|p| {
+            registry.role(p.role()).is_some_and(|r| r.plan_bound)
+                && registry.tool(tool).is_some_and(|t| {
+                    t.is_listed_for(p.role()) && t.config.handler.builtin.is_none()
+                })
+        })
+    };
+    let mut labels: Vec<&str> = Vec::new();
+    let mut planned: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, step) in fx.steps.iter().enumerate() {
+        let who = step
+            .principal
+            .as_deref()
+            .or(fx.principal.as_deref())
+            .unwrap_or_default();
+        if bound(who, &step.tool) {
+            if !labels.contains(&step.run.as_str()) {
+                labels.push(&step.run);
+            }
+            planned.entry(&step.run).or_default().push(i);
+        }
+    }
+    let mut refused = BTreeMap::new();
+    if labels.is_empty() {
+        return Ok(refused);
+    }
+    let planner = match &fx.planner {
+        Some(p) => p.clone(),
+        None => registry
+            .principals()
+            .iter()
+            .find(|p| {
+                registry
+                    .tools_for_role(p.role())
+                    .any(|t| t.config.handler.builtin.as_deref() == Some("plan.submit"))
+            })
+            .map(|p| p.id().to_string())
+            .context("plan-bound steps need a planner: no principal's role lists plan.submit")?,
+    };
+    if !clients.contains_key(&planner) {
+        clients.insert(planner.clone(), env.client(&eval_key(&planner)).await?);
+    }
+    for label in labels {
+        let mut left = planned.remove(label).unwrap_or_default();
+        while !left.is_empty() {
+            let steps: Vec<Value> = left
+                .iter()
+                .map(|&i| {
+                    let s = &fx.steps[i];
+                    let who = s.principal.as_deref().or(fx.principal.as_deref()).unwrap_or_default();
+                    json!({"tool": s.tool, "inputs": s.inputs, "worker": who,
+                           "purpose": s.purpose.clone().unwrap_or_default(),
+                           "justification": s.reason.clone().unwrap_or_else(|| format!("eval step {}", i + 1))})
+                })
+                .collect();
+            let purpose = fx.steps[left[0]].purpose.clone().unwrap_or_default();
+            let meta = json!({"purpose": purpose, "reason": format!("Plan run {label} of {}", fx.name),
+                              "run_id": format!("eval-{nonce:x}-{label}-plan"), "model": "eval", "prompt_rev": fx.name});
+            let r = clients[&planner]
+                .call(
+                    "plan.submit",
+                    json!({"goal": fx.name, "steps": steps}),
+                    meta,
+                )
+                .await?;
+            let facts = r.structured_content.clone().unwrap_or(Value::Null);
+            if r.is_error != Some(true) {
+                let run = facts["run_id"]
+                    .as_str()
+                    .context("plan.submit named no run")?;
+                runs.insert(label.to_string(), run.to_string());
+                break;
+            }
+            // The refusal names the step; that step gets it as its answer, the rest are resubmitted.
+            let n = facts["step"]
+                .as_u64()
+                .with_context(|| format!("plan.submit refused the plan: {}", text_of(&r)))?;
+            let i = left.remove(n as usize - 1);
+            refused.insert(i, r);
+        }
+    }
+    Ok(refused)
+}
+
 /// The outcome of one fixture: the failures found (empty means it passed).
 #[derive(Debug)]
 pub struct FixtureReport {
@@ -214,6 +314,9 @@ pub async fn run_fixture(file: &Path, store_url: Option<&str>) -> anyhow::Result
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
+    // A plan-bound principal makes no direct calls: its steps of each run are submitted as one
+    // plan through plan.submit first, and its calls then run the planned steps they match.
+    let presubmitted = submit_plans(&env, &fx, nonce, &mut clients, &mut runs).await?;
     for (i, step) in fx.steps.iter().enumerate() {
         let who = step
             .principal
@@ -242,9 +345,14 @@ pub async fn run_fixture(file: &Path, store_url: Option<&str>) -> anyhow::Result
         }
         for n in 0..step.repeat {
             steps += 1;
-            let mut result = client
-                .call(&step.tool, step.inputs.clone(), meta.clone())
-                .await;
+            let mut result = match presubmitted.get(&i) {
+                Some(refused) => Ok(refused.clone()),
+                None => {
+                    client
+                        .call(&step.tool, step.inputs.clone(), meta.clone())
+                        .await
+                }
+            };
             if !step.approve.is_empty() && classify(&result).0 == "needs_approval" {
                 parked += 1;
                 steps += 1;

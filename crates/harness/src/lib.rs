@@ -9,4 +9,7 @@ pub mod eval;
 pub mod planner;
 
 pub use env::{Client, Environment};
-pub use planner::{DeterministicPlanner, Plan, PlannedCall, Planner};
+pub use planner::{
+    DeterministicPlanner, ModelApi, ModelConfig, ModelPlanner, Plan, PlannedCall, Planner,
+    PlannerConfig, ToolSummary,
+};

@@ -6,6 +6,7 @@ use toolgate_harness::demo::{DemoSummary, examples_dir, run};
 fn mask(text: &str) -> String {
     let rules = [
         (r"run-[0-9a-f]{8,}", "run-<id>"),
+        (r"plan-[0-9a-f]{8,}", "plan-<id>"),
         (
             r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
             "<uuid>",

@@ -1,0 +1,102 @@
+//! `toolgate worker`: a process that claims the steps of submitted plans and executes them
+//! through the same governed path as the gateway (every check, reservation and audit record),
+//! calling the registry's upstream servers. Any number of workers and gateways may share one
+//! PostgreSQL store: claims skip rows another worker holds, and plan submissions and approvals
+//! wake waiting workers through LISTEN/NOTIFY (SQLite polls). SIGINT or SIGTERM stops claiming;
+//! the batch in hand finishes and is recorded, then upstreams and the store close.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use toolgate_core::{Registry, SystemClock};
+use toolgate_store::{Executor, Store, StoreConfig, WorkOptions, WorkStats};
+
+use crate::error::GatewayError;
+use crate::pins::Pins;
+use crate::serve::{approval_keys, registry_store_config, resolve_store_url};
+use crate::upstream::Upstreams;
+
+/// What `toolgate worker` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerOptions {
+    pub config_dir: PathBuf,
+    /// Overrides `store.url` from toolgate.yaml.
+    pub store_url: Option<String>,
+    /// Pacing; `WorkOptions::default()` when unset.
+    pub work: Option<WorkOptions>,
+}
+
+/// Runs a worker until SIGINT or SIGTERM (or, with `until_idle`, until the queue is empty).
+pub async fn worker(opts: WorkerOptions) -> Result<WorkStats, GatewayError> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        crate::serve::signal().await;
+        tracing::info!("stopping: finishing the steps in hand");
+        let _ = tx.send(true);
+    });
+    run_worker(&opts, rx).await
+}
+
+/// The worker with a caller-held stop signal (tests stop it by sending `true`).
+pub async fn run_worker(
+    opts: &WorkerOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<WorkStats, GatewayError> {
+    let dir = opts.config_dir.clone();
+    let registry = Arc::new(
+        Registry::load(&dir).map_err(|source| GatewayError::Registry {
+            dir: dir.clone(),
+            source,
+        })?,
+    );
+    // Upstream tools are called only at their pinned definitions, as in the gateway.
+    let pins = Arc::new(Pins::load(&dir).map_err(|e| GatewayError::Lockfile(e.to_string()))?);
+    let upstreams = Arc::new(Upstreams::new(
+        &dir,
+        &registry.gateway.upstreams,
+        None,
+        pins.clone(),
+    ));
+    let url = resolve_store_url(
+        &dir,
+        opts.store_url
+            .as_deref()
+            .unwrap_or(&registry.gateway.store.url),
+    );
+    let cfg = StoreConfig {
+        call_timeout: upstreams.max_timeout() + Duration::from_secs(1),
+        ..registry_store_config(&registry)
+    };
+    let store = Store::connect(&url, cfg)
+        .await
+        .map_err(|source| GatewayError::Store {
+            url: url.clone(),
+            source,
+        })?;
+    pins.attach_store(store.clone());
+    for (name, why) in upstreams.connect_all().await {
+        tracing::warn!(upstream = %name, error = %why, "working without this upstream for now");
+    }
+    let executor = Executor::new(
+        store.clone(),
+        registry.clone(),
+        Arc::new(approval_keys(&registry)),
+        upstreams.clone(),
+        Arc::new(SystemClock),
+    );
+    let work = opts.work.clone().unwrap_or_default();
+    tracing::info!(store = %url, registry = %registry.version.label, batch = work.batch, "worker started");
+    let stats = executor.work(&work, stop).await;
+    tracing::info!(
+        executed = stats.executed,
+        done = stats.done,
+        refused = stats.refused,
+        parked = stats.parked,
+        "worker stopped"
+    );
+    upstreams.close().await;
+    store.close().await;
+    Ok(stats)
+}
