@@ -54,6 +54,9 @@ enum Command {
     Reload(cmd::reload::Args),
     /// What the running `toolgate serve` serves, and its last reload attempts and errors.
     Status(cmd::status::Args),
+    /// Claim and execute the steps of submitted plans through every check (any number of
+    /// workers may share a PostgreSQL store); stops cleanly on SIGINT or SIGTERM.
+    Worker(cmd::worker::Args),
     /// Audit any MCP server's tool contract (a command after `--`, or a URL): table, JSON or SARIF.
     Audit(cmd::audit::Args),
     /// Compare upstream tool definitions with toolgate.lock: status, labelled diff, approve.
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::serve::run(&a, &mut out),
         Command::Reload(a) => cmd::reload::run(&a, &mut out),
         Command::Status(a) => cmd::status::run(&a, &mut out),
+        Command::Worker(a) => cmd::worker::run(&a, &mut out),
         Command::Audit(a) => cmd::audit::run(&a, &mut out),
         Command::Lock(a) => cmd::lock::run(&a, &mut out),
         Command::Registry(a) => cmd::registry::run(&a, &mut out),

@@ -19,6 +19,7 @@ pub mod serve;
 pub mod status;
 pub mod store;
 pub mod trace;
+pub mod worker;
 
 use std::path::PathBuf;
 
