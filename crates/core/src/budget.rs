@@ -10,7 +10,7 @@
 //! Amounts are kept as integers in units of 1/10,000 (Cedar's `decimal` precision), so sums are
 //! exact and the same on both backends.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use cedar_policy::RestrictedExpression;
 use serde::{Deserialize, Serialize};
@@ -446,7 +446,7 @@ pub fn parse_window(s: &str) -> Option<i64> {
 }
 
 /// Checks one tool's window budgets against its schema and the declared principals. Every
-/// problem is a finding at `tools[i].window_budgets[j]…`.
+/// problem is a finding at `tools[i].window_budgets[j]…`; a budget with any is left out.
 pub fn compile(
     file: &str,
     index: usize,
@@ -455,54 +455,50 @@ pub fn compile(
     principals: &HashSet<&str>,
     findings: &mut Vec<Finding>,
 ) -> Vec<WindowBudget> {
+    let props = schema.get("properties").and_then(Value::as_object);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let type_of = |field: &str| {
+        props
+            .and_then(|p| p.get(field))
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+    };
     let mut out = Vec::new();
     for (j, b) in budgets.iter().enumerate() {
         let base = format!("tools[{index}].window_budgets[{j}]");
-        let before = findings.len();
-        let mut fail = |path: String, rule: &str, message: String, fix: &str| {
-            findings.push(Finding {
-                file: file.to_string(),
-                path,
-                rule: rule.to_string(),
-                message,
-                fix: fix.to_string(),
-            })
+        let mut problems: Vec<(String, &str, String, String)> = Vec::new();
+        let mut problem = |at: &str, rule: &'static str, message: String, fix: &str| {
+            problems.push((format!("{base}.{at}"), rule, message, fix.to_string()))
         };
-        let ident = b.id.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+
+        let ident = b.id.starts_with(|c: char| c.is_ascii_lowercase())
             && b.id
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if !ident {
-            fail(
-                format!("{base}.id"),
+            problem(
+                "id",
                 "budget.id",
                 format!("'{}' is not a budget id", b.id),
                 "lowercase letters, digits and _, starting with a letter (`payment_value_24h`): \
                  policies read it as context.budgets.<id>",
             );
         }
-        let window_ms = parse_window(&b.window);
-        match window_ms {
-            None => fail(
-                format!("{base}.window"),
+
+        let window_ms = parse_window(&b.window).filter(|w| *w <= MAX_WINDOW_MS);
+        if window_ms.is_none() {
+            problem(
+                "window",
                 "budget.window",
-                format!("'{}' is not a window length", b.window),
-                "a whole number and a unit: `90s`, `15m`, `1h`, `24h`, `7d`",
-            ),
-            Some(w) if w > MAX_WINDOW_MS => fail(
-                format!("{base}.window"),
-                "budget.window",
-                format!("window '{}' is longer than 31 days", b.window),
-                "use a window of at most `31d`",
-            ),
-            Some(_) => {}
+                format!("'{}' is not a window of at most 31 days", b.window),
+                "a whole number and a unit: `90s`, `15m`, `1h`, `24h`, `7d` (at most `31d`)",
+            );
         }
-        let props = schema.get("properties").and_then(Value::as_object);
-        let required: Vec<&str> = schema
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+
         let measure = if b.sum.is_some() {
             Measure::Sum
         } else {
@@ -510,22 +506,21 @@ pub fn compile(
         };
         if let Some(field) = &b.sum {
             let prop = props.and_then(|p| p.get(field));
-            let ty = prop.and_then(|p| p.get("type")).and_then(Value::as_str);
             let floor = prop.and_then(|p| {
                 p.get("minimum")
                     .or_else(|| p.get("exclusiveMinimum"))
                     .and_then(Value::as_f64)
             });
-            if !matches!(ty, Some("number" | "integer")) {
-                fail(
-                    format!("{base}.sum"),
+            if !matches!(type_of(field), Some("number" | "integer")) {
+                problem(
+                    "sum",
                     "budget.sum-field",
                     format!("'{field}' is not a numeric input of this tool"),
                     "name a top-level input of `type: number` or `integer` (the amount)",
                 );
             } else if !required.contains(&field.as_str()) {
-                fail(
-                    format!("{base}.sum"),
+                problem(
+                    "sum",
                     "budget.sum-field",
                     format!(
                         "'{field}' is optional, so a call could leave it out and spend nothing"
@@ -533,8 +528,8 @@ pub fn compile(
                     "list the summed input in the schema's `required`",
                 );
             } else if floor.is_none_or(|f| f < 0.0) {
-                fail(
-                    format!("{base}.sum"),
+                problem(
+                    "sum",
                     "budget.sum-field",
                     format!(
                         "'{field}' may be negative, and a negative amount would give budget back"
@@ -543,103 +538,64 @@ pub fn compile(
                 );
             }
         }
-        let mut units = |what: String, n: &serde_json::Number| -> Option<i64> {
-            let u = match measure {
-                Measure::Count => n
-                    .as_i64()
-                    .filter(|v| *v > 0)
-                    .ok_or_else(|| format!("{n} is not a whole number of calls above 0")),
-                Measure::Sum => to_units(n).and_then(|u| {
-                    if u > 0 {
-                        Ok(u)
-                    } else {
-                        Err(format!("{n} is not above 0"))
-                    }
-                }),
-            };
-            match u {
-                Ok(u) => Some(u),
-                Err(m) => {
-                    findings.push(Finding {
-                        file: file.to_string(),
-                        path: what,
-                        rule: "budget.limit".into(),
-                        message: m,
-                        fix: "a sum limit is a number above 0 with at most four fraction digits; \
-                              a count limit a whole number above 0"
-                            .into(),
-                    });
-                    None
-                }
-            }
-        };
-        let limit = units(format!("{base}.limit"), &b.limit);
-        let mut limits = HashMap::new();
-        let overrides: &BTreeMap<String, serde_json::Number> = &b.limits;
-        for (who, n) in overrides {
-            if let Some(u) = units(format!("{base}.limits.{who}"), n) {
-                limits.insert(who.clone(), u);
-            }
+
+        let limit_fix = "a sum limit is a number above 0 with at most four fraction digits; a count \
+                         limit a whole number above 0";
+        let limit = limit_units(measure, &b.limit);
+        if let Err(m) = &limit {
+            problem("limit", "budget.limit", m.clone(), limit_fix);
         }
-        let mut fail = |path: String, rule: &str, message: String, fix: &str| {
-            findings.push(Finding {
-                file: file.to_string(),
-                path,
-                rule: rule.to_string(),
-                message,
-                fix: fix.to_string(),
-            })
-        };
-        for who in overrides.keys() {
+        let mut limits = HashMap::new();
+        for (who, n) in &b.limits {
             if !principals.contains(who.as_str()) {
-                fail(
-                    format!("{base}.limits.{who}"),
+                problem(
+                    &format!("limits.{who}"),
                     "ref.dangling",
                     format!("'{who}' is not a declared principal"),
                     "name a principal declared in principals.yaml",
                 );
             }
-        }
-        if let Some(key) = &b.key {
-            let ty = props
-                .and_then(|p| p.get(key))
-                .and_then(|p| p.get("type"))
-                .and_then(Value::as_str);
-            let kind = b.key_kind.unwrap_or(DestinationKind::Exact);
-            if !matches!(ty, Some("string" | "integer")) {
-                fail(
-                    format!("{base}.key"),
-                    "budget.key-field",
-                    format!("'{key}' is not a string or integer input of this tool"),
-                    "name a top-level input that identifies the counterparty (`supplier_id`)",
-                );
-            } else if !required.contains(&key.as_str()) {
-                fail(
-                    format!("{base}.key"),
-                    "budget.key-field",
-                    format!("'{key}' is optional, so a call could leave it out of every window"),
-                    "list the key input in the schema's `required`",
-                );
-            } else if kind != DestinationKind::Exact && ty != Some("string") {
-                fail(
-                    format!("{base}.key_kind"),
-                    "budget.key-field",
-                    format!("'{key}' is not a string, so it has no {kind:?} part"),
-                    "use `key_kind: exact`, or key on a string input",
-                );
+            match limit_units(measure, n) {
+                Ok(u) => {
+                    limits.insert(who.clone(), u);
+                }
+                Err(m) => problem(&format!("limits.{who}"), "budget.limit", m, limit_fix),
             }
-        } else if b.key_kind.is_some() {
-            fail(
-                format!("{base}.key_kind"),
+        }
+
+        let key_kind = b.key_kind.unwrap_or(DestinationKind::Exact);
+        match &b.key {
+            Some(key) if !matches!(type_of(key), Some("string" | "integer")) => problem(
+                "key",
+                "budget.key-field",
+                format!("'{key}' is not a string or integer input of this tool"),
+                "name a top-level input that identifies the counterparty (`supplier_id`)",
+            ),
+            Some(key) if !required.contains(&key.as_str()) => problem(
+                "key",
+                "budget.key-field",
+                format!("'{key}' is optional, so a call could leave it out of every window"),
+                "list the key input in the schema's `required`",
+            ),
+            Some(key) if key_kind != DestinationKind::Exact && type_of(key) != Some("string") => {
+                problem(
+                    "key_kind",
+                    "budget.key-field",
+                    format!("'{key}' is not a string, so it has no {key_kind:?} part"),
+                    "use `key_kind: exact`, or key on a string input",
+                )
+            }
+            None if b.key_kind.is_some() => problem(
+                "key_kind",
                 "budget.key-field",
                 "key_kind without a key".into(),
                 "name the input with `key:`, or drop `key_kind`",
-            );
+            ),
+            _ => {}
         }
-        if findings.len() == before
-            && let (Some(window_ms), Some(limit)) = (window_ms, limit)
-        {
-            out.push(WindowBudget {
+
+        match (window_ms, limit, problems.is_empty()) {
+            (Some(window_ms), Ok(limit), true) => out.push(WindowBudget {
                 id: b.id.clone(),
                 measure,
                 field: b.sum.clone(),
@@ -647,13 +603,38 @@ pub fn compile(
                 window_ms,
                 window: b.window.trim().to_string(),
                 key: b.key.clone(),
-                key_kind: b.key_kind.unwrap_or(DestinationKind::Exact),
+                key_kind,
                 limit,
                 limits,
-            });
+            }),
+            _ => findings.extend(
+                problems
+                    .into_iter()
+                    .map(|(path, rule, message, fix)| Finding {
+                        file: file.to_string(),
+                        path,
+                        rule: rule.to_string(),
+                        message,
+                        fix,
+                    }),
+            ),
         }
     }
     out
+}
+
+/// A declared limit in units: a sum's in 1/10,000, a count's in calls; above 0 either way.
+fn limit_units(measure: Measure, n: &serde_json::Number) -> Result<i64, String> {
+    match measure {
+        Measure::Count => n
+            .as_i64()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| format!("{n} is not a whole number of calls above 0")),
+        Measure::Sum => match to_units(n)? {
+            u if u > 0 => Ok(u),
+            _ => Err(format!("{n} is not above 0")),
+        },
+    }
 }
 
 /// The lint of a tool's window budgets: a per-key budget keyed on a free string can be
