@@ -260,13 +260,23 @@ pub(crate) struct WindowCheck {
     pub failure: Option<(String, String)>,
     /// What each budget holds, for the check's detail.
     pub notes: Vec<String>,
-    /// Per budget: (id, measure, the caller's use, the caller's limit, the least left in the
-    /// chain), for the policy context.
-    pub context: Vec<(String, Measure, i64, i64, i64)>,
+    /// What policies see of each budget.
+    pub context: Vec<WindowFacts>,
 }
 
-/// Judges a call against its tool's window budgets, for the caller and each ancestor. `None`
-/// when the tool has none; an empty check when the inputs are not valid (nothing to measure).
+/// One budget as policies see it: the caller's use and limit, and the least left along its
+/// parent chain, before this call.
+#[derive(Debug)]
+pub(crate) struct WindowFacts {
+    pub id: String,
+    pub measure: Measure,
+    pub used: i64,
+    pub limit: i64,
+    pub left: i64,
+}
+
+/// Judges a call (with valid inputs) against its tool's window budgets, for the caller and
+/// each ancestor. `None` when the tool has none.
 pub(crate) fn check(
     registry: &Registry,
     tool: &Tool,
@@ -320,8 +330,13 @@ pub(crate) fn check(
                 b.show(a.limit)
             ));
         }
-        out.context
-            .push((b.id.clone(), b.measure, own.0, own.1, least_left.max(0)));
+        out.context.push(WindowFacts {
+            id: b.id.clone(),
+            measure: b.measure,
+            used: own.0,
+            limit: own.1,
+            left: least_left.max(0),
+        });
     }
     Some(out)
 }
@@ -333,13 +348,13 @@ pub(crate) fn context(check: &WindowCheck) -> RestrictedExpression {
         Measure::Count => RestrictedExpression::new_long(v),
         Measure::Sum => RestrictedExpression::new_decimal(decimal_literal(v)),
     };
-    RestrictedExpression::new_record(check.context.iter().map(|(id, m, used, limit, left)| {
+    RestrictedExpression::new_record(check.context.iter().map(|f| {
         (
-            id.clone(),
+            f.id.clone(),
             RestrictedExpression::new_record([
-                ("used".to_string(), value(*m, *used)),
-                ("limit".to_string(), value(*m, *limit)),
-                ("left".to_string(), value(*m, *left)),
+                ("used".to_string(), value(f.measure, f.used)),
+                ("limit".to_string(), value(f.measure, f.limit)),
+                ("left".to_string(), value(f.measure, f.left)),
             ])
             .expect("distinct keys"),
         )
