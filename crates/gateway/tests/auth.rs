@@ -16,6 +16,7 @@ const AUD: &str = "https://toolgate.test/mcp";
 fn oauth() -> OAuthOptions {
     OAuthOptions {
         jwks: fixtures().join("jwks.json").display().to_string(),
+        jwks_ca: None,
         audience: AUD.into(),
         issuer: Some("https://issuer.test".into()),
         authorization_servers: vec!["https://issuer.test".into()],

@@ -30,9 +30,12 @@ pub struct Args {
     /// Log lines as text or JSON (always on stderr).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: Format,
-    /// Accept OAuth 2.1 access tokens (JWT) verified against this JWKS file or http:// URL.
+    /// Accept OAuth 2.1 access tokens (JWT) verified against this JWKS file or http(s):// URL.
     #[arg(long, value_name = "FILE|URL", env = "TOOLGATE_OAUTH_JWKS")]
     pub oauth_jwks: Option<String>,
+    /// A PEM file of CA certificates trusted for an https:// --oauth-jwks URL, besides the system's.
+    #[arg(long, value_name = "FILE", env = "TOOLGATE_OAUTH_JWKS_CA")]
+    pub oauth_jwks_ca: Option<std::path::PathBuf>,
     /// The audience access tokens must carry (required with --oauth-jwks).
     #[arg(long, value_name = "AUD", env = "TOOLGATE_OAUTH_AUDIENCE")]
     pub oauth_audience: Option<String>,
@@ -59,6 +62,7 @@ pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
     let oauth = match (&args.oauth_jwks, &args.oauth_audience) {
         (Some(jwks), Some(aud)) => Some(OAuthOptions {
             jwks: jwks.clone(),
+            jwks_ca: args.oauth_jwks_ca.clone(),
             audience: aud.clone(),
             issuer: args.oauth_issuer.clone(),
             authorization_servers: args.oauth_authorization_servers.clone(),

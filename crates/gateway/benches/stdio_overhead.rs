@@ -1,0 +1,183 @@
+//! stdio overhead benchmark (not a test): the same fake ERP binary called over stdio directly,
+//! and through `toolgate serve --stdio` (which runs that binary as its stdio upstream), one call
+//! at a time, in one run. Each call through toolgate is a governed read (`invoice.search`) in
+//! its own run id, decided, reserved, forwarded and recorded in the durable SQLite audit (WAL,
+//! fsync on commit). Reports per-call median and p99 and the ratio through/direct (target: ≤ 1.2).
+//!
+//! Uses the release binaries `toolgate` and `toolgate-fake-finance` (built here when missing).
+//! Run: `cargo bench -p toolgate-gateway --bench stdio_overhead` (`-- --calls N`, default 2000).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rmcp::model::{CallToolRequestParams, JsonObject, MetaObject, RequestMetaObject};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::json;
+use toolgate_core::registry::api_key_hash;
+
+const KEY: &str = "tg-bench-stdio-key";
+
+fn release_dir() -> PathBuf {
+    // target/release/deps/stdio_overhead-… → target/release
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn binaries() -> (PathBuf, PathBuf) {
+    let dir = release_dir();
+    let (tg, fake) = (dir.join("toolgate"), dir.join("toolgate-fake-finance"));
+    if !tg.exists() || !fake.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = std::process::Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "toolgate",
+                "-p",
+                "toolgate-fakes",
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building the release binaries failed");
+    }
+    (tg, fake)
+}
+
+fn registry(dir: &Path, fake: &Path) {
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
+    for sub in ["tools", "policies"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        for e in std::fs::read_dir(ex.join(sub)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(sub).join(e.file_name())).unwrap();
+        }
+    }
+    let mut p = String::from("roles:\n");
+    for r in [
+        "planner",
+        "worker.finance",
+        "worker.comms",
+        "reviewer",
+        "reconciler",
+        "ap.clerk",
+        "supplier.admin",
+    ] {
+        p.push_str(&format!("  {r}: {{description: \"{r}\"}}\n"));
+    }
+    p.push_str(&format!(
+        "principals:\n  - id: bench\n    kind: agent\n    role: worker.finance\n    credentials:\n      - {{id: b, sha256: \"{}\"}}\n    grants:\n      - scopes: [invoices:read]\n        purposes: [billing]\n        max_tier: read\n        max_sensitivity: confidential\n",
+        api_key_hash(KEY)
+    ));
+    std::fs::write(dir.join("principals.yaml"), p).unwrap();
+    std::fs::write(
+        dir.join("toolgate.yaml"),
+        format!(
+            "label: bench-stdio\nstore:\n  url: \"sqlite://bench.db\"\nupstreams:\n  erp:\n    command: \"{}\"\n    args: []\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n",
+            fake.display()
+        ),
+    )
+    .unwrap();
+}
+
+fn obj(v: serde_json::Value) -> JsonObject {
+    match v {
+        serde_json::Value::Object(m) => m,
+        _ => unreachable!(),
+    }
+}
+
+async fn spawn(cmd: tokio::process::Command) -> RunningService<RoleClient, ()> {
+    ().serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .expect("the stdio server answers initialize")
+}
+
+/// `calls` sequential calls; per-call microseconds, sorted.
+async fn measure(
+    client: &RunningService<RoleClient, ()>,
+    tool: &str,
+    meta: bool,
+    calls: usize,
+) -> Vec<u64> {
+    let mut v = Vec::with_capacity(calls);
+    for i in 0..calls {
+        let mut p = CallToolRequestParams::new(tool.to_string())
+            .with_arguments(obj(json!({"invoice_id": "INV-20260611"})));
+        if meta {
+            p.meta = Some(RequestMetaObject(MetaObject(obj(
+                json!({"purpose": "billing", "run_id": format!("stdio-bench-{i}")}),
+            ))));
+        }
+        let t = Instant::now();
+        let r = client.peer().call_tool(p).await.expect("call");
+        v.push(t.elapsed().as_micros() as u64);
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+    }
+    v.sort_unstable();
+    v
+}
+
+fn pct(v: &[u64], p: f64) -> u64 {
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let mut calls = 2000usize;
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--calls") {
+        calls = args[i + 1].parse().expect("--calls N");
+    }
+    let (toolgate, fake) = binaries();
+    let dir = tempfile::tempdir().unwrap();
+    registry(dir.path(), &fake);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let direct = spawn(tokio::process::Command::new(&fake)).await;
+        let mut cmd = tokio::process::Command::new(&toolgate);
+        cmd.args(["serve", "--stdio", "--config"])
+            .arg(dir.path())
+            .env("TOOLGATE_API_KEY", KEY)
+            .env("RUST_LOG", "warn");
+        let through = spawn(cmd).await;
+        // Warm-up, then alternate blocks so both see the same machine load.
+        measure(&direct, "search_invoices", false, 100).await;
+        measure(&through, "invoice.search", true, 100).await;
+        let (mut d, mut t) = (Vec::new(), Vec::new());
+        let block = (calls / 4).max(1);
+        for _ in 0..4 {
+            d.extend(measure(&direct, "search_invoices", false, block).await);
+            t.extend(measure(&through, "invoice.search", true, block).await);
+        }
+        d.sort_unstable();
+        t.sort_unstable();
+        let (dm, tm) = (pct(&d, 0.5), pct(&t, 0.5));
+        println!(
+            "stdio, one call at a time, {} calls each (durable SQLite audit)",
+            d.len()
+        );
+        println!("| path | p50 µs | p99 µs |");
+        println!("|---|---|---|");
+        println!("| direct (fake over stdio) | {dm} | {} |", pct(&d, 0.99));
+        println!("| through toolgate --stdio | {tm} | {} |", pct(&t, 0.99));
+        println!(
+            "ratio through/direct (p50): {:.2}× (target ≤ 1.2×); added {} µs",
+            tm as f64 / dm.max(1) as f64,
+            tm.saturating_sub(dm)
+        );
+        let _ = direct.cancel().await;
+        let _ = through.cancel().await;
+    });
+}
