@@ -3,7 +3,8 @@
 //! WAL, fsync on commit). Each call is a governed read (`invoice.search`) in its own run, so
 //! every call is decided, reserved, forwarded and recorded — none is a replay.
 //!
-//! Run: `cargo bench -p toolgate-gateway --bench gateway_load` (`-- --secs N` per level).
+//! Run: `cargo bench -p toolgate-gateway --bench gateway_load` (`-- --secs N` per level;
+//! `-- --no-pin` serves without checking `toolgate.lock`, to compare).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -156,9 +157,14 @@ fn main() {
         let upstream = fake().await;
         let dir = tempfile::tempdir().unwrap();
         registry(dir.path(), &upstream);
-        let gw = Gateway::build(&ServeOptions { config_dir: dir.path().into(), http: true, ..Default::default() })
-            .await
-            .unwrap();
+        // Pinned as the finance example is (its toolgate.lock, moved to the fake's URL); with
+        // `--no-pin` no pin check at all, to show what pinning costs per call.
+        let no_pin = std::env::args().any(|a| a == "--no-pin");
+        std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance/toolgate.lock"), dir.path().join("toolgate.lock")).unwrap();
+        toolgate_gateway::pins::rehome_lock(dir.path()).unwrap();
+        let opts = ServeOptions { config_dir: dir.path().into(), http: true, ..Default::default() };
+        let gw = if no_pin { Gateway::build_without_pins(&opts).await } else { Gateway::build(&opts).await }.unwrap();
+        println!("pinning: {}", if no_pin { "off (--no-pin)" } else { "on (toolgate.lock)" });
         let (addr, fut) = gw.bind_http("127.0.0.1:0", CancellationToken::new()).await.unwrap();
         tokio::spawn(fut);
         let through = format!("http://{addr}/mcp");
