@@ -34,6 +34,16 @@ pub struct Fixture {
     /// principal whose role lists `plan.submit`).
     #[serde(default)]
     pub planner: Option<String>,
+    /// A goal for the planner: after the steps (the planner's reads, whose structured results
+    /// are its observations), the planner (`TOOLGATE_PLANNER`, deterministic by default) plans
+    /// it, submits the plan through `plan.submit`, a worker executes it, and `plan_expect` is
+    /// checked against `run.status`.
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// What each step of the goal's plan must come to, in order.
+    #[serde(default)]
+    pub plan_expect: Vec<PlanStepExpect>,
+    #[serde(default)]
     pub steps: Vec<Step>,
     #[serde(default)]
     pub expect: Expect,
@@ -57,6 +67,10 @@ pub struct Step {
     /// Make the same call this many times.
     #[serde(default = "one")]
     pub repeat: u32,
+    /// A plan-bound principal's call that is not in the plan (an improvisation): it is left out
+    /// of the plan submitted for its run and made directly.
+    #[serde(default)]
+    pub unplanned: bool,
     /// People who approve the call if it is parked; it is then made again with the same inputs,
     /// and the expectation is about that second call (both count in the totals).
     #[serde(default)]
@@ -73,6 +87,17 @@ fn empty_object() -> Value {
 }
 fn one() -> u32 {
     1
+}
+
+/// What one step of a planned goal must come to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanStepExpect {
+    pub tool: String,
+    /// The step's status in `run.status`: `done`, `refused`, `needs_approval`…
+    pub status: String,
+    #[serde(default)]
+    pub rule: Option<String>,
 }
 
 /// What one step must come to.
@@ -191,6 +216,73 @@ async fn approve(
     Ok(())
 }
 
+/// The fixture's planner, or the first principal whose role lists `plan.submit`.
+fn planner_of(registry: &toolgate_core::Registry, fx: &Fixture) -> anyhow::Result<String> {
+    if let Some(p) = &fx.planner {
+        return Ok(p.clone());
+    }
+    registry
+        .principals()
+        .iter()
+        .find(|p| {
+            registry
+                .tools_for_role(p.role())
+                .any(|t| t.config.handler.builtin.as_deref() == Some("plan.submit"))
+        })
+        .map(|p| p.id().to_string())
+        .context("a plan needs a planner: no principal's role lists plan.submit")
+}
+
+/// Plans `goal` from the observations, submits the plan as the planner, lets a worker execute
+/// it, and returns the run and each step's (tool, status, rule) from `run.status`.
+async fn plan_goal(
+    env: &Environment,
+    fx: &Fixture,
+    goal: &str,
+    observations: &[Value],
+    clients: &mut BTreeMap<String, Client>,
+) -> anyhow::Result<(String, Vec<(String, String, String)>)> {
+    let registry = toolgate_core::Registry::load(env.dir.path())?;
+    let planner = planner_of(&registry, fx)?;
+    if !clients.contains_key(&planner) {
+        clients.insert(planner.clone(), env.client(&eval_key(&planner)).await?);
+    }
+    let catalogue = registry
+        .tools()
+        .iter()
+        .filter(|t| t.config.handler.builtin.is_none())
+        .map(|t| crate::planner::ToolSummary {
+            name: t.name().to_string(),
+            description: t.config.description.clone(),
+            input_schema: t.config.input_schema.clone(),
+            worker: None,
+        })
+        .collect();
+    let plan = crate::planner::PlannerConfig::from_env()?
+        .build(catalogue)?
+        .plan(goal, observations)
+        .await?;
+    let purpose = plan
+        .steps
+        .first()
+        .map(|s| s.purpose.clone())
+        .unwrap_or_default();
+    let client = &clients[&planner];
+    let run = crate::demo::submit(client, &plan, &purpose).await?;
+    crate::demo::work(env).await?;
+    let st = crate::demo::run_status(client, &run).await?;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let outcomes = st["steps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| (text(&s["tool"]), text(&s["status"]), text(&s["rule"])))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((run, outcomes))
+}
+
 /// Submits, per run label, the steps of plan-bound principals (each once) as one plan, and
 /// names that label's run after the plan's run. A step the plan cannot hold (its inputs fail
 /// the tool's schema, say) is left out, and `plan.submit`'s refusal is that step's answer.
@@ -218,7 +310,7 @@ async fn submit_plans(
             .as_deref()
             .or(fx.principal.as_deref())
             .unwrap_or_default();
-        if bound(who, &step.tool) {
+        if bound(who, &step.tool) && !step.unplanned {
             if !labels.contains(&step.run.as_str()) {
                 labels.push(&step.run);
             }
@@ -229,19 +321,7 @@ async fn submit_plans(
     if labels.is_empty() {
         return Ok(refused);
     }
-    let planner = match &fx.planner {
-        Some(p) => p.clone(),
-        None => registry
-            .principals()
-            .iter()
-            .find(|p| {
-                registry
-                    .tools_for_role(p.role())
-                    .any(|t| t.config.handler.builtin.as_deref() == Some("plan.submit"))
-            })
-            .map(|p| p.id().to_string())
-            .context("plan-bound steps need a planner: no principal's role lists plan.submit")?,
-    };
+    let planner = planner_of(&registry, fx)?;
     if !clients.contains_key(&planner) {
         clients.insert(planner.clone(), env.client(&eval_key(&planner)).await?);
     }
@@ -317,6 +397,7 @@ pub async fn run_fixture(file: &Path, store_url: Option<&str>) -> anyhow::Result
     // A plan-bound principal makes no direct calls: its steps of each run are submitted as one
     // plan through plan.submit first, and its calls then run the planned steps they match.
     let presubmitted = submit_plans(&env, &fx, nonce, &mut clients, &mut runs).await?;
+    let mut observations: Vec<Value> = Vec::new();
     for (i, step) in fx.steps.iter().enumerate() {
         let who = step
             .principal
@@ -367,6 +448,13 @@ pub async fn run_fixture(file: &Path, store_url: Option<&str>) -> anyhow::Result
                 "needs_approval" => parked += 1,
                 _ => denied += 1,
             }
+            if decision == "allowed"
+                && fx.goal.is_some()
+                && let Ok(r) = &result
+                && let Some(seen) = &r.structured_content
+            {
+                observations.push(seen.clone());
+            }
             // A repeated step's expectation is about its last repetition.
             if n + 1 == step.repeat
                 && let Some(want) = &step.expect
@@ -390,6 +478,43 @@ pub async fn run_fixture(file: &Path, store_url: Option<&str>) -> anyhow::Result
                 }
             }
         }
+    }
+    if let Some(goal) = &fx.goal {
+        let (run, outcomes) = plan_goal(&env, &fx, goal, &observations, &mut clients).await?;
+        for (i, (tool, status, rule)) in outcomes.iter().enumerate() {
+            steps += 1;
+            match status.as_str() {
+                "done" => allowed += 1,
+                "needs_approval" => parked += 1,
+                _ => denied += 1,
+            }
+            match fx.plan_expect.get(i) {
+                Some(want) if &want.tool != tool || &want.status != status => {
+                    failures.push(format!(
+                        "plan step {}: expected {} {}, got {tool} {status}",
+                        i + 1,
+                        want.tool,
+                        want.status
+                    ))
+                }
+                Some(want) if want.rule.as_ref().is_some_and(|r| r != rule) => {
+                    failures.push(format!(
+                        "plan step {} ({tool}): expected rule {:?}, got {rule:?}",
+                        i + 1,
+                        want.rule
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if fx.plan_expect.len() != outcomes.len() && !fx.plan_expect.is_empty() {
+            failures.push(format!(
+                "the plan has {} step(s), plan_expect lists {}",
+                outcomes.len(),
+                fx.plan_expect.len()
+            ));
+        }
+        runs.insert("plan".into(), run);
     }
     let e = &fx.expect;
     for (label, want, got) in [
