@@ -234,6 +234,23 @@ pub struct ToolConfig {
     /// Sums and counts of this tool's calls over a sliding window, per principal (and per key).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub window_budgets: Vec<WindowBudgetConfig>,
+    /// Preview, then commit (seed 002): the gateway lists `<name>.preview` (these inputs, does
+    /// nothing, returns a plan id, its hash and expiry) and `<name>` taking only `plan_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<PreviewConfig>,
+}
+
+/// How a tool's previews behave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewConfig {
+    /// How long a plan can be committed after its preview, in seconds (default 1 hour).
+    #[serde(default = "preview_expiry")]
+    pub expires_secs: u64,
+}
+
+fn preview_expiry() -> u64 {
+    3600
 }
 
 /// A budget over a sliding window: the sum of a numeric input (`sum: amount`) or the number of

@@ -139,6 +139,11 @@ impl GatewayServer {
         }
     }
 
+    /// What every connection shares.
+    pub(crate) fn state(&self) -> &Arc<GatewayState> {
+        &self.state
+    }
+
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
         if let Some(c) = &self.fixed {
             return Ok(c.clone());
@@ -241,7 +246,7 @@ impl ServerHandler for GatewayServer {
         let tools: Vec<Tool> = registry
             .tools_for_role(&caller.role)
             .filter(|t| crate::pins::listed(&self.state, t))
-            .map(mcp_tool)
+            .flat_map(crate::preview::listed)
             .collect();
         tracing::debug!(principal = %caller.principal, role = %caller.role, tools = tools.len(), "tools/list");
         Ok(ListToolsResult::with_all_items(tools).with_cache_scope(CacheScope::Private))
@@ -261,10 +266,19 @@ impl ServerHandler for GatewayServer {
         }
         let tool = request.name.to_string();
         let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
-        let result = self
-            .governed(&caller, &tool, request.arguments, &meta)
-            .instrument(span)
-            .await?;
+        let registry = self.state.registry();
+        let result = match crate::preview::route(&registry, &caller.role, &tool) {
+            Some(route) => {
+                crate::preview::handle(self, &caller, route, request.arguments, &meta)
+                    .instrument(span)
+                    .await?
+            }
+            None => {
+                self.governed(&caller, &tool, request.arguments, &meta)
+                    .instrument(span)
+                    .await?
+            }
+        };
         Ok(result.into())
     }
 }

@@ -15,6 +15,7 @@ pub mod error;
 pub mod exec;
 pub mod model;
 pub mod plan;
+pub mod previews;
 mod reserve;
 mod store;
 pub mod toggles;

@@ -191,6 +191,26 @@ impl Harness {
         }
     }
 
+    /// A harness around a gateway a test built itself (e.g. from a registry it edited).
+    pub fn from_parts(
+        dir: tempfile::TempDir,
+        record: PathBuf,
+        addr: SocketAddr,
+        gateway: Gateway,
+        stop: CancellationToken,
+        fake_stop: CancellationToken,
+    ) -> Harness {
+        Harness {
+            url: format!("http://{addr}/mcp"),
+            dir,
+            record,
+            addr,
+            gateway,
+            stop,
+            fake_stop,
+        }
+    }
+
     pub async fn client(&self, key: &str) -> RunningService<RoleClient, ()> {
         connect(&self.url, key).await
     }

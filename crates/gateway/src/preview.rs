@@ -1,0 +1,279 @@
+//! Preview, then commit (seed 002, "Give destructive tools a preview step"), for tools that
+//! declare `preview:` in the registry. Such a tool `T` is listed twice:
+//!
+//! - `T.preview` takes `T`'s inputs, does nothing, and answers with the full envelope (the
+//!   registry tool and version, the upstream and its tool, every input exactly as it will be
+//!   sent), a plan id, the plan's hash and its expiry. The plan is kept in the store.
+//! - `T` takes only `{"plan_id"}`: never fresh arguments. The commit runs the governed call
+//!   with exactly the previewed inputs and the preview's purpose, reason and run id; only
+//!   approval tokens come from the commit's `_meta`. The plan's hash is the input hash
+//!   approvals bind to, so approving the parked commit is approving the previewed plan.
+//!
+//! A plan is the caller's own: another principal's plan id is answered as if it did not exist.
+//! A plan expires; a plan made under another version of the tool is refused at commit.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+use toolgate_core::registry::Tool as RegistryTool;
+use toolgate_core::{InputHash, Registry};
+use toolgate_store::StoreError;
+use toolgate_store::previews::Preview;
+
+use crate::auth::Caller;
+use crate::server::{GatewayServer, mcp_tool};
+
+/// The suffix of a preview tool's name.
+pub const SUFFIX: &str = ".preview";
+
+/// `_meta` keys a commit may add to the preview's: approval tokens only.
+const COMMIT_META: &[&str] = &[
+    "approval_token",
+    "approval_tokens",
+    "toolgate/approval_token",
+    "toolgate/approval_tokens",
+];
+
+/// What a `tools/call` name means.
+pub enum Route<'a> {
+    Preview(&'a RegistryTool),
+    Commit(&'a RegistryTool),
+}
+
+/// The MCP tools a registry tool is listed as: itself, or (when it declares a preview) its
+/// commit form and its preview tool.
+pub fn listed(tool: &RegistryTool) -> Vec<Tool> {
+    if tool.config.preview.is_none() {
+        return vec![mcp_tool(tool)];
+    }
+    let name = tool.name();
+    let mut commit = mcp_tool(tool);
+    commit.description = Some(
+        format!(
+            "{} Preview first: call `{name}{SUFFIX}` with the inputs, then call this with only \
+             the plan_id it returned; exactly the previewed plan is done.",
+            tool.config.description
+        )
+        .into(),
+    );
+    commit.input_schema = Arc::new(as_object(json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["plan_id"],
+        "properties": {"plan_id": {"type": "string", "pattern": "^pln_[0-9a-f]{32}$"}}
+    })));
+    commit.output_schema = None;
+    let mut preview = mcp_tool(tool);
+    preview.name = format!("{name}{SUFFIX}").into();
+    preview.description = Some(
+        format!(
+            "Preview of `{name}`: does nothing; returns exactly what `{name}` would do with these \
+             inputs (the full envelope), a plan_id, the plan's hash and its expiry."
+        )
+        .into(),
+    );
+    preview.output_schema = None;
+    preview.annotations = Some(
+        ToolAnnotations::new()
+            .read_only(true)
+            .destructive(false)
+            .idempotent(false)
+            .open_world(false),
+    );
+    vec![commit, preview]
+}
+
+/// The preview or commit route for `name`, when it names a previewable tool listed for `role`.
+pub fn route<'a>(registry: &'a Registry, role: &str, name: &str) -> Option<Route<'a>> {
+    let listed_for = |n: &str| -> Option<&'a RegistryTool> {
+        let t = registry.tool(n)?;
+        (t.config.preview.is_some() && t.is_listed_for(role)).then_some(t)
+    };
+    if let Some(base) = name.strip_suffix(SUFFIX) {
+        return listed_for(base).map(Route::Preview);
+    }
+    listed_for(name).map(Route::Commit)
+}
+
+fn as_object(v: Value) -> JsonObject {
+    match v {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+fn refusal(text: String, facts: Value) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(facts);
+    r
+}
+
+fn store_error(e: StoreError) -> ErrorData {
+    ErrorData::internal_error(
+        format!("toolgate could not read or keep the plan: {e}"),
+        None,
+    )
+}
+
+/// Handles a preview or commit call.
+pub async fn handle(
+    server: &GatewayServer,
+    caller: &Caller,
+    route: Route<'_>,
+    arguments: Option<JsonObject>,
+    meta: &JsonObject,
+) -> Result<CallToolResult, ErrorData> {
+    match route {
+        Route::Preview(tool) => preview(server, caller, tool, arguments, meta).await,
+        Route::Commit(tool) => commit(server, caller, tool, arguments, meta).await,
+    }
+}
+
+async fn preview(
+    server: &GatewayServer,
+    caller: &Caller,
+    tool: &RegistryTool,
+    arguments: Option<JsonObject>,
+    meta: &JsonObject,
+) -> Result<CallToolResult, ErrorData> {
+    let cfg = &tool.config;
+    let inputs = Value::Object(arguments.unwrap_or_default());
+    let hash = InputHash::of(&inputs);
+    let created_at = now_ms();
+    let expires_secs = cfg.preview.as_ref().map_or(0, |p| p.expires_secs);
+    let plan = Preview {
+        plan_id: format!("pln_{}", uuid::Uuid::now_v7().simple()),
+        principal: caller.principal.clone(),
+        tool: cfg.name.clone(),
+        tool_version: cfg.version.clone(),
+        input_hash: hash.as_str().to_string(),
+        inputs: inputs.clone(),
+        meta: Value::Object(meta.clone()),
+        created_at,
+        expires_at: created_at + (expires_secs as i64) * 1000,
+    };
+    server
+        .state()
+        .store
+        .save_preview(&plan)
+        .await
+        .map_err(store_error)?;
+    tracing::info!(principal = %caller.principal, tool = %cfg.name, plan_id = %plan.plan_id, hash = %plan.input_hash, "preview");
+    let envelope = json!({
+        "tool": cfg.name,
+        "version": cfg.version,
+        "upstream": cfg.handler.upstream,
+        "upstream_tool": cfg.handler.tool.clone().unwrap_or_else(|| cfg.name.clone()),
+        "inputs": inputs,
+    });
+    let facts = json!({
+        "status": "previewed",
+        "plan_id": plan.plan_id,
+        "hash": plan.input_hash,
+        "expires_at_ms": plan.expires_at,
+        "expires_in_s": expires_secs,
+        "envelope": envelope,
+        "next": format!("call `{}` with {{\"plan_id\": \"{}\"}} to do exactly this (it may need a person's approval, which then approves this plan)", cfg.name, plan.plan_id),
+    });
+    let text = format!(
+        "Nothing was done. Plan {} would call `{}` (upstream tool `{}`) with exactly:\n{}\nPlan hash {}; \
+         commit before it expires in {} s by calling `{}` with only {{\"plan_id\": \"{}\"}}.",
+        plan.plan_id,
+        cfg.name,
+        facts["envelope"]["upstream_tool"]
+            .as_str()
+            .unwrap_or_default(),
+        serde_json::to_string_pretty(&facts["envelope"]["inputs"]).unwrap_or_default(),
+        plan.input_hash,
+        expires_secs,
+        cfg.name,
+        plan.plan_id
+    );
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(facts);
+    Ok(r)
+}
+
+async fn commit(
+    server: &GatewayServer,
+    caller: &Caller,
+    tool: &RegistryTool,
+    arguments: Option<JsonObject>,
+    meta: &JsonObject,
+) -> Result<CallToolResult, ErrorData> {
+    let name = tool.name();
+    let args = arguments.unwrap_or_default();
+    let plan_id = match (args.len(), args.get("plan_id").and_then(Value::as_str)) {
+        (1, Some(id)) => id.to_string(),
+        _ => {
+            return Ok(refusal(
+                format!(
+                    "`{name}` takes only {{\"plan_id\"}}: preview the call with `{name}{SUFFIX}` \
+                     and commit the plan_id it returns; arguments are never taken at commit."
+                ),
+                json!({"status": "refused", "check": "preview", "rule": "preview.plan_id_only"}),
+            ));
+        }
+    };
+    let plan = match server.state().store.preview(&plan_id).await {
+        Ok(p) if p.principal == caller.principal && p.tool == name => p,
+        // Another principal's plan, or another tool's, is answered as unknown.
+        Ok(_) | Err(StoreError::NotFound { .. }) => {
+            return Ok(refusal(
+                format!(
+                    "there is no plan {plan_id} of yours for `{name}`: preview again with `{name}{SUFFIX}`."
+                ),
+                json!({"status": "refused", "check": "preview", "rule": "preview.unknown_plan", "plan_id": plan_id}),
+            ));
+        }
+        Err(e) => return Err(store_error(e)),
+    };
+    if now_ms() > plan.expires_at {
+        return Ok(refusal(
+            format!(
+                "plan {plan_id} expired; preview again with `{name}{SUFFIX}` and commit the new plan_id."
+            ),
+            json!({"status": "refused", "check": "preview", "rule": "preview.expired", "plan_id": plan_id, "expires_at_ms": plan.expires_at}),
+        ));
+    }
+    if plan.tool_version != tool.config.version {
+        return Ok(refusal(
+            format!(
+                "plan {plan_id} was made for `{name}` version {}, which is now version {}; preview again.",
+                plan.tool_version, tool.config.version
+            ),
+            json!({"status": "refused", "check": "preview", "rule": "preview.tool_changed", "plan_id": plan_id}),
+        ));
+    }
+    let mut call_meta = match &plan.meta {
+        Value::Object(m) => m.clone(),
+        _ => JsonObject::new(),
+    };
+    for k in COMMIT_META {
+        if let Some(v) = meta.get(*k) {
+            call_meta.insert((*k).to_string(), v.clone());
+        }
+    }
+    let inputs = match plan.inputs {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    };
+    let mut r = server
+        .governed(caller, name, Some(inputs), &call_meta)
+        .await?;
+    if let Some(Value::Object(m)) = r.structured_content.as_mut() {
+        m.insert("plan_id".into(), json!(plan.plan_id));
+        m.insert("plan_hash".into(), json!(plan.input_hash));
+    }
+    Ok(r)
+}

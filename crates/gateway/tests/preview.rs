@@ -1,0 +1,246 @@
+//! Preview, then commit (seed 002) through a real rmcp client: a tool declaring `preview:` is
+//! listed as `T.preview` (its inputs) and `T` (only `plan_id`); the preview does nothing and
+//! returns the envelope, plan id, hash and expiry; the commit runs exactly the previewed inputs;
+//! an approval of the parked commit binds to the plan's hash. Checked against the fake ERP's
+//! record, the audit chain and the approval store.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::{Clock, SystemClock};
+use toolgate_gateway::{Gateway, ServeOptions};
+
+/// The finance test registry with `note.draft` and `payment.schedule` declaring a preview.
+async fn start() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("erp-calls.jsonl");
+    let (fake, fake_stop) = start_fake_finance(&record, Vec::new()).await;
+    write_registry(
+        dir.path(),
+        &format!(
+            "    url: \"http://{fake}/mcp\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 2\n"
+        ),
+    );
+    for (file, tool) in [
+        ("notes.yaml", "note.draft"),
+        ("payments.yaml", "payment.schedule"),
+    ] {
+        let path = dir.path().join("tools").join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let anchor = format!("  - name: {tool}\n");
+        assert!(text.contains(&anchor), "{file} declares {tool}");
+        let text = text.replacen(
+            &anchor,
+            &format!("{anchor}    preview: {{expires_secs: 600}}\n"),
+            1,
+        );
+        std::fs::write(&path, text).unwrap();
+    }
+    let gateway = Gateway::build(&ServeOptions {
+        config_dir: dir.path().to_path_buf(),
+        http: true,
+        ..ServeOptions::default()
+    })
+    .await
+    .expect("gateway builds");
+    let stop = CancellationToken::new();
+    let (addr, fut) = gateway
+        .bind_http("127.0.0.1:0", stop.clone())
+        .await
+        .unwrap();
+    tokio::spawn(fut);
+    Harness::from_parts(dir, record, addr, gateway, stop, fake_stop)
+}
+
+fn s(r: &rmcp::model::CallToolResult) -> &Value {
+    r.structured_content.as_ref().expect("structured content")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
+    let h = start().await;
+    let worker = h.client(WORKER_KEY).await;
+    let tools = worker.peer().list_all_tools().await.unwrap();
+    let names: BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains("note.draft") && names.contains("note.draft.preview"));
+    let commit_tool = tools.iter().find(|t| t.name == "note.draft").unwrap();
+    assert_eq!(
+        commit_tool.input_schema["required"],
+        json!(["plan_id"]),
+        "the commit takes only a plan id"
+    );
+    let preview_tool = tools
+        .iter()
+        .find(|t| t.name == "note.draft.preview")
+        .unwrap();
+    let declared = h
+        .gateway
+        .state
+        .registry()
+        .tool("note.draft")
+        .unwrap()
+        .config
+        .input_schema
+        .clone();
+    assert_eq!(
+        Value::Object((*preview_tool.input_schema).clone()),
+        declared
+    );
+
+    let args = json!({"invoice_id": "INV-20260615", "kind": "query", "text": "Please confirm the delivery date."});
+    let meta = billing(
+        "ask the supplier to confirm the delivery date",
+        "run-preview",
+    );
+    let p = call(&worker, "note.draft.preview", args.clone(), meta.clone())
+        .await
+        .unwrap();
+    assert_ne!(p.is_error, Some(true), "{p:?}");
+    assert_eq!(s(&p)["status"], "previewed");
+    assert_eq!(
+        s(&p)["envelope"]["inputs"],
+        args,
+        "the full envelope, exactly"
+    );
+    assert_eq!(s(&p)["envelope"]["upstream_tool"], "draft_note");
+    assert_eq!(s(&p)["expires_in_s"], 600);
+    let plan_id = s(&p)["plan_id"].as_str().unwrap().to_string();
+    let hash = s(&p)["hash"].as_str().unwrap().to_string();
+    // Nothing was done: the ERP saw nothing, the audit chain holds nothing.
+    assert!(h.records_for("draft_note").is_empty());
+    assert!(h.audit("test-worker").await.is_empty());
+
+    // Fresh arguments at commit are refused; nothing runs.
+    let r = call(
+        &worker,
+        "note.draft",
+        json!({"plan_id": plan_id, "text": "something else"}),
+        meta.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(s(&r)["rule"], "preview.plan_id_only");
+    assert!(h.records_for("draft_note").is_empty());
+
+    // The commit runs exactly the plan: the ERP receives the previewed inputs; the audit
+    // record's input hash is the plan's hash.
+    let c = call(
+        &worker,
+        "note.draft",
+        json!({"plan_id": plan_id}),
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(c.is_error, Some(true), "{c:?}");
+    assert_eq!(s(&c)["plan_id"], plan_id.as_str());
+    let drafts = h.records_for("draft_note");
+    assert_eq!(drafts.len(), 1);
+    assert_eq!(drafts[0].arguments["text"], args["text"]);
+    assert_eq!(drafts[0].arguments["invoice_id"], args["invoice_id"]);
+    let audit = h.audit("test-worker").await;
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0]["tool"], "note.draft");
+    assert_eq!(audit[0]["inputs"], args);
+    assert_eq!(toolgate_core::InputHash::of(&args).as_str(), hash);
+    assert_eq!(audit[0]["run_id"], "run-preview", "the preview's run id");
+
+    // Another principal cannot commit it; an unknown plan is refused; nothing more ran.
+    let planner = h.client(PLANNER_KEY).await;
+    let other = call(
+        &planner,
+        "note.draft",
+        json!({"plan_id": plan_id}),
+        json!({}),
+    )
+    .await;
+    assert!(other.is_err(), "not listed for the planner: {other:?}");
+    let unknown = call(
+        &worker,
+        "note.draft",
+        json!({"plan_id": "pln_00000000000000000000000000000000"}),
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s(&unknown)["rule"], "preview.unknown_plan");
+    assert_eq!(h.records_for("draft_note").len(), 1);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approving_the_parked_commit_approves_the_previewed_plan() {
+    let h = start().await;
+    let worker = h.client(WORKER_KEY).await;
+    let args = json!({"invoice_id": "INV-20260611", "amount": 4180.0, "currency": "EUR", "value_date": "2026-06-30",
+                      "reason": "Invoice 20260611 matched against PO-77812, goods received"});
+    let p = call(
+        &worker,
+        "payment.schedule.preview",
+        args.clone(),
+        billing(
+            "pay an approved invoice matched against PO-77901",
+            "run-plan-gate",
+        ),
+    )
+    .await
+    .unwrap();
+    let plan_id = s(&p)["plan_id"].as_str().unwrap().to_string();
+    let hash = s(&p)["hash"].as_str().unwrap().to_string();
+
+    let c = call(
+        &worker,
+        "payment.schedule",
+        json!({"plan_id": plan_id}),
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s(&c)["status"], "needs_approval", "{c:?}");
+    assert_eq!(s(&c)["plan_hash"], hash.as_str());
+    let id = s(&c)["approval_id"].as_str().unwrap().to_string();
+    let store = &h.gateway.state.store;
+    let req = store.approval(&id).await.unwrap();
+    let req = serde_json::to_value(&req).unwrap();
+    assert_eq!(
+        req["input_hash"],
+        hash.as_str(),
+        "the approval binds the plan's hash"
+    );
+    assert!(h.records_for("schedule_payment").is_empty());
+
+    let registry = h.gateway.state.registry();
+    let token = store
+        .approve(
+            &registry,
+            &h.gateway.state.executor().keys,
+            &id,
+            "test-clerk",
+            SystemClock.now(),
+        )
+        .await
+        .unwrap();
+    let c = call(
+        &worker,
+        "payment.schedule",
+        json!({"plan_id": plan_id}),
+        json!({"approval_token": token.as_str()}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(c.is_error, Some(true), "{c:?}");
+    let paid = h.records_for("schedule_payment");
+    assert_eq!(paid.len(), 1);
+    assert_eq!(paid[0].arguments["amount"], args["amount"]);
+    let audit = h.audit("test-worker").await;
+    let last = audit.last().unwrap();
+    assert_eq!(last["why"]["decision"], "allow");
+    // The audit stores the inputs in canonical form; their hash is the plan's.
+    assert_eq!(toolgate_core::InputHash::of(&last["inputs"]).as_str(), hash);
+    h.shutdown().await;
+}
