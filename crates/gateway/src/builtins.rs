@@ -151,14 +151,7 @@ async fn planned_call(
                    "reason": detail, "audit_seq": seq}),
         ));
     };
-    // The executor's future need not be `Send`; run it on a blocking thread of this runtime.
-    let handle = tokio::runtime::Handle::current();
-    let id = step_id.clone();
-    let exec = ex.clone();
-    let report = tokio::task::spawn_blocking(move || handle.block_on(exec.execute_step(&id)))
-        .await
-        .map_err(internal)?
-        .map_err(internal)?;
+    let report = ex.execute_step(&step_id).await.map_err(internal)?;
     let step = ex.store.step(&step_id).await.map_err(internal)?;
     tracing::info!(principal = %call.principal, tool = %call.tool, step = %step_id, status = %report.status, replayed = report.replayed, "planned step executed");
     Ok(step_result(&step))
