@@ -484,3 +484,111 @@ async fn shadow_rules_never_block_and_the_report_counts_what_the_audit_log_holds
     );
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_finishes_under_the_version_it_started_with() {
+    use toolgate_fakes::fault::Selector;
+    use toolgate_fakes::{FaultKind, FaultSpec};
+    let h = Harness::start_with(
+        vec![FaultSpec {
+            kind: FaultKind::Slow(Duration::from_millis(800)),
+            selector: Selector::Always,
+            tool: Some("draft_note".into()),
+        }],
+        None,
+    )
+    .await;
+    let v1 = version(&h);
+    let worker = h.client(WORKER_KEY).await;
+    let slow =
+        tokio::spawn(async move {
+            let r = call(
+            &worker,
+            "note.draft",
+            json!({"invoice_id": "INV-20260612", "kind": "hold", "text": "Hold: freight query."}),
+            billing("hold the invoice while the freight query is open", "run-slow"),
+        )
+        .await;
+            (worker, r)
+        });
+    // Wait until the call is reserved and at the ERP (its step is running).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let steps = h.gateway.state.store.steps("run-slow").await.unwrap();
+        if steps
+            .iter()
+            .any(|s| s.status == toolgate_core::StepStatus::Running)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // v2 forbids notes altogether, while the call is in flight.
+    write(
+        &h,
+        "policies/no-notes.cedar",
+        "@id(\"no-notes\")\nforbid (principal, action == Action::\"note.draft\", resource);\n",
+    );
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Applied, "{:?}", r.errors);
+    let v2 = version(&h);
+
+    let (worker, r) = slow.await.unwrap();
+    let r = r.unwrap();
+    assert_ne!(r.is_error, Some(true), "the call in flight finished: {r:?}");
+    assert_eq!(h.records_for("draft_note").len(), 1);
+    // The next one is decided under v2 and refused.
+    let next = call(
+        &worker,
+        "note.draft",
+        json!({"invoice_id": "INV-20260611", "kind": "hold", "text": "Hold: freight query."}),
+        billing(
+            "hold the invoice while the freight query is open",
+            "run-next",
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next.is_error, Some(true));
+    assert_eq!(
+        next.structured_content.as_ref().unwrap()["rule"],
+        "no-notes"
+    );
+    let audit = h.audit("test-worker").await;
+    let versions: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|r| {
+            (
+                r["why"]["decision"].as_str().unwrap(),
+                r["registry_version"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(versions, [("allow", v1.as_str()), ("deny", v2.as_str())]);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_changing_restart_only_settings_is_refused() {
+    let h = Harness::start().await;
+    let v1 = version(&h);
+    edit(&h, "toolgate.yaml", |s| {
+        s.replace("timeout_secs: 2", "timeout_secs: 3")
+    });
+    write(
+        &h,
+        "policies/extra.cedar",
+        "@id(\"no-notes-marked-forbidden\")\nforbid (principal, action == Action::\"note.draft\", resource)\n\
+         when { context.inputs.text like \"*FORBIDDEN*\" };\n",
+    );
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Refused);
+    assert!(r.errors[0].contains("upstreams"), "{:?}", r.errors);
+    assert_eq!(version(&h), v1);
+    assert!(r.audit_seq.is_some(), "a refused reload is recorded");
+    h.shutdown().await;
+}
