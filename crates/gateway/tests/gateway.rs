@@ -55,8 +55,8 @@ async fn two_role_credentials_see_two_tool_lists_with_registry_schemas_and_deriv
         let a = t.annotations.as_ref().expect("annotations");
         assert_eq!(
             a.open_world_hint,
-            Some(true),
-            "{}: upstream handler",
+            Some(declared.handler.upstream.is_some()),
+            "{}: open world when an upstream does the work, not for a built-in",
             t.name
         );
         match declared.effect {
