@@ -96,6 +96,12 @@ pub struct UpstreamConfig {
     /// Seconds before a call to this upstream is a timeout.
     #[serde(default = "default_timeout")]
     pub timeout_secs: f64,
+    /// The upstream's prompts agents may list and get, by name; no other prompt passes through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<String>,
+    /// The upstream's resources agents may list and read, by exact URI; no other passes through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<String>,
 }
 
 fn default_timeout() -> f64 {

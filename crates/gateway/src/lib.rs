@@ -17,6 +17,7 @@ pub mod http;
 pub mod jwt;
 mod logging;
 mod meta;
+mod passthrough;
 mod preview;
 pub mod reload;
 pub mod pins;

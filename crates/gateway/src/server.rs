@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, Implementation, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestParams,
+    GetPromptResponse, Implementation, JsonObject, ListPromptsResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 // Logging is deprecated (SEP-2577) but older clients and the conformance suite still set it.
 #[allow(deprecated)]
@@ -214,7 +215,19 @@ impl GatewayServer {
 #[allow(deprecated)]
 impl ServerHandler for GatewayServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build())
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .build();
+        // Prompts and resources only when the registry lets some through (passthrough.rs).
+        let (prompts, resources) = crate::passthrough::declared(&self.state.registry());
+        if prompts {
+            capabilities.prompts = Some(Default::default());
+        }
+        if resources {
+            capabilities.resources = Some(Default::default());
+        }
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "toolgate governs every tool call. Say why in each call's _meta: `purpose` (e.g. \
@@ -250,6 +263,50 @@ impl ServerHandler for GatewayServer {
             .collect();
         tracing::debug!(principal = %caller.principal, role = %caller.role, tools = tools.len(), "tools/list");
         Ok(ListToolsResult::with_all_items(tools).with_cache_scope(CacheScope::Private))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let caller = self.caller(&context)?;
+        let registry = self.state.registry();
+        crate::passthrough::list_prompts(&registry, &self.state.upstreams, &caller).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let caller = self.caller(&context)?;
+        let registry = self.state.registry();
+        crate::passthrough::get_prompt(&registry, &self.state.upstreams, &caller, request)
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let caller = self.caller(&context)?;
+        let registry = self.state.registry();
+        crate::passthrough::list_resources(&registry, &self.state.upstreams, &caller).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let caller = self.caller(&context)?;
+        let registry = self.state.registry();
+        crate::passthrough::read_resource(&registry, &self.state.upstreams, &caller, request)
+            .await
+            .map(Into::into)
     }
 
     async fn call_tool(

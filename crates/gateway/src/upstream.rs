@@ -432,6 +432,16 @@ impl Upstreams {
             .collect()
     }
 
+    /// The connected client of `upstream` (connecting first when needed), for requests other
+    /// than tool calls (the prompts and resources the registry lets through).
+    pub async fn peer(&self, upstream: &str) -> Result<Peer<RoleClient>, String> {
+        let u = self
+            .map
+            .get(upstream)
+            .ok_or_else(|| format!("no upstream named '{upstream}' is declared"))?;
+        u.connected().await
+    }
+
     /// The upstream's `tools/list` as last read.
     pub fn tools(&self, upstream: &str) -> Vec<Tool> {
         self.map
