@@ -89,6 +89,9 @@ pub struct ReloadReport {
     /// Why it was refused: each problem on its own line (lint findings as `check` prints them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// Milliseconds to load, validate and (if applied) swap the folder.
+    #[serde(default)]
+    pub took_ms: u64,
     /// The audit record of the attempt (none when nothing changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_seq: Option<i64>,
@@ -175,6 +178,7 @@ impl Reloader {
     /// Loads the folder again and, if it validates and differs, puts it in service.
     pub async fn reload(&self, trigger: Trigger) -> ReloadReport {
         let _one = self.running.lock().await;
+        let started = std::time::Instant::now();
         let current = self.state.registry();
         let from = VersionInfo::of(&current);
         let dir = self.dir.clone();
@@ -188,6 +192,7 @@ impl Reloader {
             from,
             to: None,
             errors: Vec::new(),
+            took_ms: 0,
             audit_seq: None,
         };
         match loaded {
@@ -218,10 +223,12 @@ impl Reloader {
                 }
             }
         }
+        report.took_ms = started.elapsed().as_millis() as u64;
         match report.outcome {
             ReloadOutcome::Applied => tracing::info!(
                 from = %report.from.label, to = %report.to.as_ref().map(|v| v.label.as_str()).unwrap_or(""),
                 hash = %report.to.as_ref().map(|v| v.hash.as_str()).unwrap_or(""),
+                took_ms = report.took_ms,
                 ?trigger, "registry reloaded"
             ),
             ReloadOutcome::Unchanged => {

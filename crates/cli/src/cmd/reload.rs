@@ -123,9 +123,11 @@ pub fn write_report(out: &mut dyn Write, r: &ReloadReport) -> std::io::Result<()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
     match r.outcome {
-        ReloadOutcome::Applied => {
-            writeln!(out, "{when} ({trigger}): applied {to}, replacing {from}")?
-        }
+        ReloadOutcome::Applied => writeln!(
+            out,
+            "{when} ({trigger}): applied {to}, replacing {from} (checked and swapped in {} ms)",
+            r.took_ms
+        )?,
         ReloadOutcome::Unchanged => writeln!(
             out,
             "{when} ({trigger}): unchanged, {from} is what the folder holds"
