@@ -2,9 +2,13 @@
 //! defaults): audit appends per second through the group-commit writer, and full governed step
 //! executions (claim → decide → reserve → call a no-op handler → record + audit) per second.
 //!
+//! Also direct governed calls (the gateway's `tools/call` path: decide → reserve → no-op
+//! handler → record + audit, each call in its own run) at 1, 8 and 32 concurrent callers,
+//! with per-call latency.
+//!
 //! cargo bench -p toolgate-store --bench store            (SQLite, and PostgreSQL if reachable)
 //! env: TOOLGATE_BENCH_STEPS (default 20000), TOOLGATE_BENCH_BATCH (steps claimed per
-//! transaction, default 256), TOOLGATE_TEST_DATABASE_URL
+//! transaction, default 256), TOOLGATE_BENCH_ONLY=direct|steps|audit, TOOLGATE_TEST_DATABASE_URL
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use serde_json::{Value, json};
 use toolgate_core::{ApprovalKeys, Registry, StepStatus, SystemClock, Timestamp};
 use toolgate_store::{
     Actor, AuditDecision, AuditDraft, BoxFuture, CallMeta, ConnectOptions, Executor, Handler,
-    HandlerError, HandlerOutput, PlannedStep, Store, StoreConfig, Target,
+    DirectCall, HandlerError, HandlerOutput, PlannedStep, Store, StoreConfig, Target,
     audit::{AuditOutcome, AuditWho, AuditWhy},
 };
 
@@ -62,6 +66,7 @@ fn draft(i: usize) -> AuditDraft {
             status: StepStatus::Done,
             target_ref: None,
             latency_ms: Some(1),
+            governance_us: None,
             error: None,
         },
         registry_version: "bench".into(),
@@ -197,6 +202,61 @@ async fn bench_steps(t: &Target_, reg: &Arc<Registry>, n: usize, workers: usize,
     );
 }
 
+/// `n` direct calls of `tool` by `callers` concurrent callers, each call in its own run.
+async fn bench_direct(t: &Target_, reg: &Arc<Registry>, n: usize, callers: usize, tool: &str) {
+    let store = connect(t, 8).await;
+    let ex = Executor::new(
+        store,
+        reg.clone(),
+        Arc::new(ApprovalKeys::new("k1", vec![7u8; 32])),
+        Arc::new(Noop),
+        Arc::new(SystemClock),
+    );
+    let per = n / callers;
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for c in 0..callers {
+        let ex = ex.clone();
+        let tool = tool.to_string();
+        set.spawn(async move {
+            let mut lat = Vec::with_capacity(per);
+            for i in 0..per {
+                let call = DirectCall {
+                    principal: "worker".into(),
+                    tool: tool.clone(),
+                    inputs: json!({"ticket_id": format!("T-{}", c * per + i)}),
+                    run_id: format!("direct-{c}-{i}"),
+                    purpose: Some("ops".into()),
+                    reason: Some("bench".into()),
+                    evidence: vec![],
+                    approvals: vec![],
+                    actor: Actor::default(),
+                };
+                let t0 = Instant::now();
+                let r = ex.governed_call(call).await.unwrap();
+                assert_eq!(r.status, toolgate_store::CallStatus::Done, "{r:?}");
+                lat.push(t0.elapsed().as_micros() as u64);
+            }
+            lat
+        });
+    }
+    let mut lat = Vec::with_capacity(n);
+    while let Some(r) = set.join_next().await {
+        lat.extend(r.unwrap());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "{:<8} direct governed calls ({tool}, {callers:>2} caller(s)): {:>8.0} calls/s   p50 {:>6} µs   p99 {:>6} µs",
+        t.name,
+        lat.len() as f64 / secs,
+        pct(0.5),
+        pct(0.99)
+    );
+    ex.store.close().await;
+}
+
 trait NowTs {
     fn now_ts(&self) -> Timestamp;
 }
@@ -237,13 +297,34 @@ async fn main() {
             schema: Some(schema),
         }
     };
-    bench_audit(&targets[0].1, n).await;
-    if pg_up {
-        bench_audit(&pg("audit", &mut schemas), n).await;
-    } else {
+    let only = std::env::var("TOOLGATE_BENCH_ONLY").unwrap_or_default();
+    let run = |what: &str| only.is_empty() || only == what;
+    if !pg_up {
         println!("postgres unreachable at {pg_url}: skipped");
     }
+    if run("direct") {
+        for callers in [1, 8, 32] {
+            let t = sqlite(&format!("direct-{callers}.db"));
+            bench_direct(&t, &reg, n.min(5_000) / callers * callers, callers, "ticket.read").await;
+        }
+        if pg_up {
+            for callers in [1, 8, 32] {
+                let t = pg(&format!("d{callers}"), &mut schemas);
+                bench_direct(&t, &reg, n.min(5_000) / callers * callers, callers, "ticket.read")
+                    .await;
+            }
+        }
+    }
+    if run("audit") {
+        bench_audit(&targets[0].1, n).await;
+        if pg_up {
+            bench_audit(&pg("audit", &mut schemas), n).await;
+        }
+    }
     for tool in ["ticket.update", "ticket.read"] {
+        if !run("steps") {
+            break;
+        }
         for workers in [1, 2] {
             bench_steps(
                 &sqlite(&format!("steps-{tool}-{workers}.db")),
@@ -255,13 +336,15 @@ async fn main() {
             .await;
         }
     }
-    if pg_up {
+    if pg_up && run("steps") {
         for tool in ["ticket.update", "ticket.read"] {
             for workers in [1, 2] {
                 let t = pg(&format!("w{workers}"), &mut schemas);
                 bench_steps(&t, &reg, n, workers, tool).await;
             }
         }
+    }
+    if pg_up {
         let p = sqlx::PgPool::connect(&pg_url).await.unwrap();
         for s in schemas {
             let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
