@@ -85,6 +85,14 @@ pub struct RunStatus {
     pub reviews: Vec<Review>,
 }
 
+/// Whether `planner` may hand a step to `id`: itself, or an agent in a plan-bound role.
+pub fn may_execute(registry: &Registry, planner: &str, id: &str) -> bool {
+    registry.principal(id).is_some_and(|p| {
+        p.config.kind == PrincipalKind::Agent
+            && (id == planner || registry.role(p.role()).is_some_and(|r| r.plan_bound))
+    })
+}
+
 /// Who executes a planned step when the plan names nobody: the one agent in a plan-bound role
 /// whose tools include it, or else the planner itself if its own role lists the tool. A plan
 /// may only hand a step to the planner or to a plan-bound agent — never to a person or to an
@@ -95,12 +103,7 @@ pub fn assign_worker(
     tool: &str,
     named: Option<&str>,
 ) -> std::result::Result<String, String> {
-    let may_execute = |id: &str| {
-        registry.principal(id).is_some_and(|p| {
-            p.config.kind == PrincipalKind::Agent
-                && (id == planner || registry.role(p.role()).is_some_and(|r| r.plan_bound))
-        })
-    };
+    let may_execute = |id: &str| may_execute(registry, planner, id);
     let lists = |id: &str| {
         registry
             .principal(id)
@@ -210,6 +213,15 @@ impl Store {
             ));
         }
         for (i, s) in sub.steps.iter().enumerate() {
+            if !may_execute(registry, &sub.planner, &s.principal) {
+                return Err(StoreError::PlanRefused(format!(
+                    "step {} ({}): '{}' cannot execute planned steps: a step goes to the planner \
+                     itself or to an agent in a plan-bound role",
+                    i + 1,
+                    s.tool,
+                    s.principal
+                )));
+            }
             check_step(registry, s).map_err(|p| {
                 StoreError::PlanRefused(format!("step {} ({}): {}", i + 1, s.tool, p.reason))
             })?;
