@@ -75,6 +75,7 @@ fn draft(x: &R) -> AuditDraft {
             status: x.status,
             target_ref: None,
             latency_ms: x.latency,
+            governance_us: None,
             error: None,
         },
         registry_version: "test".into(),

@@ -273,6 +273,72 @@ pub struct DestinationFacts {
     pub allowed: HashMap<String, Vec<String>>,
 }
 
+/// One lookup a call's destination check needs before it can be decided: the declared read
+/// tool, the inputs it is asked with, and the field of its answer holding the allowed values.
+/// Core names the lookups; the store makes them and hands the answers back as
+/// [`DestinationFacts`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationLookupCall {
+    /// The input field whose destination is checked.
+    pub field: String,
+    /// The read tool declared in `destinations[].lookup.tool`.
+    pub tool: String,
+    /// The lookup's inputs: the `with` fields of the call, under the same names.
+    pub inputs: Value,
+    /// The field of the lookup's answer holding the list of allowed values.
+    pub result: String,
+}
+
+impl DestinationLookupCall {
+    /// The allowed values in a lookup's answer: `result` as a list of strings, at the top of
+    /// the answer or inside an MCP `structuredContent`. `None` when the answer has no such list.
+    pub fn allowed_in(&self, answer: &Value) -> Option<Vec<String>> {
+        fn find<'v>(v: &'v Value, field: &str) -> Option<&'v Value> {
+            let o = v.as_object()?;
+            o.get(field).or_else(|| {
+                o.values()
+                    .find_map(|inner| inner.get("structuredContent").and_then(|s| s.get(field)))
+            })
+        }
+        let list = find(answer, &self.result)?.as_array()?;
+        list.iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+/// The lookups `tool`'s destination check needs for `inputs`. None unless the inputs are valid
+/// against the tool's schema (nothing the schema would refuse leaves through a lookup) and the
+/// checked field is present (an absent optional field sends nothing anywhere).
+pub fn destination_lookups(tool: &Tool, inputs: &Value) -> Vec<DestinationLookupCall> {
+    let wanted: Vec<_> = tool
+        .config
+        .destinations
+        .iter()
+        .filter_map(|d| d.lookup.as_ref().map(|l| (d, l)))
+        .filter(|(d, _)| inputs.get(&d.field).is_some())
+        .collect();
+    if wanted.is_empty() || tool.schema.validate(inputs).is_err() {
+        return Vec::new();
+    }
+    wanted
+        .into_iter()
+        .map(|(d, l)| {
+            let with: serde_json::Map<String, Value> = l
+                .with
+                .iter()
+                .filter_map(|f| inputs.get(f).map(|v| (f.clone(), v.clone())))
+                .collect();
+            DestinationLookupCall {
+                field: d.field.clone(),
+                tool: l.tool.clone(),
+                inputs: Value::Object(with),
+                result: l.result.clone(),
+            }
+        })
+        .collect()
+}
+
 fn never_used(_: &str) -> bool {
     false
 }
@@ -730,7 +796,7 @@ impl<'r> Engine<'r> {
                 Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
                 _ => vec![],
             };
-            let allowed: Vec<String> = if d.lookup.is_some() {
+            let allowed: Vec<String> = if let Some(lookup) = &d.lookup {
                 match req.destinations.allowed.get(&d.field) {
                     Some(list) => list.clone(),
                     None => {
@@ -738,8 +804,9 @@ impl<'r> Engine<'r> {
                             CheckName::Destination,
                             &format!("destination.{}", d.field),
                             format!(
-                                "the allowed values for '{}' could not be looked up, so the call is refused",
-                                d.field
+                                "the allowed values for '{}' could not be looked up through {}, so \
+                                 the call is refused; try again later, or ask a person",
+                                d.field, lookup.tool
                             ),
                         );
                         return;

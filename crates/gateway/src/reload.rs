@@ -319,6 +319,7 @@ impl Reloader {
                 },
                 target_ref: None,
                 latency_ms: None,
+                governance_us: None,
                 error: (!applied).then(|| r.errors.join("\n")),
             },
             registry_version: serving.hash.clone(),

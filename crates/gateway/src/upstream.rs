@@ -3,8 +3,11 @@
 //! calls it only after a call was decided and reserved, with the derived idempotency key, the
 //! run and step ids and the approval tokens, which travel to the upstream in `_meta`.
 //!
-//! An upstream that does not answer within its `timeout_secs` is a [`HandlerError::Timeout`]
-//! (the store decides what that means for the effect class); a dropped connection is
+//! An upstream that does not answer within its `timeout_secs` is a [`HandlerError::Timeout`];
+//! an error that may follow a committed effect (HTTP 5xx, a JSON-RPC internal error, a
+//! connection lost mid-call) is [`HandlerError::Unanswered`]; a tool result with `isError`, a
+//! refused request or a call never sent is [`HandlerError::Failed`], a clean "no" (the store
+//! decides what each means for the effect class); a dropped connection is
 //! re-established on the next call; `notifications/tools/list_changed` re-reads the upstream's
 //! `tools/list`. Each connect, reconnect and change is checked against `toolgate.lock` (see
 //! [`crate::pins`]) before anything of the new list is served, then handed to a hook.
@@ -257,25 +260,67 @@ impl Upstream {
                     target_ref,
                 })
             }
-            Ok(Err(ServiceError::McpError(e))) => Err(HandlerError::Failed(format!(
-                "the upstream refused the call: {}",
-                e.message
-            ))),
+            // A request the server rejected as such (unparsable, unknown method, bad params) did
+            // nothing; an internal or server-defined error (what a JSON-RPC 500 carries) may
+            // come after the effect committed.
+            Ok(Err(ServiceError::McpError(e))) => {
+                if rejected_before_running(e.code.0) {
+                    Err(HandlerError::Failed(format!(
+                        "the upstream refused the call: {}",
+                        e.message
+                    )))
+                } else {
+                    Err(HandlerError::Unanswered(format!(
+                        "upstream '{}' answered with error {}: {}",
+                        self.name, e.code.0, e.message
+                    )))
+                }
+            }
             Ok(Err(ServiceError::TransportSend(e))) => {
                 self.drop_peer();
-                Err(HandlerError::Failed(format!(
-                    "could not send the call to upstream '{}': {e}",
-                    self.name
-                )))
+                let msg = format!("could not send the call to upstream '{}': {e}", self.name);
+                if never_delivered(&e) {
+                    Err(HandlerError::Failed(msg))
+                } else {
+                    // An HTTP 5xx (or a connection that broke once the request was out) may
+                    // follow a committed effect.
+                    Err(HandlerError::Unanswered(msg))
+                }
             }
             Ok(Err(e)) => {
                 // The request may have reached the upstream before the connection broke: no
                 // answer, which the store treats like a timeout.
                 tracing::warn!(upstream = %self.name, error = %e, "upstream connection lost during a call");
                 self.drop_peer();
-                Err(HandlerError::Timeout)
+                Err(HandlerError::Unanswered(format!(
+                    "the connection to upstream '{}' was lost during the call: {e}",
+                    self.name
+                )))
             }
         }
+    }
+}
+
+/// JSON-RPC errors that say the request itself was refused before any tool ran: parse error,
+/// invalid request, method not found, invalid params.
+fn rejected_before_running(code: i32) -> bool {
+    matches!(code, -32700 | -32600 | -32601 | -32602)
+}
+
+/// Whether a send error certainly left nothing at the upstream: no connection was made, or the
+/// server answered with an HTTP status that means it did not take the request (4xx but 408).
+/// Anything else (HTTP 5xx above all) may have been delivered.
+fn never_delivered(e: &rmcp::transport::DynamicTransportError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    match e
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        Some(StreamableHttpError::HttpStatus(h)) => {
+            (400..500).contains(&h.status) && h.status != 408
+        }
+        Some(StreamableHttpError::Client(r)) => r.is_connect() || r.is_builder(),
+        _ => false,
     }
 }
 

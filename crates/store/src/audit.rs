@@ -75,6 +75,9 @@ pub enum AuditDecision {
     PinBlock,
     /// A person re-pinned upstream definitions with `toolgate lock approve`.
     LockApproval,
+    /// A read made by toolgate itself to look up a call's allowed destinations (the declared
+    /// `destinations[].lookup` tool); the call's own record follows.
+    Lookup,
 }
 
 /// Who approved, by token fingerprint (never the token itself).
@@ -94,6 +97,10 @@ pub struct AuditOutcome {
     pub latency_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Governance latency in microseconds: from the request to its decision and reservation
+    /// (destination lookups included), without the governed call itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governance_us: Option<i64>,
 }
 
 /// A record before it joins the chain.

@@ -109,6 +109,12 @@ impl Row {
             Row::P(r) => r.try_get(i)?,
         })
     }
+    pub fn opt_i64(&self, i: usize) -> Result<Option<i64>> {
+        Ok(match self {
+            Row::S(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(i)?,
+        })
+    }
 }
 
 /// A pool of either backend.

@@ -43,3 +43,16 @@ pub enum StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    /// Whether PostgreSQL aborted the transaction for a deadlock (SQLSTATE 40P01) or a
+    /// serialization failure (40001): the transaction may simply be tried again.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => {
+                matches!(e.code().as_deref(), Some("40P01" | "40001"))
+            }
+            _ => false,
+        }
+    }
+}

@@ -9,13 +9,14 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolgate_core::{
     ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName, Clock,
-    Decision, DestinationFacts, Effect, Engine, IdempotencyKey, IdempotencyState, InputHash,
-    PriorCall, PriorOutcome, Registry, RunHistory, StepStatus, Tier, Timestamp, Verdict, canonical,
+    Decision, DestinationFacts, DestinationLookupCall, Effect, Engine, IdempotencyKey,
+    IdempotencyState, InputHash, PriorCall, PriorOutcome, Registry, RunHistory, StepStatus, Tier,
+    Timestamp, Verdict, canonical, destination_lookups,
 };
 
 use crate::audit::{
@@ -65,8 +66,15 @@ pub struct HandlerOutput {
 pub enum HandlerError {
     #[error("the call timed out without an answer")]
     Timeout,
+    /// The target answered "no" (an MCP tool result with `isError`, a refused request), or the
+    /// call was never sent: nothing happened.
     #[error("the call failed: {0}")]
     Failed(String),
+    /// No clean answer after the request may have reached the target (the connection broke
+    /// mid-call, HTTP 5xx, an internal server error): like a timeout, the effect may have
+    /// happened, so an irreversible call becomes `unknown`.
+    #[error("no clean answer; the call may have happened: {0}")]
+    Unanswered(String),
 }
 
 /// Something that performs tool calls: an upstream MCP server, a built-in, a test fake.
@@ -152,6 +160,14 @@ pub(crate) struct Pending {
     actor: Actor,
     presented: Vec<ApprovalToken>,
     attempts: i64,
+    /// When the request arrived (a direct call) or its batch was claimed (a planned step).
+    started: Instant,
+    /// Governance latency, once the call is decided and reserved (µs).
+    governance_us: Option<i64>,
+    /// Allowed destinations looked up for this call (`None`: the executor's static facts).
+    destinations: Option<Arc<DestinationFacts>>,
+    /// Audit records of those lookups, appended before the call's own record.
+    lookups: Vec<AuditDraft>,
 }
 
 impl Pending {
@@ -171,8 +187,59 @@ impl Pending {
             actor: s.actor.clone(),
             presented: Vec::new(),
             attempts: s.attempts,
+            started: Instant::now(),
+            governance_us: None,
+            destinations: None,
+            lookups: Vec::new(),
         }
     }
+
+    fn elapsed_us(&self) -> i64 {
+        self.started.elapsed().as_micros() as i64
+    }
+}
+
+/// Looked-up destinations per (lookup tool, canonical inputs): within one call or one claimed
+/// batch, the same question is asked of the upstream once. `None`: no usable answer.
+#[derive(Default)]
+pub(crate) struct LookupCache(HashMap<(String, String), Option<Vec<String>>>);
+
+/// PostgreSQL aborts one of two transactions that deadlock (SQLSTATE 40P01) or fail to
+/// serialize (40001); nothing was called yet, so the whole transaction is tried again, a few
+/// times, after a short pause that grows.
+pub(crate) async fn retry_conflicts<T, F, Fut>(mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    const TRIES: u32 = 5;
+    let mut tried = 1;
+    loop {
+        match f().await {
+            Err(e) if e.is_conflict() && tried < TRIES => {
+                tracing::debug!(error = %e, tried, "transaction aborted by a conflict; again");
+                tokio::time::sleep(Duration::from_millis(2u64 << tried)).await;
+                tried += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// What a claim transaction came to.
+enum Claimed {
+    /// Decided and reserved in the claim's own transaction.
+    Prepared(Vec<Prepared>),
+    /// Claimed (committed) but not decided: some need destination lookups, which are made
+    /// outside any transaction.
+    NeedLookups(Vec<Pending>),
+}
+
+/// Which steps a claim takes.
+#[derive(Clone, Copy)]
+enum Claim<'a> {
+    Queue(usize),
+    Step(&'a str),
 }
 
 /// What deciding a pending call led to.
@@ -430,6 +497,7 @@ impl Executor {
                 target_ref: outcome.target_ref.clone(),
                 latency_ms: outcome.latency_ms,
                 error: outcome.error.clone(),
+                governance_us: Some(p.governance_us.unwrap_or_else(|| p.elapsed_us())),
             },
             registry_version: decision.registry_version.clone(),
         }
@@ -447,6 +515,9 @@ impl Executor {
         let tool = reg.tool(&p.tool);
         let principal = reg.principal(&p.principal);
         let definition = self.handler.definition_hash(&self.target(&p.tool));
+        if !p.lookups.is_empty() {
+            audit::append(tx, std::mem::take(&mut p.lookups)).await?;
+        }
 
         // The run so far, as policies and rate limits see it: the steps before this one
         // (a direct call sees every step of its run). Loaded once per run per batch; the
@@ -604,6 +675,10 @@ impl Executor {
             .filter_map(|t| self.keys.open(t).ok().map(|c| c.nonce))
             .collect();
         let used = used_nonces(tx, &nonces).await?;
+        let destinations = p
+            .destinations
+            .clone()
+            .unwrap_or_else(|| self.destinations.clone());
         // Decided in its own scope: the request borrows a non-`Send` closure.
         let decision = {
             let nonce_used = |n: &str| used.contains(n);
@@ -618,7 +693,7 @@ impl Executor {
                 budgets: &budgets,
                 idempotency: idem,
                 approvals: &tokens,
-                destinations: &self.destinations,
+                destinations: &destinations,
                 definition_hash: definition.as_deref(),
                 nonce_used: &nonce_used,
             };
@@ -1099,7 +1174,7 @@ impl Executor {
         }
         if !decision.approvals.is_empty() {
             tx.exec(
-                "UPDATE approval_requests SET status = 'consumed', decided_at = $1 \
+                "UPDATE approval_requests SET status = 'consumed', decided_at = COALESCE(decided_at, $1) \
                  WHERE subject = $2 AND status IN ('approved', 'pending')",
                 args![now.millis(), subject],
             )
@@ -1212,16 +1287,23 @@ impl Executor {
                     None,
                 )
             }
-            Err(HandlerError::Timeout)
+            Err(e @ (HandlerError::Timeout | HandlerError::Unanswered(_)))
                 if effect == Effect::Irreversible && self.toggles.get().unknown_on_timeout =>
             {
                 let mut o = StepOutcome::status(StepStatus::Unknown);
-                o.error = Some(
-                    "timed out on an irreversible call: it may have happened; it is never retried \
-                     blind and waits for reconciliation by key"
+                o.error = Some(match &e {
+                    HandlerError::Unanswered(why) => format!(
+                        "no clean answer on an irreversible call ({why}): it may have happened; \
+                         it is never retried blind and waits for reconciliation by key"
+                    ),
+                    _ => "timed out on an irreversible call: it may have happened; it is never \
+                          retried blind and waits for reconciliation by key"
                         .into(),
-                );
-                o.rule = Some("timeout.irreversible".into());
+                });
+                o.rule = Some(match e {
+                    HandlerError::Unanswered(_) => "unanswered.irreversible".into(),
+                    _ => "timeout.irreversible".into(),
+                });
                 o.latency_ms = Some(latency);
                 (
                     CallStatus::Unknown,
@@ -1231,10 +1313,17 @@ impl Executor {
                     None,
                 )
             }
-            Err(HandlerError::Timeout) => {
+            Err(e @ (HandlerError::Timeout | HandlerError::Unanswered(_))) => {
                 let mut o = StepOutcome::status(StepStatus::Failed);
-                o.error = Some("timed out; retryable with the same key".into());
-                o.rule = Some("timeout.retryable".into());
+                if let HandlerError::Unanswered(why) = e {
+                    o.error = Some(format!(
+                        "no clean answer ({why}); retryable with the same key"
+                    ));
+                    o.rule = Some("unanswered.retryable".into());
+                } else {
+                    o.error = Some("timed out; retryable with the same key".into());
+                    o.rule = Some("timeout.retryable".into());
+                }
                 o.latency_ms = Some(latency);
                 let retry = (p.attempts < 4).then_some(now.millis() + backoff);
                 (
@@ -1291,7 +1380,8 @@ impl Executor {
         } else {
             IdempotencyKey::from_stored(format!("minted:{}", new_id()))
         };
-        let p = Pending {
+        let started = Instant::now();
+        let mut p = Pending {
             step_id: String::new(),
             run_id: call.run_id,
             seq: 0,
@@ -1306,7 +1396,13 @@ impl Executor {
             actor: call.actor,
             presented: call.approvals,
             attempts: 0,
+            started,
+            governance_us: None,
+            destinations: None,
+            lookups: Vec::new(),
         };
+        self.look_up_destinations(&mut p, &mut LookupCache::default())
+            .await;
         let prepared = self.store.reserve_direct(self.clone(), p, now).await?;
         match prepared {
             Prepared::Settled {
@@ -1325,11 +1421,12 @@ impl Executor {
                 audit_seq,
             }),
             Prepared::Call {
-                p,
+                mut p,
                 decision,
                 tokens,
                 approvals,
             } => {
+                p.governance_us = Some(p.elapsed_us());
                 self.point(SyncPoint::Reserved);
                 let (status, outcome, seq, p, decision) =
                     self.call_and_record(p, decision, tokens, approvals).await?;
@@ -1352,54 +1449,14 @@ impl Executor {
     /// PostgreSQL), decides and reserves each, calls the allowed ones concurrently and records
     /// every outcome. Returns what happened to each claimed step; empty when the queue is.
     pub async fn run_batch(&self, limit: usize) -> Result<Vec<StepReport>> {
-        let now = self.clock.now();
-        let lease = now.millis() + self.store.config().lease.as_millis() as i64;
-        let mut tx = self.store.begin().await?;
-        let sql: &'static str = if tx.is_pg() {
-            concat!(
-                "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
-                 updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
-                 WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
-                 AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3 \
-                 FOR UPDATE SKIP LOCKED) RETURNING ",
-                step_cols!()
-            )
-        } else {
-            concat!(
-                "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
-                 updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
-                 WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
-                 AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3) RETURNING ",
-                step_cols!()
-            )
-        };
-        let rows = tx
-            .rows(sql, args![lease, now.millis(), limit as i64])
-            .await?;
-        let mut claimed = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
-        claimed.sort_by_key(|a| (a.created_at, a.seq));
-        self.execute_claimed(tx, claimed, now).await
+        self.claim_and_run(Claim::Queue(limit)).await
     }
 
     /// Executes one step by id: claims it if it is pending or retryable, otherwise returns
     /// what was recorded (a step done, refused, parked or unknown never runs again).
     pub async fn execute_step(&self, step_id: &str) -> Result<StepReport> {
-        let now = self.clock.now();
-        let lease = now.millis() + self.store.config().lease.as_millis() as i64;
-        let mut tx = self.store.begin().await?;
-        let rows = tx
-            .rows(
-                concat!(
-                    "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
-                     updated_at = $2, retry_at = NULL WHERE step_id = $3 \
-                     AND status IN ('pending', 'failed') AND attempts < 4 RETURNING ",
-                    step_cols!()
-                ),
-                args![lease, now.millis(), step_id],
-            )
-            .await?;
-        if rows.is_empty() {
-            drop(tx);
+        let mut out = self.claim_and_run(Claim::Step(step_id)).await?;
+        if out.is_empty() {
             let s = self.store.step(step_id).await?;
             return Ok(StepReport {
                 step_id: s.step_id,
@@ -1408,29 +1465,126 @@ impl Executor {
                 replayed: true,
             });
         }
-        let claimed = vec![step_from_row(&rows[0])?];
-        let mut out = self.execute_claimed(tx, claimed, now).await?;
         Ok(out.remove(0))
     }
 
-    async fn execute_claimed(
+    /// Claims, decides and reserves (one transaction, tried again on a PostgreSQL conflict),
+    /// then calls the allowed steps concurrently and records every outcome. Steps whose
+    /// destinations are looked up are claimed first, looked up outside any transaction, then
+    /// decided in a second one.
+    async fn claim_and_run(&self, by: Claim<'_>) -> Result<Vec<StepReport>> {
+        let now = self.clock.now();
+        let started = Instant::now();
+        let prepared = match retry_conflicts(|| self.claim(by, now, started)).await? {
+            Claimed::Prepared(p) => p,
+            Claimed::NeedLookups(mut pending) => {
+                let mut cache = LookupCache::default();
+                for p in &mut pending {
+                    self.look_up_destinations(p, &mut cache).await;
+                }
+                retry_conflicts(|| async {
+                    let mut tx = self.store.begin().await?;
+                    let out = self.prepare_all(&mut tx, pending.clone(), now).await?;
+                    tx.commit().await?;
+                    Ok(out)
+                })
+                .await?
+            }
+        };
+        self.call_prepared(prepared).await
+    }
+
+    /// The claim transaction: marks the steps running (leased), then decides and reserves them
+    /// in the same transaction unless one needs a destination lookup.
+    async fn claim(&self, by: Claim<'_>, now: Timestamp, started: Instant) -> Result<Claimed> {
+        let lease = now.millis() + self.store.config().lease.as_millis() as i64;
+        let mut tx = self.store.begin().await?;
+        let rows = match by {
+            Claim::Queue(limit) => {
+                let sql: &'static str = if tx.is_pg() {
+                    concat!(
+                        "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
+                         updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
+                         WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
+                         AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3 \
+                         FOR UPDATE SKIP LOCKED) RETURNING ",
+                        step_cols!()
+                    )
+                } else {
+                    concat!(
+                        "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
+                         updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
+                         WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
+                         AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3) RETURNING ",
+                        step_cols!()
+                    )
+                };
+                tx.rows(sql, args![lease, now.millis(), limit as i64])
+                    .await?
+            }
+            Claim::Step(step_id) => {
+                tx.rows(
+                    concat!(
+                        "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
+                         updated_at = $2, retry_at = NULL WHERE step_id = $3 \
+                         AND status IN ('pending', 'failed') AND attempts < 4 RETURNING ",
+                        step_cols!()
+                    ),
+                    args![lease, now.millis(), step_id],
+                )
+                .await?
+            }
+        };
+        let mut claimed = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
+        claimed.sort_by_key(|a| (a.created_at, a.seq));
+        let pending: Vec<Pending> = claimed
+            .iter()
+            .map(|s| Pending {
+                started,
+                ..Pending::from_step(s)
+            })
+            .collect();
+        if pending.iter().any(|p| self.needs_lookups(p)) {
+            tx.commit().await?;
+            return Ok(Claimed::NeedLookups(pending));
+        }
+        let out = self.prepare_all(&mut tx, pending, now).await?;
+        tx.commit().await?;
+        Ok(Claimed::Prepared(out))
+    }
+
+    /// Decides and reserves claimed steps in order inside `tx` (the batch's decisions see each
+    /// other), and writes the batched counters.
+    async fn prepare_all(
         &self,
-        mut tx: Tx,
-        claimed: Vec<Step>,
+        tx: &mut Tx,
+        pending: Vec<Pending>,
         now: Timestamp,
-    ) -> Result<Vec<StepReport>> {
-        let mut reports = Vec::with_capacity(claimed.len());
-        let mut calls = Vec::new();
+    ) -> Result<Vec<Prepared>> {
         let mut cache = BatchCache::default();
-        for s in &claimed {
-            let prepared = self
-                .prepare(&mut tx, Pending::from_step(s), now, &mut cache)
-                .await?;
+        let mut out = Vec::with_capacity(pending.len());
+        for p in pending {
+            let (run_id, step_id) = (p.run_id.clone(), p.step_id.clone());
+            let prepared = self.prepare(tx, p, now, &mut cache).await?;
             let new_status = match &prepared {
                 Prepared::Call { .. } => StepStatus::Running,
                 Prepared::Settled { outcome, .. } => outcome.status,
             };
-            cache.set_status(&s.run_id, &s.step_id, new_status);
+            cache.set_status(&run_id, &step_id, new_status);
+            out.push(prepared);
+        }
+        cache.flush(tx).await?;
+        Ok(out)
+    }
+
+    /// Calls the reserved steps concurrently; their outcomes are recorded in one commit.
+    async fn call_prepared(&self, prepared: Vec<Prepared>) -> Result<Vec<StepReport>> {
+        if !prepared.is_empty() {
+            self.point(SyncPoint::Reserved);
+        }
+        let mut reports = Vec::with_capacity(prepared.len());
+        let mut set = tokio::task::JoinSet::new();
+        for prepared in prepared {
             match prepared {
                 Prepared::Settled {
                     p, status, outcome, ..
@@ -1441,21 +1595,16 @@ impl Executor {
                     outcome: Some(outcome),
                 }),
                 Prepared::Call {
-                    p,
+                    mut p,
                     decision,
                     tokens,
                     approvals,
-                } => calls.push((p, decision, tokens, approvals)),
+                } => {
+                    p.governance_us = Some(p.elapsed_us());
+                    let this = self.clone();
+                    set.spawn(async move { this.call_only(p, decision, tokens, approvals).await });
+                }
             }
-        }
-        cache.flush(&mut tx).await?;
-        tx.commit().await?;
-        self.point(SyncPoint::Reserved);
-        // The calls run concurrently; their outcomes are recorded together in one commit.
-        let mut set = tokio::task::JoinSet::new();
-        for (p, decision, tokens, approvals) in calls {
-            let this = self.clone();
-            set.spawn(async move { this.call_only(p, decision, tokens, approvals).await });
         }
         let mut units = Vec::new();
         while let Some(r) = set.join_next().await {
@@ -1472,6 +1621,139 @@ impl Executor {
             self.store.commit_records(units).await?;
         }
         Ok(reports)
+    }
+
+    // ------------------------------------------------------------ destination lookups
+
+    fn needs_lookups(&self, p: &Pending) -> bool {
+        self.registry
+            .tool(&p.tool)
+            .is_some_and(|t| !destination_lookups(t, &p.inputs).is_empty())
+    }
+
+    /// Looks up the allowed values of `p`'s looked-up destinations through each declared read
+    /// tool (the same handler, outside any transaction), keeps them with `p` for its decision,
+    /// and drafts one `lookup` audit record per question asked. A lookup that fails, times out
+    /// or answers without the declared list leaves the field without facts: the destination
+    /// check then fails closed.
+    async fn look_up_destinations(&self, p: &mut Pending, cache: &mut LookupCache) {
+        let Some(tool) = self.registry.tool(&p.tool) else {
+            return;
+        };
+        let wanted = destination_lookups(tool, &p.inputs);
+        if wanted.is_empty() {
+            return;
+        }
+        let mut facts = (*self.destinations).clone();
+        for l in wanted {
+            let key = (l.tool.clone(), canonical(&l.inputs));
+            let values = match cache.0.get(&key) {
+                Some(v) => v.clone(),
+                None => {
+                    let (values, draft) = self.look_up(p, &l).await;
+                    p.lookups.push(draft);
+                    cache.0.insert(key, values.clone());
+                    values
+                }
+            };
+            match values {
+                Some(v) => {
+                    facts.allowed.insert(l.field.clone(), v);
+                }
+                None => {
+                    facts.allowed.remove(&l.field);
+                }
+            }
+        }
+        p.destinations = Some(Arc::new(facts));
+    }
+
+    async fn look_up(
+        &self,
+        p: &Pending,
+        l: &DestinationLookupCall,
+    ) -> (Option<Vec<String>>, AuditDraft) {
+        let with: Vec<String> = l
+            .inputs
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        let key = IdempotencyKey::for_call(&p.run_id, &l.tool, &with, &l.inputs);
+        let meta = CallMeta {
+            idempotency_key: key.clone(),
+            run_id: p.run_id.clone(),
+            step_id: p.step_id.clone(),
+            approval_tokens: Vec::new(),
+            principal: p.principal.clone(),
+        };
+        let target = self.target(&l.tool);
+        let started = Instant::now();
+        let res = match tokio::time::timeout(
+            self.store.config().call_timeout,
+            self.handler.call(&target, &l.inputs, &meta),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(HandlerError::Timeout),
+        };
+        let (values, mut outcome) = match res {
+            Ok(out) => match l.allowed_in(&out.result) {
+                Some(v) => {
+                    let mut o = StepOutcome::status(StepStatus::Done);
+                    o.target_ref = out.target_ref;
+                    (Some(v), o)
+                }
+                None => {
+                    let mut o = StepOutcome::status(StepStatus::Failed);
+                    o.error = Some(format!(
+                        "the answer of {} has no list of strings '{}'",
+                        l.tool, l.result
+                    ));
+                    (None, o)
+                }
+            },
+            Err(e) => {
+                let mut o = StepOutcome::status(StepStatus::Failed);
+                o.error = Some(e.to_string());
+                (None, o)
+            }
+        };
+        outcome.latency_ms = Some(started.elapsed().as_millis() as i64);
+        let rule = format!("destination.{}", l.field);
+        outcome.rule = Some(rule.clone());
+        let lp = Pending {
+            tool: l.tool.clone(),
+            inputs: l.inputs.clone(),
+            idem_key: key,
+            reason: Some(format!(
+                "allowed values of '{}' for a call of {}",
+                l.field, p.tool
+            )),
+            presented: Vec::new(),
+            lookups: Vec::new(),
+            ..p.clone()
+        };
+        let decision = Decision {
+            verdict: Verdict::Allow,
+            checks: Vec::new(),
+            input_hash: InputHash::of(&l.inputs),
+            approvals: Vec::new(),
+            shadow: Vec::new(),
+            registry_version: self.registry.version.hash.clone(),
+        };
+        let mut d = self.draft(
+            &lp,
+            &decision,
+            AuditDecision::Lookup,
+            &outcome,
+            &[],
+            &[],
+            self.clock.now(),
+        );
+        d.why.rule = Some(rule);
+        d.outcome.governance_us = None;
+        (values, d)
     }
 
     /// Runs the queue until it is empty.
@@ -1507,6 +1789,7 @@ impl Executor {
         };
         let mut d = self.draft(&p, &decision, kind, outcome, &[], &[], now);
         d.why.rule = Some(rule.to_string());
+        d.outcome.governance_us = None;
         d
     }
 
@@ -1581,7 +1864,8 @@ impl Executor {
 
     /// The reconciler: for each `unknown` step whose tool declares a reconciling read tool,
     /// asks the target by idempotency key (`{"idempotency_key": KEY}`; the answer's `found`
-    /// says whether the call landed). Found → `done`, budget charged; not found → `failed`,
+    /// says whether the call landed). Found → `done`, budget charged; not found, once the step
+    /// has been unknown for `reconcile_quiet` (a late commit may land until then) → `failed`,
     /// budget released and retryable, because now it is known not to have happened. A step
     /// whose lookup fails, or whose tool has no reconciling tool, stays `unknown` for a person.
     pub async fn reconcile(&self) -> Result<Vec<StepReport>> {
@@ -1633,6 +1917,16 @@ impl Executor {
                 .get("found")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
+            // A late commit can still land a while after the call went unanswered: "not
+            // found" is believed only once that while has passed.
+            let quiet = self
+                .store
+                .config()
+                .reconcile_quiet
+                .unwrap_or(self.store.config().call_timeout);
+            if !found && now.millis() - s.updated_at.millis() < quiet.as_millis() as i64 {
+                continue;
+            }
             let (outcome, idem, budget, retry) = if found {
                 let mut o = StepOutcome::status(StepStatus::Done);
                 o.target_ref = answer.target_ref.clone();
@@ -1832,6 +2126,13 @@ impl Executor {
                 Err(HandlerError::Timeout) => {
                     let mut o = StepOutcome::status(StepStatus::Unknown);
                     o.error = Some("the compensation timed out; check the target".into());
+                    o
+                }
+                Err(HandlerError::Unanswered(e)) => {
+                    let mut o = StepOutcome::status(StepStatus::Unknown);
+                    o.error = Some(format!(
+                        "the compensation got no clean answer ({e}); check the target"
+                    ));
                     o
                 }
             };

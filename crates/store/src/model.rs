@@ -180,6 +180,10 @@ pub struct ApprovalRequest {
     pub status: ApprovalStatus,
     pub created_at: Timestamp,
     pub expires_at: Timestamp,
+    /// When people decided it: approved (the last approval needed), rejected or expired. A
+    /// consumed approval keeps the time it was approved.
+    #[serde(default)]
+    pub decided_at: Option<Timestamp>,
 }
 
 /// Today's use of one budget counter.

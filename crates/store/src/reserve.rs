@@ -19,7 +19,7 @@ use toolgate_core::{Effect, Timestamp};
 
 use crate::db::Pool;
 use crate::error::{Result, StoreError};
-use crate::exec::{BatchCache, Executor, Pending, Prepared};
+use crate::exec::{BatchCache, Executor, Pending, Prepared, retry_conflicts};
 
 /// One direct call waiting to be decided and reserved.
 pub(crate) struct ReserveJob {
@@ -92,13 +92,16 @@ async fn run(pool: &Pool, jobs: Vec<ReserveJob>) {
                 let _ = j.reply.send(Ok(p));
             }
         }
-        Err(batch_err) if jobs.len() > 1 => {
+        Err(batch_err) if jobs.len() > 1 || batch_err.is_conflict() => {
             tracing::debug!(error = %batch_err, n = jobs.len(), "reservation batch failed; one by one");
-            // Rare: each retried call is committed durably on its own.
+            // Rare: each retried call is committed durably on its own, and tried again (a few
+            // times) when PostgreSQL aborts it for a deadlock or a serialization failure.
             for j in jobs {
-                let res = batch(pool, std::slice::from_ref(&j), vec![j.p.clone()], true)
-                    .await
-                    .map(|mut v| v.remove(0));
+                let res = retry_conflicts(|| {
+                    batch(pool, std::slice::from_ref(&j), vec![j.p.clone()], true)
+                })
+                .await
+                .map(|mut v| v.remove(0));
                 let _ = j.reply.send(res);
             }
         }

@@ -44,6 +44,9 @@ pub struct StoreConfig {
     pub redactor: Redactor,
     /// Delay before a timed-out read or write step is claimed again.
     pub retry_backoff: Duration,
+    /// How long after a call became `unknown` the reconciler believes a "not found" answer (a
+    /// late commit may still land before that); `None`: the call timeout. "Found" settles at once.
+    pub reconcile_quiet: Option<Duration>,
 }
 
 impl Default for StoreConfig {
@@ -57,6 +60,7 @@ impl Default for StoreConfig {
             max_group_commit: 512,
             redactor: Redactor::new(b"toolgate-default-redaction-key".to_vec()),
             retry_backoff: Duration::from_secs(5),
+            reconcile_quiet: None,
         }
     }
 }
@@ -214,6 +218,7 @@ fn approval_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalReques
             .ok_or_else(|| corrupt("approval status", &status))?,
         created_at: Timestamp::from_millis(r.i64(13)?),
         expires_at: Timestamp::from_millis(r.i64(14)?),
+        decided_at: r.opt_i64(15)?.map(Timestamp::from_millis),
     })
 }
 
@@ -522,7 +527,7 @@ impl Store {
             Some(s) => {
                 c.rows(
                     "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at \
+                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at \
                      FROM approval_requests WHERE status = $1 ORDER BY created_at DESC",
                     args![s.as_str()],
                 )
@@ -531,7 +536,7 @@ impl Store {
             None => {
                 c.rows(
                     "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at \
+                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at \
                      FROM approval_requests ORDER BY created_at DESC",
                     args![],
                 )
@@ -560,7 +565,7 @@ impl Store {
         let row = tx
             .opt(
                 "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                 inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at \
+                 inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at \
                  FROM approval_requests WHERE approval_id = $1",
                 args![approval_id],
             )
@@ -787,6 +792,7 @@ impl Store {
                 status: StepStatus::Refused,
                 target_ref: None,
                 latency_ms: None,
+                governance_us: None,
                 error: outcome.error.clone(),
             },
             registry_version: registry.version.hash.clone(),

@@ -314,7 +314,8 @@ async fn irreversible_timeout_is_unknown_then_reconciled(db: &TestDb) {
 
     // A timeout whose call never landed is settled failed, and only then retried.
     let fake2 = Recorder::new();
-    let ex2 = executor(&store, fake2.clone(), clock());
+    let clock2 = clock();
+    let ex2 = executor(&store, fake2.clone(), clock2.clone());
     let run2 = store
         .create_run(
             &reg,
@@ -332,6 +333,9 @@ async fn irreversible_timeout_is_unknown_then_reconciled(db: &TestDb) {
         ))
         .await
         .unwrap();
+    // "Not found" is believed only once a late commit can no longer land.
+    assert!(ex2.reconcile().await.unwrap().is_empty());
+    clock2.advance_hours(1);
     let s = ex2.reconcile().await.unwrap();
     assert_eq!(s.len(), 1);
     assert_eq!(s[0].status, StepStatus::Failed);
