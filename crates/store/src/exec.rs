@@ -110,7 +110,8 @@ pub struct DirectCall {
 }
 
 /// How a governed call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CallStatus {
     /// The handler ran and answered.
     Done,
