@@ -17,6 +17,7 @@ pub mod http;
 pub mod jwt;
 mod logging;
 mod meta;
+pub mod otlp;
 mod passthrough;
 mod preview;
 pub mod reload;

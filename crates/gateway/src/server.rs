@@ -181,6 +181,7 @@ impl GatewayServer {
             actor: ctx.actor,
         };
         let started = std::time::Instant::now();
+        let started_at = std::time::SystemTime::now();
         let named = call.run_id != self.session_run;
         if let Some(answer) = crate::builtins::intercept(&self.state, &call, named).await {
             return answer;
@@ -198,6 +199,7 @@ impl GatewayServer {
                     None,
                 )
             })?;
+        crate::otlp::record_call(tool, caller, &result, started_at);
         for c in &result.decision.checks {
             tracing::debug!(check = %c.name, outcome = ?c.outcome, rule = c.rule.as_deref().unwrap_or(""), detail = %c.detail, "check");
         }

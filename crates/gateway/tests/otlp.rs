@@ -1,0 +1,130 @@
+//! OpenTelemetry over OTLP/HTTP: with an endpoint configured, each governed call is one span
+//! whose events are the decision's checks. An in-process OTLP/HTTP receiver collects what
+//! toolgate exports; the spans are checked against the audit chain (one span per audit record,
+//! the same sequence number, the same checks with the same outcomes).
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::routing::post;
+use common::*;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// An OTLP/HTTP traces receiver on a free port: every span it is sent, as JSON.
+async fn receiver() -> (String, mpsc::UnboundedReceiver<Value>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    async fn traces(
+        State(tx): State<mpsc::UnboundedSender<Value>>,
+        Json(body): Json<Value>,
+    ) -> Json<Value> {
+        for rs in body["resourceSpans"].as_array().into_iter().flatten() {
+            assert_eq!(
+                rs["resource"]["attributes"][0]["value"]["stringValue"],
+                "toolgate-test"
+            );
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for span in ss["spans"].as_array().into_iter().flatten() {
+                    let _ = tx.send(span.clone());
+                }
+            }
+        }
+        Json(json!({}))
+    }
+    let app = axum::Router::new()
+        .route("/v1/traces", post(traces))
+        .with_state(tx);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1/traces"), rx)
+}
+
+fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
+    let a = span["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["key"] == key)
+        .unwrap_or_else(|| panic!("attribute {key} in {span}"));
+    a["value"]
+        .get("stringValue")
+        .or_else(|| a["value"].get("intValue"))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_governed_call_is_one_span_with_its_checks_as_events() {
+    let (endpoint, mut spans) = receiver().await;
+    assert!(toolgate_gateway::otlp::install(&endpoint, "toolgate-test"));
+    let h = Harness::start().await;
+    let worker = h.client(WORKER_KEY).await;
+    let ok = call(
+        &worker,
+        "note.draft",
+        json!({"invoice_id": "INV-20260615", "kind": "query", "text": "Please confirm the delivery date."}),
+        billing("ask the supplier to confirm the delivery date", "run-otlp"),
+    )
+    .await
+    .unwrap();
+    assert_ne!(ok.is_error, Some(true));
+    let refused = call(
+        &worker,
+        "payment.schedule",
+        json!({"invoice_id": "INV-20260615", "amount": 60000, "currency": "EUR", "value_date": "2026-06-30",
+               "reason": "Pay invoice INV-20260615 matched against PO-77901"}),
+        billing("pay an approved invoice matched against PO-77901", "run-otlp-2"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let span = tokio::time::timeout(Duration::from_secs(10), spans.recv())
+            .await
+            .expect("toolgate exports a span per call within 10 s")
+            .unwrap();
+        got.push(span);
+    }
+    let audit = h.audit("test-worker").await;
+    assert_eq!(audit.len(), 2);
+    for rec in &audit {
+        let seq = rec["seq"].as_i64().unwrap().to_string();
+        let matching: Vec<&Value> = got
+            .iter()
+            .filter(|s| attr(s, "toolgate.audit_seq") == seq.as_str())
+            .collect();
+        assert_eq!(matching.len(), 1, "one span for audit record {seq}");
+        let span = matching[0];
+        let tool = rec["tool"].as_str().unwrap();
+        assert_eq!(span["name"], format!("toolgate.call {tool}"));
+        assert_eq!(attr(span, "toolgate.principal"), "test-worker");
+        assert_eq!(attr(span, "toolgate.decision"), &rec["why"]["decision"]);
+        assert_eq!(attr(span, "toolgate.idempotency_key"), &rec["idem_key"]);
+        assert_eq!(span["traceId"].as_str().unwrap().len(), 32);
+        assert_eq!(span["spanId"].as_str().unwrap().len(), 16);
+        // Each check of the decision, in order, as an event with its outcome.
+        let checks = rec["why"]["checks"].as_array().unwrap();
+        let events = span["events"].as_array().unwrap();
+        assert!(!checks.is_empty());
+        assert_eq!(events.len(), checks.len());
+        for (e, c) in events.iter().zip(checks) {
+            assert_eq!(e["name"], c["name"]);
+            assert_eq!(
+                e["attributes"][0]["value"]["stringValue"], c["outcome"],
+                "{e} vs {c}"
+            );
+        }
+    }
+    let refused_span = got
+        .iter()
+        .find(|s| s["name"] == "toolgate.call payment.schedule")
+        .unwrap();
+    assert_eq!(refused_span["status"]["code"], 2);
+    assert_eq!(attr(refused_span, "toolgate.decision"), "deny");
+    h.shutdown().await;
+}
