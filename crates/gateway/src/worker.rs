@@ -3,7 +3,8 @@
 //! calling the registry's upstream servers. Any number of workers and gateways may share one
 //! PostgreSQL store: claims skip rows another worker holds, and plan submissions and approvals
 //! wake waiting workers through LISTEN/NOTIFY (SQLite polls). SIGINT or SIGTERM stops claiming;
-//! the batch in hand finishes and is recorded, then upstreams and the store close.
+//! the batch in hand finishes and is recorded, then upstreams and the store close. A second
+//! signal exits at once, like a crash: leased steps are then settled by recovery.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,8 +34,12 @@ pub async fn worker(opts: WorkerOptions) -> Result<WorkStats, GatewayError> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         crate::serve::signal().await;
-        tracing::info!("stopping: finishing the steps in hand");
+        tracing::info!("stopping: finishing the steps in hand (signal again to stop at once)");
         let _ = tx.send(true);
+        crate::serve::signal().await;
+        // As if the process died: leased steps are settled by recovery, never re-run blind.
+        tracing::warn!("stopping at once; steps in hand are left to lease recovery");
+        std::process::exit(130);
     });
     run_worker(&opts, rx).await
 }
