@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use rmcp::model::{CallToolResult, ContentBlock, ResultType, ServerPeerInfo, Tool};
@@ -42,6 +43,9 @@ pub struct Pins {
     /// `None`: pinning is off (benchmarks only; `toolgate serve` always pins).
     path: Option<PathBuf>,
     loaded: Mutex<Loaded>,
+    /// Bumped each time a changed lockfile is loaded; a verdict from an older generation is
+    /// re-checked.
+    generation: AtomicU64,
     store: OnceLock<Store>,
 }
 
@@ -88,6 +92,7 @@ impl Pins {
         Ok(Pins {
             path: Some(path),
             loaded: Mutex::new(loaded),
+            generation: AtomicU64::new(0),
             store: OnceLock::new(),
         })
     }
@@ -102,6 +107,7 @@ impl Pins {
                 set: Arc::new(PinSet::default()),
                 version: String::new(),
             }),
+            generation: AtomicU64::new(0),
             store: OnceLock::new(),
         }
     }
@@ -115,9 +121,13 @@ impl Pins {
         let _ = self.store.set(store);
     }
 
-    fn current(&self) -> (Arc<PinSet>, String) {
+    fn current(&self) -> (Arc<PinSet>, String, u64) {
         let l = self.loaded.lock().expect("pins lock");
-        (l.set.clone(), l.version.clone())
+        (
+            l.set.clone(),
+            l.version.clone(),
+            self.generation.load(Ordering::Acquire),
+        )
     }
 
     /// Re-reads the lockfile; true when its text changed (and parsed). A lockfile that no longer
@@ -141,6 +151,7 @@ impl Pins {
             Ok(new) => {
                 tracing::info!(lock = %path.display(), "toolgate.lock changed; re-checking upstreams");
                 *l = new;
+                self.generation.fetch_add(1, Ordering::AcqRel);
                 true
             }
             Err(e) => {
@@ -169,6 +180,8 @@ impl Pins {
 struct Checked {
     info: Arc<ServerPeerInfo>,
     verdict: Arc<PinVerdict>,
+    /// The lockfile generation the verdict was taken under.
+    generation: u64,
 }
 
 /// One upstream's pin state, shared by its connection and its `list_changed` handler.
@@ -201,7 +214,7 @@ impl PinGuard {
             return;
         }
         self.pins.refresh();
-        let (set, version) = self.pins.current();
+        let (set, version, generation) = self.pins.current();
         let verdict = Arc::new(set.check_rmcp(&self.name, &self.identity, &info, tools));
         let previous = {
             let mut c = self.checked.write().expect("pin guard");
@@ -209,6 +222,7 @@ impl PinGuard {
             *c = Some(Checked {
                 info,
                 verdict: verdict.clone(),
+                generation,
             });
             prev
         };
@@ -221,9 +235,24 @@ impl PinGuard {
             .await;
     }
 
-    /// Re-checks the last `initialize` answer and `tools` (no network) when the lockfile changed.
+    /// Whether the verdict in force was taken under an older lockfile than the one loaded.
+    pub fn stale(&self) -> bool {
+        let now = self.pins.generation.load(Ordering::Acquire);
+        self.checked
+            .read()
+            .expect("pin guard")
+            .as_ref()
+            .is_some_and(|c| c.generation != now)
+    }
+
+    /// Re-reads the lockfile and, when the verdict in force predates it, re-checks the last
+    /// `initialize` answer and `tools` (no network). True when it re-checked.
     pub async fn recheck_if_lock_changed(&self, tools: &[Tool]) -> bool {
-        if !self.pins.is_on() || !self.pins.refresh() {
+        if !self.pins.is_on() {
+            return false;
+        }
+        self.pins.refresh();
+        if !self.stale() {
             return false;
         }
         self.recheck(tools).await;
@@ -433,6 +462,11 @@ pub async fn refusal(
     let registry = state.registry();
     let tool = registry.tool(&call.tool)?;
     let (upstream, name) = upstream_of(tool)?;
+    if state.upstreams.ensure_checked(upstream).await.is_err() {
+        // Unreachable, so never checked: the call path reports the outage as for any upstream
+        // (nothing can be forwarded to a server that is not connected and checked).
+        return None;
+    }
     let message = state.upstreams.pin_check(upstream, name).await.err()?;
     if !tool.is_listed_for(&caller.role) {
         return None;
@@ -523,4 +557,80 @@ pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, String> {
     }
     lock.write(&path).map_err(|e| e.to_string())?;
     Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+    use toolgate_contract::{Approval, ServerFacts, tool_value};
+
+    fn info(name: &str) -> Arc<ServerPeerInfo> {
+        Arc::new(ServerPeerInfo::from(
+            ServerConfig::new(ServerCapabilities::default())
+                .with_server_info(Implementation::new(name, "1.0.0")),
+        ))
+    }
+
+    fn tools() -> Vec<Tool> {
+        vec![
+            serde_json::from_value(json!({"name": "t", "inputSchema": {"type": "object"}}))
+                .unwrap(),
+        ]
+    }
+
+    fn identity(name: &str) -> ServerIdentity {
+        ServerIdentity {
+            command: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    fn approve(dir: &Path, server: &str) {
+        let path = dir.join(LOCKFILE);
+        let mut lock = Lockfile::read(&path).unwrap();
+        let values: Vec<Value> = tools().iter().map(tool_value).collect();
+        lock.approve(
+            server,
+            &identity(server),
+            &ServerFacts::from_peer_info(&info(server)),
+            &values,
+            None,
+            &Approval::now("alice"),
+        )
+        .unwrap();
+        lock.write(&path).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lockfile_change_read_while_checking_one_upstream_reaches_every_other() {
+        let dir = tempfile::tempdir().unwrap();
+        approve(dir.path(), "a");
+        let pins = Arc::new(Pins::load(dir.path()).unwrap());
+        let a = PinGuard::new("a", identity("a"), pins.clone());
+        let b = PinGuard::new("b", identity("b"), pins.clone());
+        a.check(info("a"), &tools()).await;
+        b.check(info("b"), &tools()).await;
+        assert!(a.allows("t").unwrap().is_some());
+        assert!(b.allows("t").unwrap_err().contains("new server"));
+
+        approve(dir.path(), "b");
+        // Upstream a is checked first and reads the new lockfile ...
+        a.check(info("a"), &tools()).await;
+        // ... b's verdict predates it, so b is re-checked on its next refusal or tools/list.
+        assert!(b.stale());
+        assert!(b.recheck_if_lock_changed(&tools()).await);
+        assert!(b.allows("t").unwrap().is_some());
+        assert!(
+            !b.recheck_if_lock_changed(&tools()).await,
+            "nothing changed since"
+        );
+    }
+
+    #[test]
+    fn pinning_off_serves_without_a_hash() {
+        let g = PinGuard::new("a", identity("a"), Arc::new(Pins::off()));
+        assert!(!g.unchecked());
+        assert_eq!(g.allows("anything"), Ok(None));
+    }
 }

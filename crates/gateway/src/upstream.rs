@@ -392,6 +392,14 @@ impl Upstreams {
             .is_some_and(|u| u.pins.allows(tool).is_ok())
     }
 
+    /// Connects `upstream` (which checks it) unless it was checked already.
+    pub async fn ensure_checked(&self, upstream: &str) -> Result<(), String> {
+        match self.map.get(upstream) {
+            Some(u) if u.pins.unchecked() => u.connected().await.map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
     /// The per-call pin check: the pinned definition hash `tool` of `upstream` is served at
     /// (`None` with pinning off), or the refusal. An upstream never checked is connected (and
     /// checked) first; a refusal re-reads `toolgate.lock` once, so an approval given since
@@ -425,10 +433,11 @@ impl Upstreams {
     /// Re-reads `toolgate.lock` and, when it changed, re-checks every upstream against it (with
     /// what each last listed; no network). A read of one small file when nothing changed.
     pub async fn refresh_pins(&self) {
-        if !self.pins.is_on() || !self.pins.refresh() {
+        if !self.pins.is_on() {
             return;
         }
-        for u in self.map.values() {
+        self.pins.refresh();
+        for u in self.map.values().filter(|u| u.pins.stale()) {
             let tools = u.tools.read().expect("tools lock").clone();
             u.pins.recheck(&tools).await;
         }
