@@ -135,3 +135,49 @@ async fn two_workers_on_postgres_wake_on_submission_execute_each_step_once_and_s
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_request_lets_the_step_in_hand_finish_and_be_recorded() {
+    // The ERP takes 1.5 s per search, so the stop arrives while the step is running.
+    let slow = "slow=1500,tool=search_invoices".parse().unwrap();
+    let env = Environment::start(&examples_dir().join("finance"), None, vec![slow])
+        .await
+        .unwrap();
+    let planner = env.client(FIN_PLANNER_KEY).await.unwrap();
+    let run = submit(&planner, &plan(3), "billing").await.unwrap();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let opts = WorkerOptions {
+        config_dir: env.dir.path().to_path_buf(),
+        store_url: None,
+        work: None,
+    };
+    let drive = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let st = run_status(&planner, &run).await.unwrap();
+            if st["steps"][0]["status"] == "running" {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the step never started: {st}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.send(true).unwrap();
+    };
+    let (stats, ()) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(run_worker(&opts, rx), drive)
+    })
+    .await
+    .expect("the worker stops once the step in hand is recorded");
+    let stats = stats.unwrap();
+    assert_eq!((stats.executed, stats.done), (1, 1), "{stats:?}");
+    let st = run_status(&planner, &run).await.unwrap();
+    assert_eq!(st["steps"][0]["status"], "done", "finished, not abandoned");
+    let records = env.store().audit_records(None, Some(&run)).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(env.upstream_calls("erp").len(), 1);
+    planner.close().await;
+    env.shutdown().await;
+}
