@@ -3,15 +3,17 @@
 //! a random id in a `Secure`, `HttpOnly`, `SameSite=Strict` cookie. Every state change carries
 //! the session's CSRF token in the form and is refused without it; the sign-in form itself is
 //! protected by a double-submit token, so nobody can sign a victim into their own session.
+//! Sessions live in the store (only the sha256 of the id), so they survive a restart and hold
+//! across gateway replicas sharing one PostgreSQL.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
 use axum::http::header::COOKIE;
 use rand::RngCore;
 use toolgate_core::Registry;
+use toolgate_core::registry::api_key_hash;
+use toolgate_store::{ConsoleSession, Store, StoreError};
 
 use crate::actions::is_approver;
 
@@ -25,13 +27,11 @@ pub const LOGIN_COOKIE: &str = "toolgate_login";
 pub struct Session {
     pub principal: String,
     pub csrf: String,
-    expires: Instant,
 }
 
-/// The server-side session table.
+/// The sessions, kept in the store for `ttl` after sign-in.
 #[derive(Debug)]
 pub struct Sessions {
-    table: Mutex<HashMap<String, Session>>,
     ttl: Duration,
 }
 
@@ -48,44 +48,76 @@ pub fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Wall-clock milliseconds: sessions expire in real time, whatever clock decides calls.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 impl Sessions {
     pub fn new(ttl: Duration) -> Self {
-        Sessions {
-            table: Mutex::new(HashMap::new()),
-            ttl,
-        }
+        Sessions { ttl }
     }
 
     /// Signs in the holder of `api_key` if they are an approver; returns the session id.
-    pub fn sign_in(&self, registry: &Registry, api_key: &str) -> Option<(String, Session)> {
-        let p = registry.principal_by_key(api_key.trim())?;
+    pub async fn sign_in(
+        &self,
+        store: &Store,
+        registry: &Registry,
+        api_key: &str,
+    ) -> Result<Option<(String, Session)>, StoreError> {
+        let Some(p) = registry.principal_by_key(api_key.trim()) else {
+            return Ok(None);
+        };
         if !is_approver(registry, p.id()) {
-            return None;
+            return Ok(None);
         }
         let id = random_token();
         let s = Session {
             principal: p.id().to_string(),
             csrf: random_token(),
-            expires: Instant::now() + self.ttl,
         };
-        let mut t = self.table.lock().expect("session table");
-        let now = Instant::now();
-        t.retain(|_, s| s.expires > now);
-        t.insert(id.clone(), s.clone());
-        Some((id, s))
+        let now = now_ms();
+        let stored = ConsoleSession {
+            principal: s.principal.clone(),
+            csrf: s.csrf.clone(),
+            expires_at: now + self.ttl.as_millis() as i64,
+        };
+        store
+            .save_console_session(&api_key_hash(&id), &stored, now)
+            .await?;
+        Ok(Some((id, s)))
     }
 
-    /// The live session for the request's cookie, if any, still held by an approver.
-    pub fn current(&self, registry: &Registry, headers: &HeaderMap) -> Option<Session> {
+    /// The live session for the request's cookie, if any, still held by an approver. A store
+    /// that cannot answer signs nobody in.
+    pub async fn current(
+        &self,
+        store: &Store,
+        registry: &Registry,
+        headers: &HeaderMap,
+    ) -> Option<Session> {
         let id = cookie(headers, SESSION_COOKIE)?;
-        let t = self.table.lock().expect("session table");
-        let s = t.get(&id)?;
-        (s.expires > Instant::now() && is_approver(registry, &s.principal)).then(|| s.clone())
+        let s = match store.console_session(&api_key_hash(&id), now_ms()).await {
+            Ok(s) => s?,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the session failed; treated as signed out");
+                return None;
+            }
+        };
+        is_approver(registry, &s.principal).then_some(Session {
+            principal: s.principal,
+            csrf: s.csrf,
+        })
     }
 
-    pub fn sign_out(&self, headers: &HeaderMap) {
-        if let Some(id) = cookie(headers, SESSION_COOKIE) {
-            self.table.lock().expect("session table").remove(&id);
+    pub async fn sign_out(&self, store: &Store, headers: &HeaderMap) {
+        if let Some(id) = cookie(headers, SESSION_COOKIE)
+            && let Err(e) = store.delete_console_session(&api_key_hash(&id)).await
+        {
+            tracing::error!(error = %e, "ending the session failed");
         }
     }
 }

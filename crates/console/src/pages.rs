@@ -495,7 +495,7 @@ pub fn report(base: &str, who: (&str, &str), r: &Report, since: &str) -> Markup 
                 tr { th { "Approvals' age at decision" } td #approval-age { (r.approval_age.n) " decided · p50 " (opt_ms(r.approval_age.p50)) " · p90 " (opt_ms(r.approval_age.p90)) " · max " (opt_ms(r.approval_age.max)) } }
                 tr { th { "Duplicates suppressed" } td #duplicates { (r.duplicates_suppressed) " replayed (nothing ran) · " (r.key_conflicts) " key conflicts refused" } }
                 tr { th { "Unknown outcomes" } td #unknowns { (r.unknowns.total) " (" (r.unknowns.reconciled) " reconciled, " (r.unknowns.open) " open) · time to reconcile p50 " (opt_ms(r.unknowns.time_to_reconcile.p50)) } }
-                tr { th { "Governance latency" } td.muted { "Not recorded in the audit records yet (the handler's latency is below)." } }
+                tr { th { "Governance latency (decision and reservation)" } td #governance-latency { "n " (r.governance_latency.n) " · p50 " (opt(r.governance_latency.p50)) " µs · p95 " (opt(r.governance_latency.p95)) " µs · p99 " (opt(r.governance_latency.p99)) " µs" } }
                 tr { th { "Call latency (handler)" } td #latency { "n " (r.call_latency.n) " · p50 " (opt(r.call_latency.p50)) " ms · p95 " (opt(r.call_latency.p95)) " ms · p99 " (opt(r.call_latency.p99)) " ms" } }
             } }
             h2 { "Budget use today" }

@@ -156,8 +156,9 @@ pub struct Report {
     /// rule → denials.
     pub refusals: BTreeMap<String, u64>,
     pub gates: Vec<Gate>,
-    /// Milliseconds from a request being raised to its decision: a rejection, or the approved
-    /// call running (for planned steps approved on the page, that is the approval itself).
+    /// Milliseconds from a request being raised to a person's decision on it (the store's
+    /// `decided_at`: the last approval needed, or the rejection). Requests stored before
+    /// `decided_at` was kept fall back to the record of the approved call or the rejection.
     pub approval_age: Percentiles,
     /// Calls answered from a stored outcome: duplicate effects that did not happen.
     pub duplicates_suppressed: u64,
@@ -167,6 +168,9 @@ pub struct Report {
     pub budgets: Vec<Budget>,
     /// Handler latency of calls that ran, in milliseconds.
     pub call_latency: Percentiles,
+    /// Governance latency of decided calls, in microseconds: from the request to its decision
+    /// and reservation (destination lookups included), without the handler.
+    pub governance_latency: Percentiles,
     /// Shadow rules that matched in the period, by rule and what it would have done.
     pub shadow: Vec<ShadowUse>,
 }
@@ -203,8 +207,12 @@ pub fn compute(
     let mut duplicates = 0;
     let mut conflicts = 0;
     let mut latencies = Vec::new();
+    let mut governance = Vec::new();
     for r in &records {
         let b = &r.body;
+        if let Some(us) = b.outcome.governance_us {
+            governance.push(us);
+        }
         *calls
             .entry((b.tool.clone(), decision_name(b.why.decision)))
             .or_insert(0) += 1;
@@ -281,6 +289,10 @@ pub fn compute(
             ApprovalStatus::Approved | ApprovalStatus::Consumed => {
                 g.approved += 1;
                 week.0 += 1;
+                if let Some(at) = a.decided_at {
+                    ages.push(at.millis() - a.created_at.millis());
+                    continue;
+                }
                 let used = records.iter().find(|x| {
                     x.body.approval.is_some()
                         && x.body.ts >= a.created_at
@@ -294,6 +306,10 @@ pub fn compute(
             ApprovalStatus::Rejected => {
                 g.rejected += 1;
                 week.1 += 1;
+                if let Some(at) = a.decided_at {
+                    ages.push(at.millis() - a.created_at.millis());
+                    continue;
+                }
                 let rejected = records.iter().find(|x| {
                     x.body.why.decision == AuditDecision::Rejected
                         && x.body.tool == a.tool
@@ -349,6 +365,7 @@ pub fn compute(
         unknowns,
         budgets,
         call_latency: Percentiles::of(latencies),
+        governance_latency: Percentiles::of(governance),
         shadow,
     }
 }
@@ -584,9 +601,15 @@ impl Report {
             opt(l.p99),
             opt(l.max)
         );
+        let g = &self.governance_latency;
         let _ = writeln!(
             s,
-            "governance latency (checks and reservation, before the handler): not in the audit records yet"
+            "governance latency (decision and reservation, before the handler, µs): n {}, p50 {}, p95 {}, p99 {}, max {}",
+            g.n,
+            opt(g.p50),
+            opt(g.p95),
+            opt(g.p99),
+            opt(g.max)
         );
         s
     }
@@ -758,6 +781,12 @@ impl Report {
             "summary",
             "Handler latency of calls that ran.",
             summary(&self.call_latency, 1000.0),
+        );
+        family(
+            "toolgate_governance_latency_seconds",
+            "summary",
+            "Time from a call's request to its decision and reservation, without the handler.",
+            summary(&self.governance_latency, 1_000_000.0),
         );
         s
     }

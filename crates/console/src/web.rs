@@ -100,8 +100,12 @@ impl ConsoleState {
             None => self.inner.exec.clone(),
         }
     }
-    fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        self.inner.sessions.current(&self.exec().registry, headers)
+    async fn session(&self, headers: &HeaderMap) -> Option<Session> {
+        let exec = self.exec();
+        self.inner
+            .sessions
+            .current(&exec.store, &exec.registry, headers)
+            .await
     }
 }
 
@@ -196,7 +200,28 @@ async fn login(
         );
     }
     let key = f.api_key.unwrap_or_default();
-    match s.inner.sessions.sign_in(&s.exec().registry, &key) {
+    let exec = s.exec();
+    let signed = match s
+        .inner
+        .sessions
+        .sign_in(&exec.store, &exec.registry, &key)
+        .await
+    {
+        Ok(signed) => signed,
+        Err(e) => {
+            tracing::error!(error = %e, "storing the session failed");
+            return html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                pages::message(
+                    s.base(),
+                    None,
+                    "Not signed in",
+                    "The session could not be stored. Try again in a moment.",
+                ),
+            );
+        }
+    };
+    match signed {
         Some((id, _)) => {
             let mut r = redirect(&pages::home(s.base()));
             let path = s.cookie_path();
@@ -257,13 +282,13 @@ async fn logout(
     headers: HeaderMap,
     Form(f): Form<CsrfForm>,
 ) -> Response {
-    let Some(who) = s.session(&headers) else {
+    let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
     if !csrf_ok(&who, &f.csrf) {
         return csrf_refusal(&s, &who);
     }
-    s.inner.sessions.sign_out(&headers);
+    s.inner.sessions.sign_out(&s.exec().store, &headers).await;
     let mut r = to_login(&s);
     let c = set_cookie(
         SESSION_COOKIE,
@@ -308,7 +333,7 @@ async fn queue_page(
     headers: HeaderMap,
     Query(filter): Query<Filter>,
 ) -> Response {
-    let Some(who) = s.session(&headers) else {
+    let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
     let exec = &s.exec();
@@ -336,7 +361,7 @@ async fn item_page(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let Some(who) = s.session(&headers) else {
+    let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
     match item::load(&s.exec(), &id).await {
@@ -360,7 +385,7 @@ async fn approve(
     Path(id): Path<String>,
     Form(f): Form<ApproveForm>,
 ) -> Response {
-    let Some(who) = s.session(&headers) else {
+    let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
     if !csrf_ok(&who, &f.csrf) {
@@ -452,7 +477,7 @@ async fn reject(
     Path(id): Path<String>,
     Form(f): Form<RejectForm>,
 ) -> Response {
-    let Some(who) = s.session(&headers) else {
+    let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
     if !csrf_ok(&who, &f.csrf) {
@@ -483,7 +508,7 @@ async fn evidence_page(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let Some(who) = s.session(&headers) else {
+    let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
     let w = (who.principal.as_str(), who.csrf.as_str());
@@ -545,7 +570,7 @@ async fn report_page(
     headers: HeaderMap,
     Query(q): Query<SinceQuery>,
 ) -> Response {
-    let Some(who) = s.session(&headers) else {
+    let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
     let exec = &s.exec();

@@ -26,6 +26,8 @@ struct R {
     latency: Option<i64>,
     step: Option<&'static str>,
     approved: bool,
+    /// Governance latency (µs) recorded with a decided call.
+    gov: Option<i64>,
 }
 
 fn r(at: i64, tool: &'static str, decision: AuditDecision) -> R {
@@ -38,6 +40,7 @@ fn r(at: i64, tool: &'static str, decision: AuditDecision) -> R {
         latency: None,
         step: None,
         approved: false,
+        gov: None,
     }
 }
 
@@ -75,23 +78,43 @@ fn draft(x: &R) -> AuditDraft {
             status: x.status,
             target_ref: None,
             latency_ms: x.latency,
-            governance_us: None,
+            governance_us: x.gov,
             error: None,
         },
         registry_version: "test".into(),
     }
 }
 
-/// (subject step, tool, created at, status)
-const REQUESTS: &[(&str, &str, i64, &str)] = &[
-    ("s1", "payment.schedule", W1 + 2 * H, "consumed"),
-    ("s2", "payment.schedule", W1 + 4 * H, "rejected"),
-    ("s3", "payment.schedule", W1 + 20 * H, "consumed"),
-    ("s8", "payment.urgent", W1 + 5 * H, "consumed"),
-    ("s4", "payment.schedule", W2 + H, "consumed"),
-    ("s5", "payment.schedule", W2 + 3 * H, "rejected"),
-    ("s6", "payment.schedule", W2 + 4 * H, "expired"),
-    ("s7", "payment.schedule", W2 + 6 * H, "pending"),
+/// (subject step, tool, created at, status, decided at). Requests without `decided_at` (as
+/// stored before it was kept) are aged by the record of their approved call or rejection.
+const REQUESTS: &[(&str, &str, i64, &str, Option<i64>)] = &[
+    // s1 was approved 30 min after it was raised; its call ran 1 h after.
+    (
+        "s1",
+        "payment.schedule",
+        W1 + 2 * H,
+        "consumed",
+        Some(W1 + 2 * H + 30 * MIN),
+    ),
+    (
+        "s2",
+        "payment.schedule",
+        W1 + 4 * H,
+        "rejected",
+        Some(W1 + 6 * H),
+    ),
+    ("s3", "payment.schedule", W1 + 20 * H, "consumed", None),
+    ("s8", "payment.urgent", W1 + 5 * H, "consumed", None),
+    ("s4", "payment.schedule", W2 + H, "consumed", None),
+    ("s5", "payment.schedule", W2 + 3 * H, "rejected", None),
+    (
+        "s6",
+        "payment.schedule",
+        W2 + 4 * H,
+        "expired",
+        Some(W2 + 76 * H),
+    ),
+    ("s7", "payment.schedule", W2 + 6 * H, "pending", None),
 ];
 
 async fn seeded() -> common::Env {
@@ -100,25 +123,30 @@ async fn seeded() -> common::Env {
     let log = vec![
         R {
             latency: Some(10),
+            gov: Some(120),
             ..r(W1 + H, "invoice.get", Allow)
         },
         R {
             latency: Some(20),
+            gov: Some(80),
             ..r(W1 + H + MIN, "invoice.get", Allow)
         },
         R {
             latency: Some(30),
+            gov: Some(100),
             ..r(W1 + H + 2 * MIN, "invoice.get", Allow)
         },
         r(W1 + H + 3 * MIN, "invoice.get", Replay),
         R {
             rule: Some("schema.maximum"),
             status: StepStatus::Refused,
+            gov: Some(50),
             ..r(W1 + H + 4 * MIN, "payment.schedule", Deny)
         },
         R {
             rule: Some("schema.maximum"),
             status: StepStatus::Refused,
+            gov: Some(60),
             ..r(W1 + H + 5 * MIN, "payment.schedule", Deny)
         },
         R {
@@ -197,14 +225,17 @@ async fn seeded() -> common::Env {
         .append_audit(log.iter().map(draft).collect())
         .await
         .unwrap();
-    for (i, (subject, tool, at, status)) in REQUESTS.iter().enumerate() {
+    for (i, (subject, tool, at, status, decided)) in REQUESTS.iter().enumerate() {
+        let decided = decided
+            .map(|d| d.to_string())
+            .unwrap_or_else(|| "NULL".into());
         e.store
             .execute_raw(&format!(
                 "INSERT INTO approval_requests (approval_id, subject, run_id, principal, tool, \
                  tool_version, input_hash, inputs, reason, evidence, rule, approvers_needed, \
-                 status, created_at, expires_at) VALUES ('a{i}', '{subject}', 'run-1', \
+                 status, created_at, expires_at, decided_at) VALUES ('a{i}', '{subject}', 'run-1', \
                  'fin-worker', '{tool}', '1.0.0', 'sha256:00', '{{}}', NULL, '[]', \
-                 'gate.always', 1, '{status}', {at}, {})",
+                 'gate.always', 1, '{status}', {at}, {}, {decided})",
                 at + 72 * H
             ))
             .await
@@ -285,11 +316,19 @@ async fn report_figures_match_a_hand_count_of_the_seeded_log() {
     assert_eq!(u.rejection_rate(), Some(0.0));
     assert_eq!(u.break_even(), None);
 
-    // Ages at decision: 10 min, 1 h, 1 h, 2 h, 2 h, 4 h.
+    // Ages at decision: 10 min (s8), 30 min (s1, by its decided_at), 1 h (s4), 2 h (s2, by
+    // decided_at), 2 h (s5), 4 h (s3).
     assert_eq!(r.approval_age.n, 6);
     assert_eq!(r.approval_age.p50, Some(H));
     assert_eq!(r.approval_age.p90, Some(4 * H));
     assert_eq!(r.approval_age.max, Some(4 * H));
+    assert_eq!(r.approval_age.sum, 9 * H + 40 * MIN);
+
+    // Governance latency (µs): 50, 60, 80, 100, 120.
+    assert_eq!(r.governance_latency.n, 5);
+    assert_eq!(r.governance_latency.p50, Some(80));
+    assert_eq!(r.governance_latency.p95, Some(120));
+    assert_eq!(r.governance_latency.max, Some(120));
 
     // Unknowns: s3 reconciled after 30 min, s4 still open.
     assert_eq!(
@@ -352,6 +391,12 @@ async fn text_and_prometheus_carry_the_same_figures() {
         text.contains("unknown outcomes: 2 (1 reconciled, 1 open)"),
         "{text}"
     );
+    assert!(
+        text.contains(
+            "governance latency (decision and reservation, before the handler, µs): n 5, p50 80, p95 120, p99 120, max 120"
+        ),
+        "{text}"
+    );
 
     let prom = r.to_prometheus();
     for line in [
@@ -363,12 +408,14 @@ async fn text_and_prometheus_carry_the_same_figures() {
         "toolgate_gate_break_even_ratio{tool=\"payment.urgent\",rule=\"gate.always\"} +Inf",
         "toolgate_approval_age_seconds{quantile=\"0.5\"} 3600",
         "toolgate_approval_age_seconds_count 6",
-        "toolgate_approval_age_seconds_sum 36600",
+        "toolgate_approval_age_seconds_sum 34800",
         "toolgate_duplicates_suppressed_total 1",
         "toolgate_unknown_outcomes_total{state=\"open\"} 1",
         "toolgate_budget_used{principal=\"fin-worker\",tier=\"spend\"} 3",
         "toolgate_budget_limit{principal=\"fin-worker\",tier=\"spend\"} 50",
         "toolgate_call_latency_seconds{quantile=\"0.5\"} 0.04",
+        "toolgate_governance_latency_seconds{quantile=\"0.5\"} 0.00008",
+        "toolgate_governance_latency_seconds_count 5",
     ] {
         assert!(prom.contains(line), "missing `{line}` in:\n{prom}");
     }

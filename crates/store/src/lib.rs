@@ -17,6 +17,7 @@ pub mod model;
 pub mod plan;
 pub mod previews;
 mod reserve;
+pub mod sessions;
 mod store;
 pub mod toggles;
 mod window;
@@ -37,6 +38,7 @@ pub use plan::{
     PlanSubmission, Review, ReviewVerdict, RunStatus, StepProblem, SubmittedPlan, WorkSignal,
     assign_worker, check_step,
 };
+pub use sessions::ConsoleSession;
 pub use store::{Store, StoreConfig};
 pub use toggles::{ExecutorToggles, Toggles};
 pub use worker::{WorkOptions, WorkStats};
