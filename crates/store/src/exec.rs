@@ -397,6 +397,22 @@ fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {
     o
 }
 
+/// The schema check (3) for toolgate's own calls — destination lookups, reconciliation and
+/// compensation — whose inputs toolgate builds: inputs the tool would refuse are never sent.
+/// The other checks do not apply to them (see README, "Design notes").
+fn system_inputs_fit(registry: &Registry, tool: &str, inputs: &Value) -> Result<(), String> {
+    let Some(t) = registry.tool(tool) else {
+        return Err(format!("tool '{tool}' is not in the registry"));
+    };
+    t.schema.validate(inputs).map_err(|errors| {
+        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        format!(
+            "the inputs built for {tool} do not fit its schema: {}",
+            list.join("; ")
+        )
+    })
+}
+
 impl Executor {
     pub fn new(
         store: Store,
@@ -1689,14 +1705,17 @@ impl Executor {
         };
         let target = self.target(&l.tool);
         let started = Instant::now();
-        let res = match tokio::time::timeout(
-            self.store.config().call_timeout,
-            self.handler.call(&target, &l.inputs, &meta),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(HandlerError::Timeout),
+        let res = match system_inputs_fit(&self.registry, &l.tool, &l.inputs) {
+            Err(why) => Err(HandlerError::Failed(why)),
+            Ok(()) => match tokio::time::timeout(
+                self.store.config().call_timeout,
+                self.handler.call(&target, &l.inputs, &meta),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(HandlerError::Timeout),
+            },
         };
         let (values, mut outcome) = match res {
             Ok(out) => match l.allowed_in(&out.result) {
@@ -1902,6 +1921,10 @@ impl Executor {
                 principal: s.principal.clone(),
             };
             let inputs = json!({"idempotency_key": s.idem_key.as_str()});
+            if let Err(why) = system_inputs_fit(&self.registry, &lookup, &inputs) {
+                tracing::error!(step = %s.step_id, %why, "not reconciled: a person must settle it");
+                continue;
+            }
             let target = self.target(&lookup);
             let answer = match tokio::time::timeout(
                 self.store.config().call_timeout,
@@ -2102,14 +2125,18 @@ impl Executor {
             };
             let target = self.target(&comp);
             let started = Instant::now();
-            let res = match tokio::time::timeout(
-                self.store.config().call_timeout,
-                self.handler.call(&target, &inputs, &meta),
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(HandlerError::Timeout),
+            let res = match system_inputs_fit(&self.registry, &comp, &inputs) {
+                // Never sent: recorded failed, for a person to undo by hand.
+                Err(why) => Err(HandlerError::Failed(why)),
+                Ok(()) => match tokio::time::timeout(
+                    self.store.config().call_timeout,
+                    self.handler.call(&target, &inputs, &meta),
+                )
+                .await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(HandlerError::Timeout),
+                },
             };
             let now = self.clock.now();
             let mut outcome = match res {
