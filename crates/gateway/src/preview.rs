@@ -19,11 +19,14 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use toolgate_core::registry::Tool as RegistryTool;
-use toolgate_core::{InputHash, Registry};
+use toolgate_core::{
+    CallRequest, CheckName, Clock, Engine, InputHash, Registry, SystemClock, Verdict,
+};
 use toolgate_store::StoreError;
 use toolgate_store::previews::Preview;
 
 use crate::auth::Caller;
+use crate::meta::CallContext;
 use crate::server::{GatewayServer, mcp_tool};
 
 /// The suffix of a preview tool's name.
@@ -148,6 +151,9 @@ async fn preview(
 ) -> Result<CallToolResult, ErrorData> {
     let cfg = &tool.config;
     let inputs = Value::Object(arguments.unwrap_or_default());
+    if let Some(refused) = static_refusal(server, caller, tool, &inputs, meta) {
+        return Ok(refused);
+    }
     let hash = InputHash::of(&inputs);
     let created_at = now_ms();
     let expires_secs = cfg.preview.as_ref().map_or(0, |p| p.expires_secs);
@@ -202,6 +208,50 @@ async fn preview(
     let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
     r.structured_content = Some(facts);
     Ok(r)
+}
+
+/// A plan the commit would certainly refuse is not made: the checks that depend only on the
+/// caller, the inputs and the `_meta` (listed, schema, purpose) run now, and their refusal is the
+/// preview's answer. The rest (budgets, policies over the run, destinations looked up from data,
+/// the gate) is decided at commit.
+fn static_refusal(
+    server: &GatewayServer,
+    caller: &Caller,
+    tool: &RegistryTool,
+    inputs: &Value,
+    meta: &JsonObject,
+) -> Option<CallToolResult> {
+    let ctx = CallContext::from_meta(meta);
+    let surface = server.state().surface();
+    let engine = Engine::new(&surface.registry, &surface.executor.keys);
+    let req = CallRequest {
+        purpose: ctx.purpose.as_deref(),
+        reason: ctx.reason.as_deref(),
+        ..CallRequest::new(&caller.principal, tool.name(), inputs)
+    };
+    let decision = engine.decide(&req, SystemClock.now());
+    let Verdict::Deny {
+        check,
+        rule,
+        reason,
+    } = &decision.verdict
+    else {
+        return None;
+    };
+    if !matches!(
+        check,
+        CheckName::Listed | CheckName::Schema | CheckName::Purpose
+    ) {
+        return None;
+    }
+    Some(refusal(
+        format!(
+            "no plan was made: `{}` would be refused by the {check} check (rule {rule}): {reason}. \
+             Correct the inputs or the _meta and preview again.",
+            tool.name()
+        ),
+        json!({"status": "refused", "check": check.to_string(), "rule": rule, "reason": reason}),
+    ))
 }
 
 async fn commit(

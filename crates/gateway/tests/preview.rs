@@ -114,6 +114,20 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     assert!(h.records_for("draft_note").is_empty());
     assert!(h.audit("test-worker").await.is_empty());
 
+    // A preview the commit would certainly refuse (above the schema's ceiling) makes no plan.
+    let over = call(
+        &worker,
+        "payment.schedule.preview",
+        json!({"invoice_id": "INV-20260615", "amount": 60000, "currency": "EUR", "value_date": "2026-06-30",
+               "reason": "Pay invoice INV-20260615 matched against PO-77901"}),
+        billing("pay an approved invoice matched against PO-77901", "run-preview-over"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(over.is_error, Some(true));
+    assert_eq!(s(&over)["check"], "schema");
+    assert!(s(&over).get("plan_id").is_none());
+
     // Fresh arguments at commit are refused; nothing runs.
     let r = call(
         &worker,
