@@ -150,10 +150,13 @@ pub fn lint_tool(
             "list the input fields that identify the operation (`identity: [invoice_id, amount]`), not free text",
         );
     }
-    // A built-in writes only toolgate's own records (a plan, a review), which no compensating
-    // tool could undo better than aborting the run they belong to.
-    let builtin = t.handler.builtin.is_some();
-    if t.effect == Effect::Write && t.compensate.is_none() && !is_compensation && !builtin {
+    // The writing built-ins record only in toolgate's own store (a plan, a review), which no
+    // compensating tool could undo better than aborting the run they belong to.
+    let records_only = matches!(
+        t.handler.builtin.as_deref(),
+        Some("plan.submit" | "step.approve" | "step.reject")
+    );
+    if t.effect == Effect::Write && t.compensate.is_none() && !is_compensation && !records_only {
         push(
             out,
             file,

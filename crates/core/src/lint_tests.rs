@@ -157,3 +157,47 @@ fn the_fixture_registry_lints_clean() {
     let f = lint(&r);
     assert!(f.is_empty(), "{:#?}", f);
 }
+
+/// A built-in declared as `handler: {builtin: name}`, effect write, with `schema`.
+fn builtin(name: &str, schema: Value) -> ToolConfig {
+    serde_json::from_value(json!({
+        "name": name, "version": "1", "owner": "@o", "description": "d",
+        "effect": "write", "tier": "read", "sensitivity": "internal",
+        "purposes": ["p"], "roles": ["r"], "identity": ["goal"],
+        "handler": {"builtin": name},
+        "input_schema": schema,
+    }))
+    .unwrap()
+}
+
+fn steps_with(inputs: Value) -> Value {
+    json!({"type": "object", "additionalProperties": false, "properties": {
+        "goal": {"type": "string", "maxLength": 9},
+        "steps": {"type": "array", "maxItems": 5, "items": {
+            "type": "object", "additionalProperties": false,
+            "properties": {"inputs": inputs, "extra": {"type": "object"}}}}
+    }})
+}
+
+#[test]
+fn only_plan_submits_step_inputs_may_be_open_and_only_record_writing_builtins_skip_compensation() {
+    let plan = builtin("plan.submit", steps_with(json!({"type": "object"})));
+    assert_eq!(
+        rules(&plan),
+        ["schema.open-object @ tools[0].input_schema.properties.steps.items.properties.extra"],
+        "the step inputs are exempt; another open object in the same schema is not"
+    );
+    let other = builtin("run.status", steps_with(json!({"type": "object"})));
+    let found = rules(&other);
+    assert!(
+        found.contains(
+            &"schema.open-object @ tools[0].input_schema.properties.steps.items.properties.inputs"
+                .to_string()
+        ),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&"write.no-compensation @ tools[0].compensate".to_string()),
+        "a read built-in declared as a write is still asked for compensation: {found:?}"
+    );
+}
