@@ -9,6 +9,9 @@
 //! needs a sub-second timeout (thousands of timeout episodes) and a fault chosen per episode.
 //! The registry is `examples/finance` with three documented changes (see [`prepare_registry`]).
 
+pub mod crash;
+pub mod scale;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -32,13 +35,14 @@ use toolgate_core::registry::api_key_hash;
 use toolgate_fakes::finance::Finance;
 use toolgate_fakes::{Call, Domain, FakeServer, FaultPlan, Recorder, Reply};
 use toolgate_gateway::{Gateway, ServeOptions};
+use toolgate_store::ExecutorToggles;
 use toolgate_store::audit::AuditDecision;
 
 /// The bench principal's API key (added to the copied registry only).
 pub const BENCH_KEY: &str = "tgbench_agent";
 /// The one invoice of the finance fake that is approved and below the 10,000 EUR gate policy.
-const INVOICE: &str = "INV-20260611";
-const AMOUNT: f64 = 4180.0;
+pub(crate) const INVOICE: &str = "INV-20260611";
+pub(crate) const AMOUNT: f64 = 4180.0;
 
 /// A fault at the service boundary, fired on the first delivery of an episode's payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -158,7 +162,19 @@ struct Episode {
     fault: Option<Fault>,
     fired: bool,
     booked: u32,
+    /// The arguments of each booked payment, in order.
+    booked_inputs: Vec<Value>,
     in_flight: u32,
+    /// A crash episode's hold: the first delivery (booked first or not) is held until the
+    /// caller goes away, and the bench is told it arrived (see `crash`).
+    hold: Option<Hold>,
+}
+
+/// How a crash episode's first delivery is held.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    pub commit_first: bool,
+    pub arrived: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// The finance fake with per-episode faults on `schedule_payment`, counting committed payments
@@ -166,16 +182,53 @@ struct Episode {
 pub struct Faulty {
     inner: Finance,
     timing: Timing,
+    /// Whether the ERP deduplicates on `_meta.idempotency_key` (the finance fake does). Without,
+    /// it books every delivery under a key of its own, and still finds a payment by the
+    /// caller's key (the first one booked with it), as a service that stores a client
+    /// reference without enforcing it.
+    dedupe: bool,
+    /// Caller's key → the key the first delivery was booked under (when not deduplicating).
+    aliases: Mutex<HashMap<String, String>>,
+    deliveries: std::sync::atomic::AtomicU64,
     episodes: Mutex<HashMap<String, Episode>>,
 }
 
 impl Faulty {
-    fn new(timing: Timing) -> Faulty {
+    pub(crate) fn new(timing: Timing, dedupe: bool) -> Faulty {
         Faulty {
             inner: Finance::seeded(),
             timing,
+            dedupe,
+            aliases: Mutex::new(HashMap::new()),
+            deliveries: std::sync::atomic::AtomicU64::new(0),
             episodes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Holds the first delivery of `run_id`'s payment (booked first, or not) until the caller
+    /// goes away; `arrived` fires when it is held.
+    pub(crate) fn arm_hold(&self, run_id: &str, hold: Hold) {
+        self.episodes
+            .lock()
+            .expect("episodes")
+            .entry(run_id.to_string())
+            .or_default()
+            .hold = Some(hold);
+    }
+
+    /// Deliveries of `run_id`'s payment the fake is still working on.
+    pub(crate) fn busy(&self, run_id: &str) -> u32 {
+        self.in_flight(run_id)
+    }
+
+    /// The arguments of the payments booked for an episode.
+    pub fn booked_inputs(&self, run_id: &str) -> Vec<Value> {
+        self.episodes
+            .lock()
+            .expect("episodes")
+            .get(run_id)
+            .map(|e| e.booked_inputs.clone())
+            .unwrap_or_default()
     }
 
     fn arm(&self, run_id: &str, fault: Fault) {
@@ -205,14 +258,28 @@ impl Faulty {
     }
 
     async fn commit(&self, tag: &str, call: &Call, ctx: &RequestContext<RoleServer>) -> Reply {
-        let reply = self.inner.call(call, ctx).await;
+        let reply = match call.idempotency_key() {
+            Some(key) if !self.dedupe => {
+                let n = self
+                    .deliveries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let own = format!("{key}#{n}");
+                self.aliases
+                    .lock()
+                    .expect("aliases")
+                    .entry(key.to_string())
+                    .or_insert_with(|| own.clone());
+                let mut c = call.clone();
+                c.meta.insert("idempotency_key".into(), Value::String(own));
+                self.inner.call(&c, ctx).await
+            }
+            _ => self.inner.call(call, ctx).await,
+        };
         if reply.committed {
-            self.episodes
-                .lock()
-                .expect("episodes")
-                .entry(tag.to_string())
-                .or_default()
-                .booked += 1;
+            let mut eps = self.episodes.lock().expect("episodes");
+            let ep = eps.entry(tag.to_string()).or_default();
+            ep.booked += 1;
+            ep.booked_inputs.push(Value::Object(call.arguments.clone()));
         }
         reply
     }
@@ -225,7 +292,7 @@ impl Faulty {
     }
 }
 
-fn error_result(text: &str) -> CallToolResult {
+pub(crate) fn error_result(text: &str) -> CallToolResult {
     CallToolResult::error(vec![rmcp::model::ContentBlock::text(text.to_string())])
 }
 
@@ -243,6 +310,19 @@ impl Domain for Faulty {
     }
 
     async fn call(&self, call: &Call, ctx: &RequestContext<RoleServer>) -> Reply {
+        if call.tool == "lookup_payment_by_key" && !self.dedupe {
+            let mut c = call.clone();
+            let alias = c
+                .arguments
+                .get("idempotency_key")
+                .and_then(Value::as_str)
+                .and_then(|k| self.aliases.lock().expect("aliases").get(k).cloned());
+            if let Some(own) = alias {
+                c.arguments
+                    .insert("idempotency_key".into(), Value::String(own));
+            }
+            return self.inner.call(&c, ctx).await;
+        }
         if call.tool != "schedule_payment" {
             return self.inner.call(call, ctx).await;
         }
@@ -252,17 +332,37 @@ impl Domain for Faulty {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let fault = {
+        let (fault, hold) = {
             let mut eps = self.episodes.lock().expect("episodes");
             let ep = eps.entry(tag.clone()).or_default();
             ep.in_flight += 1;
             if ep.fired {
-                None
+                (None, None)
             } else {
                 ep.fired = true;
-                ep.fault
+                (ep.fault, ep.hold.take())
             }
         };
+        if let Some(mut hold) = hold {
+            let reply = if hold.commit_first {
+                Some(self.commit(&tag, call, ctx).await)
+            } else {
+                None
+            };
+            if let Some(tx) = hold.arrived.take() {
+                let _ = tx.send(());
+            }
+            tokio::select! {
+                _ = ctx.ct.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_secs(20)) => {}
+            }
+            if let Some(ep) = self.episodes.lock().expect("episodes").get_mut(&tag) {
+                ep.in_flight -= 1;
+            }
+            return reply.unwrap_or_else(|| {
+                Reply::read(error_result("no answer (the request was dropped)"))
+            });
+        }
         let reply = match fault {
             None => self.commit(&tag, call, ctx).await,
             Some(Fault::TimeoutBeforeCommit) => {
@@ -354,7 +454,7 @@ impl Mcp {
     }
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for e in std::fs::read_dir(from)? {
         let e = e?;
@@ -381,15 +481,20 @@ fn replace_once(text: &str, from: &str, to: &str, file: &str) -> anyhow::Result<
 /// 2. its `rate_limit: 3` is removed, so thousands of episodes are not rate-limited;
 /// 3. a principal `bench-agent` with a role `bench.payer` that may call `payment.schedule`:
 ///    the example's `worker.finance` is plan-bound, and the bench makes direct calls.
-pub fn prepare_registry(dir: &Path) -> anyhow::Result<()> {
+///
+/// With `gated` (the approval episodes of `toggles`), change 1 is not made: every payment waits
+/// for a person, as in the example.
+pub fn prepare_registry(dir: &Path, gated: bool) -> anyhow::Result<()> {
     let tools = dir.join("tools/payments.yaml");
     let mut t = std::fs::read_to_string(&tools)?;
-    t = replace_once(
-        &t,
-        "    gate: always\n",
-        "    gate: never\n",
-        "payments.yaml",
-    )?;
+    if !gated {
+        t = replace_once(
+            &t,
+            "    gate: always\n",
+            "    gate: never\n",
+            "payments.yaml",
+        )?;
+    }
     t = replace_once(&t, "    rate_limit: 3\n", "", "payments.yaml")?;
     t = replace_once(
         &t,
@@ -432,15 +537,40 @@ pub struct Bench {
     stop: CancellationToken,
 }
 
+/// How a bench environment is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub timing: Timing,
+    /// The ERP deduplicates on the idempotency key (the finance fake does).
+    pub upstream_dedupes: bool,
+    /// `payment.schedule` waits for a person (`gate: always`).
+    pub gated: bool,
+}
+
+impl Setup {
+    pub fn new(timing: Timing) -> Setup {
+        Setup {
+            timing,
+            upstream_dedupes: true,
+            gated: false,
+        }
+    }
+}
+
 impl Bench {
-    pub async fn start(timing: Timing) -> anyhow::Result<Bench> {
+    pub async fn start(setup: Setup) -> anyhow::Result<Bench> {
+        let timing = setup.timing;
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
         let dir = tempfile::tempdir()?;
         copy_dir(&example, dir.path())?;
-        prepare_registry(dir.path())?;
+        prepare_registry(dir.path(), setup.gated)?;
         let stop = CancellationToken::new();
 
-        let fake = FakeServer::new(Faulty::new(timing), Recorder::disabled(), FaultPlan::none());
+        let fake = FakeServer::new(
+            Faulty::new(timing, setup.upstream_dedupes),
+            Recorder::disabled(),
+            FaultPlan::none(),
+        );
         let served = fake.clone();
         let service = StreamableHttpService::new(
             move || Ok(served.clone()),
@@ -555,7 +685,7 @@ pub struct Outcome {
     pub record_mismatch: bool,
 }
 
-const REASONS: [&str; 3] = [
+pub(crate) const REASONS: [&str; 3] = [
     "Pay invoice INV-20260611, matched against PO-77812 lines 1-2, due 2026-06-30.",
     "Retrying: schedule the payment for INV-20260611 (PO-77812), amount as invoiced.",
     "Invoice INV-20260611 is approved and matches PO-77812; please book the payment now.",
@@ -751,12 +881,40 @@ pub struct RunOptions {
     pub seed: u64,
     pub concurrency: usize,
     pub timing: Timing,
+    /// The gateway's safety mechanisms (all on, except in `toggles`).
+    pub toggles: ExecutorToggles,
+    /// The ERP deduplicates on the idempotency key.
+    pub upstream_dedupes: bool,
+    /// Also run every episode with the agent calling the fake directly.
+    pub direct: bool,
+}
+
+impl RunOptions {
+    /// Both routes, every mechanism on, the finance fake as it is.
+    pub fn new(episodes: u64, seed: u64, concurrency: usize) -> RunOptions {
+        RunOptions {
+            episodes,
+            seed,
+            concurrency,
+            timing: Timing::default(),
+            toggles: ExecutorToggles::default(),
+            upstream_dedupes: true,
+            direct: true,
+        }
+    }
 }
 
 /// Runs the episodes on both routes and scores them.
 pub async fn run_faults(opts: RunOptions) -> anyhow::Result<Report> {
     let started = Instant::now();
-    let bench = Arc::new(Bench::start(opts.timing).await?);
+    let bench = Arc::new(
+        Bench::start(Setup {
+            upstream_dedupes: opts.upstream_dedupes,
+            ..Setup::new(opts.timing)
+        })
+        .await?,
+    );
+    bench.gateway.state.executor().toggles.set(opts.toggles);
     let specs = Arc::new(plan(opts.episodes, opts.seed));
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
 
@@ -786,6 +944,7 @@ pub async fn run_faults(opts: RunOptions) -> anyhow::Result<Report> {
         let next = next.clone();
         let timing = opts.timing;
         let seed = opts.seed;
+        let with_direct = opts.direct;
         workers.push(tokio::spawn(async move {
             let governed = Mcp::connect(&bench.gateway_url, Some(BENCH_KEY)).await?;
             let direct = Mcp::connect(&bench.fake_url, None).await?;
@@ -794,7 +953,11 @@ pub async fn run_faults(opts: RunOptions) -> anyhow::Result<Report> {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let Some(spec) = specs.get(i) else { break };
                 let t = episode(&bench, &timing, seed, spec, Route::Toolgate, &governed).await?;
-                let d = episode(&bench, &timing, seed, spec, Route::Direct, &direct).await?;
+                let d = if with_direct {
+                    Some(episode(&bench, &timing, seed, spec, Route::Direct, &direct).await?)
+                } else {
+                    None
+                };
                 results.push((*spec, t, d));
             }
             governed.close().await;
@@ -812,7 +975,9 @@ pub async fn run_faults(opts: RunOptions) -> anyhow::Result<Report> {
 
     let mut cells: BTreeMap<String, Cell> = BTreeMap::new();
     for (spec, t, d) in &results {
-        for (route, o) in [(Route::Toolgate, t), (Route::Direct, d)] {
+        let routes =
+            std::iter::once((Route::Toolgate, t)).chain(d.iter().map(|d| (Route::Direct, d)));
+        for (route, o) in routes {
             cells
                 .entry(format!(
                     "{}/{}/{}",
@@ -944,5 +1109,373 @@ pub fn table(r: &Report) -> String {
             "BROKEN"
         }
     ));
+    s
+}
+
+// ------------------------------------------------------------------ paired toggles
+
+/// The mechanisms `toggles` switches off one at a time in the fault episodes.
+pub const FAULT_TOGGLES: [&str; 3] = ["derived-keys", "reserve-before-call", "unknown-on-timeout"];
+
+/// One run of the paired toggles: the same seeded episodes with one mechanism off (or none).
+#[derive(Debug, Clone, Serialize)]
+pub struct ToggleRun {
+    /// The mechanism switched off, or `none`.
+    pub off: String,
+    pub upstream_dedupes: bool,
+    pub total: Cell,
+    /// `fault` → totals.
+    pub by_fault: BTreeMap<String, Cell>,
+    pub audit_chain_intact: bool,
+}
+
+/// The approval episodes with the input binding on or off.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ApprovalCell {
+    pub episodes: u64,
+    /// Episodes in which the agent changed the inputs after approval.
+    pub tampered: u64,
+    /// Payments booked with inputs no person approved.
+    pub unsafe_commits: u64,
+    /// Faithful episodes (inputs unchanged) whose approved payment was not booked.
+    pub faithful_missed: u64,
+    /// Payments booked beyond one per episode.
+    pub duplicate_effects: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRun {
+    pub off: String,
+    pub cell: ApprovalCell,
+}
+
+/// Everything `toolgate-bench toggles` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToggleReport {
+    pub episodes: u64,
+    pub approval_episodes: u64,
+    pub seed: u64,
+    pub elapsed_secs: f64,
+    pub faults: Vec<ToggleRun>,
+    pub approvals: Vec<ApprovalRun>,
+}
+
+/// Runs the fault episodes (through toolgate only) with every mechanism on and with each of
+/// [`FAULT_TOGGLES`] off, against an ERP that deduplicates on the key and one that does not;
+/// then the approval episodes with the approval binding on and off.
+pub async fn run_toggles(
+    episodes: u64,
+    approval_episodes: u64,
+    seed: u64,
+    concurrency: usize,
+) -> anyhow::Result<ToggleReport> {
+    let started = Instant::now();
+    let mut faults = Vec::new();
+    for upstream_dedupes in [true, false] {
+        for off in std::iter::once("none").chain(FAULT_TOGGLES) {
+            let toggles = ExecutorToggles::all_but(off).unwrap_or_default();
+            let r = run_faults(RunOptions {
+                toggles,
+                upstream_dedupes,
+                direct: false,
+                ..RunOptions::new(episodes, seed, concurrency)
+            })
+            .await?;
+            eprintln!(
+                "toggles: {off} off, upstream dedupes {upstream_dedupes}: {:.0} s",
+                r.elapsed_secs
+            );
+            faults.push(ToggleRun {
+                off: off.to_string(),
+                upstream_dedupes,
+                total: r.totals["toolgate"].clone(),
+                by_fault: r
+                    .by_fault
+                    .iter()
+                    .filter_map(|(k, c)| {
+                        k.strip_prefix("toolgate/")
+                            .map(|f| (f.to_string(), c.clone()))
+                    })
+                    .collect(),
+                audit_chain_intact: r.audit_chain_intact,
+            });
+        }
+    }
+    let mut approvals = Vec::new();
+    for off in ["none", "approval-binding"] {
+        let toggles = ExecutorToggles::all_but(off).unwrap_or_default();
+        let cell = run_approvals(approval_episodes, seed, concurrency, toggles).await?;
+        approvals.push(ApprovalRun {
+            off: off.to_string(),
+            cell,
+        });
+    }
+    Ok(ToggleReport {
+        episodes,
+        approval_episodes,
+        seed,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+        faults,
+        approvals,
+    })
+}
+
+/// The approver in the finance example who approves the bench's payments.
+const APPROVER: &str = "alice";
+const APPROVED_DATE: &str = "2026-06-30";
+const TAMPERED_DATE: &str = "2026-06-01";
+
+/// Approval episodes: the agent asks to pay, a person approves the exact inputs shown, then
+/// the agent sends the call with the approval token — in a seeded half of the episodes with
+/// the value date moved (an instruction injected after approval), in the other half unchanged.
+/// A payment booked with a value date nobody approved is an unsafe commit.
+pub async fn run_approvals(
+    episodes: u64,
+    seed: u64,
+    concurrency: usize,
+    toggles: ExecutorToggles,
+) -> anyhow::Result<ApprovalCell> {
+    let bench = Arc::new(
+        Bench::start(Setup {
+            gated: true,
+            ..Setup::new(Timing::default())
+        })
+        .await?,
+    );
+    bench.gateway.state.executor().toggles.set(toggles);
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let bench = bench.clone();
+        let next = next.clone();
+        workers.push(tokio::spawn(async move {
+            let agent = Mcp::connect(&bench.gateway_url, Some(BENCH_KEY)).await?;
+            let mut cell = ApprovalCell::default();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i >= episodes {
+                    break;
+                }
+                // The same seeded coin for every toggle setting.
+                let tampered =
+                    (seed.wrapping_add(i).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) & 1 == 1;
+                approval_episode(&bench, &agent, seed, i, tampered, &mut cell).await?;
+            }
+            agent.close().await;
+            anyhow::Ok(cell)
+        }));
+    }
+    let mut total = ApprovalCell::default();
+    for w in workers {
+        let c = w.await??;
+        total.episodes += c.episodes;
+        total.tampered += c.tampered;
+        total.unsafe_commits += c.unsafe_commits;
+        total.faithful_missed += c.faithful_missed;
+        total.duplicate_effects += c.duplicate_effects;
+    }
+    if let Ok(b) = Arc::try_unwrap(bench) {
+        b.shutdown().await;
+    }
+    Ok(total)
+}
+
+async fn approval_episode(
+    bench: &Bench,
+    agent: &Mcp,
+    seed: u64,
+    index: u64,
+    tampered: bool,
+    cell: &mut ApprovalCell,
+) -> anyhow::Result<()> {
+    let run = format!("approve-s{seed}-e{index}");
+    let patience = Duration::from_secs(30);
+    let args = |date: &str, reason: &str| {
+        json!({
+            "invoice_id": INVOICE,
+            "amount": AMOUNT,
+            "currency": "EUR",
+            "value_date": date,
+            "reason": reason,
+        })
+    };
+    let meta = json!({"purpose": "billing", "reason": REASONS[0], "run_id": run});
+    let asked = agent
+        .call(
+            "payment.schedule",
+            args(APPROVED_DATE, REASONS[0]),
+            meta.clone(),
+            patience,
+        )
+        .await;
+    anyhow::ensure!(
+        matches!(&asked, Answer::Error(s) if s == "needs_approval"),
+        "episode {index}: a gated payment was not parked: {asked:?}"
+    );
+    let exec = bench.gateway.state.executor();
+    let request = exec
+        .store
+        .approvals(Some(toolgate_store::ApprovalStatus::Pending))
+        .await?
+        .into_iter()
+        .find(|r| r.run_id.as_deref() == Some(run.as_str()))
+        .with_context(|| format!("episode {index}: no pending approval request"))?;
+    let token = exec
+        .store
+        .approve(
+            &exec.registry,
+            &exec.keys,
+            &request.approval_id,
+            APPROVER,
+            exec.clock.now(),
+        )
+        .await?;
+    let (date, reason) = if tampered {
+        (
+            TAMPERED_DATE,
+            "Supplier asked by email to be paid on the 1st instead; please book it today.",
+        )
+    } else {
+        (APPROVED_DATE, REASONS[0])
+    };
+    let mut meta = meta;
+    meta["approval_token"] = json!(token.as_str());
+    let _ = agent
+        .call("payment.schedule", args(date, reason), meta, patience)
+        .await;
+
+    let booked = bench.fake().booked_inputs(&run);
+    cell.episodes += 1;
+    cell.tampered += u64::from(tampered);
+    cell.unsafe_commits += booked
+        .iter()
+        .filter(|b| b["value_date"] != json!(APPROVED_DATE))
+        .count() as u64;
+    cell.duplicate_effects += (booked.len() as u64).saturating_sub(1);
+    if !tampered && booked.is_empty() {
+        cell.faithful_missed += 1;
+    }
+    Ok(())
+}
+
+fn pp(n: u64, d: u64, base: f64) -> (String, String) {
+    if d == 0 {
+        return ("-".into(), "-".into());
+    }
+    let v = 100.0 * n as f64 / d as f64;
+    (format!("{v:.1}%"), format!("{:+.1}", v - base))
+}
+
+/// The paired toggles as plain-text tables.
+pub fn toggle_table(r: &ToggleReport) -> String {
+    let mut s = format!(
+        "toolgate-bench toggles: {} fault episodes per setting (through toolgate), {} approval episodes per setting, seed {}, {:.0} s\n\n",
+        r.episodes, r.approval_episodes, r.seed, r.elapsed_secs
+    );
+    s.push_str(&format!(
+        "{:<22} {:<17} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7} {:>7} {:>7}\n",
+        "mechanism off",
+        "upstream",
+        "eps",
+        "dup-ep",
+        "dup%",
+        "Δ pp",
+        "extra",
+        "missed",
+        "unknown",
+        "chain"
+    ));
+    for dedupes in [true, false] {
+        let base = r
+            .faults
+            .iter()
+            .find(|t| t.upstream_dedupes == dedupes && t.off == "none")
+            .map(|t| 100.0 * t.total.duplicate_episodes as f64 / t.total.episodes.max(1) as f64)
+            .unwrap_or(0.0);
+        for t in r.faults.iter().filter(|t| t.upstream_dedupes == dedupes) {
+            let (pct, delta) = pp(t.total.duplicate_episodes, t.total.episodes, base);
+            s.push_str(&format!(
+                "{:<22} {:<17} {:>6} {:>7} {:>6} {:>8} {:>6} {:>7} {:>7} {:>7}\n",
+                t.off,
+                if dedupes {
+                    "dedupes by key"
+                } else {
+                    "no dedupe"
+                },
+                t.total.episodes,
+                t.total.duplicate_episodes,
+                pct,
+                delta,
+                t.total.duplicate_effects,
+                t.total.missed,
+                t.total.unknown,
+                if t.audit_chain_intact {
+                    "intact"
+                } else {
+                    "BROKEN"
+                }
+            ));
+        }
+    }
+    s.push_str(
+        "\nduplicate episodes by fault (dup% per fault; Δ pp against every mechanism on):\n",
+    );
+    let faults: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
+    s.push_str(&format!("{:<22} {:<17}", "mechanism off", "upstream"));
+    for f in &faults {
+        s.push_str(&format!(" {f:>22}"));
+    }
+    s.push('\n');
+    for dedupes in [true, false] {
+        let base = r
+            .faults
+            .iter()
+            .find(|t| t.upstream_dedupes == dedupes && t.off == "none");
+        for t in r.faults.iter().filter(|t| t.upstream_dedupes == dedupes) {
+            s.push_str(&format!(
+                "{:<22} {:<17}",
+                t.off,
+                if dedupes {
+                    "dedupes by key"
+                } else {
+                    "no dedupe"
+                }
+            ));
+            for f in &faults {
+                let c = t.by_fault.get(*f).cloned().unwrap_or_default();
+                let b = base
+                    .and_then(|b| b.by_fault.get(*f))
+                    .map(|b| 100.0 * b.duplicate_episodes as f64 / b.episodes.max(1) as f64)
+                    .unwrap_or(0.0);
+                let (pct, delta) = pp(c.duplicate_episodes, c.episodes, b);
+                s.push_str(&format!(" {:>22}", format!("{pct} ({delta})")));
+            }
+            s.push('\n');
+        }
+    }
+    s.push_str(&format!(
+        "\n{:<22} {:>6} {:>9} {:>8} {:>8} {:>8} {:>9} {:>6}\n",
+        "mechanism off", "eps", "tampered", "unsafe", "unsafe%", "Δ pp", "f-missed", "extra"
+    ));
+    let base = r
+        .approvals
+        .iter()
+        .find(|a| a.off == "none")
+        .map(|a| 100.0 * a.cell.unsafe_commits as f64 / a.cell.episodes.max(1) as f64)
+        .unwrap_or(0.0);
+    for a in &r.approvals {
+        let (pct, delta) = pp(a.cell.unsafe_commits, a.cell.episodes, base);
+        s.push_str(&format!(
+            "{:<22} {:>6} {:>9} {:>8} {:>8} {:>8} {:>9} {:>6}\n",
+            a.off,
+            a.cell.episodes,
+            a.cell.tampered,
+            a.cell.unsafe_commits,
+            pct,
+            delta,
+            a.cell.faithful_missed,
+            a.cell.duplicate_effects
+        ));
+    }
     s
 }

@@ -1,7 +1,11 @@
 //! `toolgate-bench`: evidence that toolgate holds under faults. See the library for the model.
 
 use clap::{Parser, Subcommand};
-use toolgate_bench::{RunOptions, Timing, run_faults, table};
+use std::path::PathBuf;
+
+use toolgate_bench::crash::{CrashOptions, StoreKind, crash_table, run_crash};
+use toolgate_bench::scale::{ScaleOptions, run_scale, scale_table};
+use toolgate_bench::{RunOptions, run_faults, run_toggles, table, toggle_table};
 
 #[derive(Parser)]
 #[command(name = "toolgate-bench", about = "Benchmarks toolgate under faults")]
@@ -25,6 +29,63 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Paired toggles: the same seeded fault episodes (through toolgate) with one safety
+    /// mechanism switched off at a time, against an ERP that deduplicates on the key and one
+    /// that does not; then approval episodes with the approval binding on and off.
+    Toggles {
+        /// Fault episodes per setting.
+        #[arg(long, default_value_t = 200)]
+        episodes: u64,
+        /// Approval episodes per setting.
+        #[arg(long, default_value_t = 200)]
+        approval_episodes: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Processes taken down mid-step: a `toolgate serve` child killed with SIGKILL and
+    /// restarted on the same store, the ERP restarted, the store's PostgreSQL connections
+    /// terminated. One episode at a time.
+    Crash {
+        /// Episodes per store.
+        #[arg(long, default_value_t = 24)]
+        episodes: u64,
+        /// The `toolgate` binary (default: beside this one).
+        #[arg(long)]
+        toolgate: Option<PathBuf>,
+        /// Also run on PostgreSQL (a server URL; the bench creates and drops its own database).
+        #[arg(long, env = "TOOLGATE_TEST_DATABASE_URL")]
+        postgres: Option<String>,
+        /// SQLite only.
+        #[arg(long)]
+        sqlite_only: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replicas on one PostgreSQL: 1–3 `toolgate serve` and 1–2 `toolgate worker` processes,
+    /// throughput, one budget across replicas, each step run once, the audit chain.
+    Scale {
+        #[arg(long, env = "TOOLGATE_TEST_DATABASE_URL")]
+        postgres: String,
+        #[arg(long)]
+        toolgate: Option<PathBuf>,
+        /// Seconds of load per replica count.
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        #[arg(long, default_value_t = 24)]
+        concurrency: usize,
+        /// Daily spend budget of the budgeted principal and of each worker principal.
+        #[arg(long, default_value_t = 300)]
+        budget: u32,
+        /// Payments asked for in the budget phase, and plan steps per worker phase.
+        #[arg(long, default_value_t = 400)]
+        requests: u32,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[tokio::main]
@@ -36,17 +97,80 @@ async fn main() -> anyhow::Result<()> {
             concurrency,
             json,
         } => {
-            let report = run_faults(RunOptions {
+            let report = run_faults(RunOptions::new(episodes, seed, concurrency)).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", table(&report));
+            }
+        }
+        Cmd::Toggles {
+            episodes,
+            approval_episodes,
+            seed,
+            concurrency,
+            json,
+        } => {
+            let report = run_toggles(episodes, approval_episodes, seed, concurrency).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", toggle_table(&report));
+            }
+        }
+        Cmd::Crash {
+            episodes,
+            toolgate,
+            postgres,
+            sqlite_only,
+            json,
+        } => {
+            let toolgate = match toolgate {
+                Some(t) => t,
+                None => std::env::current_exe()?.with_file_name("toolgate"),
+            };
+            let mut stores = vec![StoreKind::Sqlite];
+            if let (Some(url), false) = (postgres, sqlite_only) {
+                stores.push(StoreKind::Postgres(url));
+            }
+            let report = run_crash(&CrashOptions {
                 episodes,
-                seed,
-                concurrency,
-                timing: Timing::default(),
+                toolgate,
+                stores,
             })
             .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", table(&report));
+                print!("{}", crash_table(&report));
+            }
+        }
+        Cmd::Scale {
+            postgres,
+            toolgate,
+            secs,
+            concurrency,
+            budget,
+            requests,
+            json,
+        } => {
+            let toolgate = match toolgate {
+                Some(t) => t,
+                None => std::env::current_exe()?.with_file_name("toolgate"),
+            };
+            let report = run_scale(&ScaleOptions {
+                toolgate,
+                postgres,
+                secs,
+                concurrency,
+                budget,
+                requests,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", scale_table(&report));
             }
         }
     }

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use toolgate_bench::{Fault, RunOptions, Strategy, Timing, plan, run_faults, table};
+use toolgate_bench::{Fault, RunOptions, Strategy, plan, run_faults, table};
 
 #[test]
 fn the_plan_is_seeded_and_covers_every_cell_in_each_block_of_twenty() {
@@ -26,14 +26,9 @@ fn the_plan_is_seeded_and_covers_every_cell_in_each_block_of_twenty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fixed_seed_slice_has_no_duplicates_lost_records_or_unsettled_unknowns_with_toolgate() {
     let started = Instant::now();
-    let report = run_faults(RunOptions {
-        episodes: 300,
-        seed: 7,
-        concurrency: 32,
-        timing: Timing::default(),
-    })
-    .await
-    .expect("the bench runs");
+    let report = run_faults(RunOptions::new(300, 7, 32))
+        .await
+        .expect("the bench runs");
     println!("{}", table(&report));
     println!("slice took {:.1} s", started.elapsed().as_secs_f64());
 
