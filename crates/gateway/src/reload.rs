@@ -212,6 +212,7 @@ impl Reloader {
                         // is decided under the new rules an instant later, never the reverse.
                         self.auth.set_registry(next.clone());
                         self.state.swap_registry(next);
+                        self.state.tools_changed();
                         report.outcome = ReloadOutcome::Applied;
                     } else {
                         report.errors.push(format!(

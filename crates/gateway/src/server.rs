@@ -44,6 +44,8 @@ pub struct GatewayState {
     /// The store: one for the process, whatever the registry version.
     pub store: Store,
     pub upstreams: Arc<Upstreams>,
+    /// Connected clients to tell when the tool surface may have changed (a reload).
+    listeners: std::sync::Mutex<Vec<rmcp::service::Peer<RoleServer>>>,
 }
 
 impl GatewayState {
@@ -55,6 +57,31 @@ impl GatewayState {
                 executor,
             }),
             upstreams,
+            listeners: Default::default(),
+        }
+    }
+
+    /// Remembers a connected client, to send it `notifications/tools/list_changed`.
+    pub fn listen(&self, peer: rmcp::service::Peer<RoleServer>) {
+        let mut l = self.listeners.lock().expect("listeners");
+        l.retain(|p| !p.is_transport_closed());
+        l.push(peer);
+    }
+
+    /// Sends `notifications/tools/list_changed` to every connected client (after a reload: what
+    /// a role may list can have changed). Clients that left are forgotten.
+    pub fn tools_changed(&self) {
+        let peers = {
+            let mut l = self.listeners.lock().expect("listeners");
+            l.retain(|p| !p.is_transport_closed());
+            l.clone()
+        };
+        for p in peers {
+            tokio::spawn(async move {
+                if let Err(e) = p.notify_tool_list_changed().await {
+                    tracing::debug!(error = %e, "a client was not told that tools/list changed");
+                }
+            });
         }
     }
 
@@ -219,6 +246,7 @@ impl ServerHandler for GatewayServer {
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_logging()
             .build();
         // Prompts and resources only when the registry lets some through (passthrough.rs).
@@ -236,6 +264,11 @@ impl ServerHandler for GatewayServer {
                  billing) and `reason`; optionally `run_id`, `evidence`, `approval_token`. Refusals \
                  come back as results with isError: true that say what to change.",
             )
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        // Told when a reload changes the registry (see `GatewayState::tools_changed`).
+        self.state.listen(context.peer);
     }
 
     async fn set_level(

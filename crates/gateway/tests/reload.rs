@@ -592,3 +592,65 @@ async fn a_folder_changing_restart_only_settings_is_refused() {
     assert!(r.audit_seq.is_some(), "a refused reload is recorded");
     h.shutdown().await;
 }
+
+/// An MCP client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct Watching {
+    changed: Arc<AtomicU64>,
+}
+
+impl rmcp::ClientHandler for Watching {
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.changed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connected_clients_are_told_that_tools_list_changed() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let h = Harness::start().await;
+    let watching = Watching::default();
+    let client = watching
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(h.url.as_str()).auth_header(WORKER_KEY),
+        ))
+        .await
+        .unwrap();
+    let names = |tools: Vec<rmcp::model::Tool>| -> BTreeSet<String> {
+        tools.iter().map(|t| t.name.to_string()).collect()
+    };
+    let before = names(client.peer().list_all_tools().await.unwrap());
+    assert!(before.contains("note.draft"));
+
+    // The finance worker loses note.draft.
+    edit(&h, "tools/notes.yaml", |s| {
+        s.replacen(
+            "roles: [worker.finance, worker.comms]",
+            "roles: [worker.comms]",
+            1,
+        )
+    });
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Applied, "{:?}", r.errors);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while watching.changed.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no tools/list_changed notification"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let after = names(client.peer().list_all_tools().await.unwrap());
+    assert!(!after.contains("note.draft"), "{after:?}");
+    assert_eq!(
+        before.difference(&after).cloned().collect::<Vec<_>>(),
+        ["note.draft"]
+    );
+    h.shutdown().await;
+}
