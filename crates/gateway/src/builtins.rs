@@ -256,7 +256,7 @@ async fn refuse_plan(
             reg,
             &call.principal,
             &call.tool,
-            &call.inputs,
+            &redact_steps(ex, reg, &call.inputs),
             &call.run_id,
             call.purpose.as_deref(),
             call.reason.as_deref(),
@@ -275,6 +275,26 @@ async fn refuse_plan(
                    "reason": reason, "step": n, "step_tool": step_tool, "audit_seq": seq}),
         )
     }))
+}
+
+/// A plan as the audit log may hold it: each step's inputs redacted as its own tool redacts
+/// them (an IBAN in a planned step is stored as a keyed hash, as in that tool's own records).
+fn redact_steps(ex: &Executor, reg: &Registry, plan: &Value) -> Value {
+    let mut plan = plan.clone();
+    if let Some(steps) = plan.get_mut("steps").and_then(Value::as_array_mut) {
+        for step in steps {
+            let paths = step
+                .get("tool")
+                .and_then(Value::as_str)
+                .and_then(|t| reg.tool(t))
+                .map(|t| t.config.redact.clone())
+                .unwrap_or_default();
+            if let Some(inputs) = step.get_mut("inputs") {
+                *inputs = ex.store.config().redactor.redact(inputs, &paths).0;
+            }
+        }
+    }
+    plan
 }
 
 // ---------------------------------------------------------------- run.status

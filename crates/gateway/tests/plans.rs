@@ -465,5 +465,11 @@ async fn a_plan_whose_step_fails_its_tools_schema_is_refused_naming_the_step() {
     let r = submit(&planner, p).await;
     assert_eq!(facts(&r)["rule"], "plan.worker");
     assert!(env.erp_calls().is_empty());
+    // The refused plan is recorded with the step's IBAN redacted as supplier.update_iban's own
+    // records redact it.
+    let recs = env.audit(Some("fin-planner"), None).await;
+    let text = serde_json::to_string(&recs.last().unwrap().body).unwrap();
+    assert!(!text.contains("ES9121000418450200051332"), "{text}");
+    assert!(text.contains("hmac:"), "{text}");
     env.shutdown().await;
 }
