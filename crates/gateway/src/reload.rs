@@ -180,71 +180,23 @@ impl Reloader {
         let _one = self.running.lock().await;
         let started = std::time::Instant::now();
         let current = self.state.registry();
-        let from = VersionInfo::of(&current);
-        let dir = self.dir.clone();
-        let loaded = tokio::task::spawn_blocking(move || validate(&dir))
-            .await
-            .unwrap_or_else(|e| Err((None, vec![format!("the reload task failed: {e}")])));
-        let mut report = ReloadReport {
-            at: SystemClock.now().millis(),
-            trigger,
-            outcome: ReloadOutcome::Refused,
-            from,
-            to: None,
-            errors: Vec::new(),
-            took_ms: 0,
-            audit_seq: None,
-        };
-        match loaded {
-            Err((version, errors)) => {
-                report.to = version;
-                report.errors = errors;
-            }
-            Ok(next) => {
-                report.to = Some(VersionInfo::of(&next));
-                if next.version.hash == current.version.hash {
-                    report.outcome = ReloadOutcome::Unchanged;
-                } else {
-                    let fixed = restart_only_changes(&current, &next);
-                    if fixed.is_empty() {
-                        let next = Arc::new(next);
-                        // The authenticator first: a caller it admits under the new principals
-                        // is decided under the new rules an instant later, never the reverse.
-                        self.auth.set_registry(next.clone());
-                        self.state.swap_registry(next);
-                        self.state.tools_changed();
-                        report.outcome = ReloadOutcome::Applied;
-                    } else {
-                        report.errors.push(format!(
-                            "toolgate.yaml changes {} , which apply only at start: restart \
-                             `toolgate serve` to change them (nothing was reloaded)",
-                            fixed.join(", ")
-                        ));
-                    }
-                }
-            }
+        let (mut report, next) = check_folder(&self.dir, &current, trigger).await;
+        if let Some(next) = next {
+            let next = Arc::new(next);
+            // The authenticator first: a caller it admits under the new principals is decided
+            // under the new rules an instant later, never the reverse.
+            self.auth.set_registry(next.clone());
+            self.state.swap_registry(next);
+            self.state.tools_changed();
+            report.outcome = ReloadOutcome::Applied;
         }
         report.took_ms = started.elapsed().as_millis() as u64;
-        match report.outcome {
-            ReloadOutcome::Applied => tracing::info!(
-                from = %report.from.label, to = %report.to.as_ref().map(|v| v.label.as_str()).unwrap_or(""),
-                hash = %report.to.as_ref().map(|v| v.hash.as_str()).unwrap_or(""),
-                took_ms = report.took_ms,
-                ?trigger, "registry reloaded"
-            ),
-            ReloadOutcome::Unchanged => {
-                tracing::debug!(?trigger, "registry folder unchanged: nothing to reload")
-            }
-            ReloadOutcome::Refused => tracing::error!(
-                serving = %report.from.label, ?trigger, errors = %report.errors.join("; "),
-                "registry reload refused: the serving version stays"
-            ),
-        }
+        log_report(&report);
         if report.outcome != ReloadOutcome::Unchanged {
             match self
                 .state
                 .store
-                .append_audit(vec![self.audit_draft(&report)])
+                .append_audit(vec![reload_draft(&self.dir, &report)])
                 .await
             {
                 Ok(seqs) => report.audit_seq = seqs.first().copied(),
@@ -264,67 +216,6 @@ impl Reloader {
         }
         self.save_status();
         report
-    }
-
-    fn audit_draft(&self, r: &ReloadReport) -> AuditDraft {
-        let applied = r.outcome == ReloadOutcome::Applied;
-        let serving = if applied {
-            r.to.as_ref().unwrap_or(&r.from)
-        } else {
-            &r.from
-        };
-        AuditDraft {
-            ts: Timestamp::from_millis(r.at),
-            run_id: None,
-            step_id: None,
-            who: AuditWho {
-                principal: "toolgate".into(),
-                role: "gateway".into(),
-                actor: Default::default(),
-            },
-            tool: "registry.reload".into(),
-            tool_version: None,
-            effect: None,
-            tier: None,
-            inputs: json!({
-                "dir": self.dir.display().to_string(),
-                "trigger": r.trigger,
-                "from": r.from,
-                "to": r.to,
-            }),
-            redacted: Vec::new(),
-            idem_key: None,
-            why: AuditWhy {
-                purpose: None,
-                reason: Some(match r.outcome {
-                    ReloadOutcome::Applied => {
-                        format!("registry {} replaced {}", serving.label, r.from.label)
-                    }
-                    _ => format!(
-                        "the folder failed validation; {} keeps serving",
-                        r.from.label
-                    ),
-                }),
-                evidence: Vec::new(),
-                decision: AuditDecision::Reload,
-                rule: (!applied).then(|| "reload.invalid".to_string()),
-                checks: Vec::new(),
-                shadow: Vec::new(),
-            },
-            approval: None,
-            outcome: AuditOutcome {
-                status: if applied {
-                    StepStatus::Done
-                } else {
-                    StepStatus::Refused
-                },
-                target_ref: None,
-                latency_ms: None,
-                governance_us: None,
-                error: (!applied).then(|| r.errors.join("\n")),
-            },
-            registry_version: serving.hash.clone(),
-        }
     }
 
     fn save_status(&self) {
@@ -422,6 +313,238 @@ impl Reloader {
         });
         Ok(())
     }
+}
+
+/// The audit record of a reload attempt of the folder `dir`.
+pub(crate) fn reload_draft(dir: &Path, r: &ReloadReport) -> AuditDraft {
+    let applied = r.outcome == ReloadOutcome::Applied;
+    let serving = if applied {
+        r.to.as_ref().unwrap_or(&r.from)
+    } else {
+        &r.from
+    };
+    AuditDraft {
+        ts: Timestamp::from_millis(r.at),
+        run_id: None,
+        step_id: None,
+        who: AuditWho {
+            principal: "toolgate".into(),
+            role: "gateway".into(),
+            actor: Default::default(),
+        },
+        tool: "registry.reload".into(),
+        tool_version: None,
+        effect: None,
+        tier: None,
+        inputs: json!({
+            "dir": dir.display().to_string(),
+            "trigger": r.trigger,
+            "from": r.from,
+            "to": r.to,
+        }),
+        redacted: Vec::new(),
+        idem_key: None,
+        why: AuditWhy {
+            purpose: None,
+            reason: Some(match r.outcome {
+                ReloadOutcome::Applied => {
+                    format!("registry {} replaced {}", serving.label, r.from.label)
+                }
+                _ => format!(
+                    "the folder failed validation; {} keeps serving",
+                    r.from.label
+                ),
+            }),
+            evidence: Vec::new(),
+            decision: AuditDecision::Reload,
+            rule: (!applied).then(|| "reload.invalid".to_string()),
+            checks: Vec::new(),
+            shadow: Vec::new(),
+        },
+        approval: None,
+        outcome: AuditOutcome {
+            status: if applied {
+                StepStatus::Done
+            } else {
+                StepStatus::Refused
+            },
+            target_ref: None,
+            latency_ms: None,
+            governance_us: None,
+            error: (!applied).then(|| r.errors.join("\n")),
+        },
+        registry_version: serving.hash.clone(),
+    }
+}
+
+/// Loads and validates the folder against the serving registry: the attempt's report and, when
+/// it should be applied, the new registry (the caller swaps it in and marks it applied).
+pub(crate) async fn check_folder(
+    dir: &Path,
+    current: &Registry,
+    trigger: Trigger,
+) -> (ReloadReport, Option<Registry>) {
+    let from = VersionInfo::of(current);
+    let d = dir.to_path_buf();
+    let loaded = tokio::task::spawn_blocking(move || validate(&d))
+        .await
+        .unwrap_or_else(|e| Err((None, vec![format!("the reload task failed: {e}")])));
+    let mut report = ReloadReport {
+        at: SystemClock.now().millis(),
+        trigger,
+        outcome: ReloadOutcome::Refused,
+        from,
+        to: None,
+        errors: Vec::new(),
+        took_ms: 0,
+        audit_seq: None,
+    };
+    match loaded {
+        Err((version, errors)) => {
+            report.to = version;
+            report.errors = errors;
+            (report, None)
+        }
+        Ok(next) => {
+            report.to = Some(VersionInfo::of(&next));
+            if next.version.hash == current.version.hash {
+                report.outcome = ReloadOutcome::Unchanged;
+                return (report, None);
+            }
+            let fixed = restart_only_changes(current, &next);
+            if fixed.is_empty() {
+                (report, Some(next))
+            } else {
+                report.errors.push(format!(
+                    "toolgate.yaml changes {}, which apply only at start: restart the process \
+                     to change them (nothing was reloaded)",
+                    fixed.join(", ")
+                ));
+                (report, None)
+            }
+        }
+    }
+}
+
+fn log_report(report: &ReloadReport) {
+    let trigger = report.trigger;
+    match report.outcome {
+        ReloadOutcome::Applied => tracing::info!(
+            from = %report.from.label, to = %report.to.as_ref().map(|v| v.label.as_str()).unwrap_or(""),
+            hash = %report.to.as_ref().map(|v| v.hash.as_str()).unwrap_or(""),
+            took_ms = report.took_ms,
+            ?trigger, "registry reloaded"
+        ),
+        ReloadOutcome::Unchanged => {
+            tracing::debug!(?trigger, "registry folder unchanged: nothing to reload")
+        }
+        ReloadOutcome::Refused => tracing::error!(
+            serving = %report.from.label, ?trigger, errors = %report.errors.join("; "),
+            "registry reload refused: the serving version stays"
+        ),
+    }
+}
+
+/// For `toolgate worker`: SIGHUP and (debounced) changes of registry files in `dir`, as
+/// triggers, for as long as the receiver lives.
+pub(crate) fn folder_signals(dir: &Path) -> tokio::sync::mpsc::UnboundedReceiver<Trigger> {
+    use notify::{RecursiveMode, Watcher};
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Trigger>();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                let tx = tx.clone();
+                // Ends with the receiver (the worker stopped).
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = tx.closed() => break,
+                            got = hup.recv() => {
+                                if got.is_none() || tx.send(Trigger::Signal).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGHUP"),
+        }
+    }
+    let (raw_tx, mut raw) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let root = dir.to_path_buf();
+    let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        if let Ok(ev) = ev
+            && !ev.kind.is_access()
+            && ev.paths.iter().any(|p| is_registry_file(&root, p))
+        {
+            let _ = raw_tx.send(());
+        }
+    })
+    .and_then(|mut w| w.watch(dir, RecursiveMode::Recursive).map(|()| w));
+    match watcher {
+        Ok(w) => {
+            // Ends, dropping the watch, with the receiver (the worker stopped).
+            tokio::spawn(async move {
+                let _keep = w;
+                loop {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        got = raw.recv() => if got.is_none() { return },
+                    }
+                    // Debounce: wait until no change arrived for DEBOUNCE.
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep(DEBOUNCE) => break,
+                            got = raw.recv() => if got.is_none() { return },
+                        }
+                    }
+                    if tx.send(Trigger::Watch).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the registry folder: reload with SIGHUP")
+        }
+    }
+    rx
+}
+
+/// For `toolgate worker`: checks the folder after `trigger` and returns the executor to go on
+/// with (the new version's, or the old one when the folder is unchanged or refused), recording
+/// an applied or refused attempt in the audit chain.
+pub(crate) async fn reload_executor(
+    dir: &Path,
+    executor: &toolgate_store::Executor,
+    trigger: Trigger,
+) -> toolgate_store::Executor {
+    let started = std::time::Instant::now();
+    let (mut report, next) = check_folder(dir, &executor.registry, trigger).await;
+    let out = match next {
+        Some(next) => {
+            report.outcome = ReloadOutcome::Applied;
+            toolgate_store::Executor {
+                registry: Arc::new(next),
+                ..executor.clone()
+            }
+        }
+        None => executor.clone(),
+    };
+    report.took_ms = started.elapsed().as_millis() as u64;
+    log_report(&report);
+    if report.outcome != ReloadOutcome::Unchanged
+        && let Err(e) = executor
+            .store
+            .append_audit(vec![reload_draft(dir, &report)])
+            .await
+    {
+        tracing::error!(error = %e, "the reload could not be recorded");
+    }
+    out
 }
 
 /// Whether a changed path is part of the registry (and not the store or the status folder).

@@ -44,6 +44,66 @@ pub async fn worker(opts: WorkerOptions) -> Result<WorkStats, GatewayError> {
     run_worker(&opts, rx).await
 }
 
+/// Works under the registry folder's current version, as `toolgate serve` does: on SIGHUP or a
+/// change of its files the worker stops claiming, finishes the batch in hand under the version
+/// it was decided under, checks the folder (refused if it fails validation, recorded either
+/// way) and goes on under the new version.
+async fn follow_registry(
+    dir: &std::path::Path,
+    executor: &mut Executor,
+    work: &WorkOptions,
+    stop: watch::Receiver<bool>,
+) -> WorkStats {
+    let mut changes = crate::reload::folder_signals(dir);
+    let (pause_tx, pause_rx) = watch::channel(false);
+    let pause_tx = Arc::new(pause_tx);
+    {
+        // The caller's stop pauses the loop for good.
+        let (tx, mut stop) = (pause_tx.clone(), stop.clone());
+        tokio::spawn(async move {
+            if stop.wait_for(|s| *s).await.is_ok() {
+                let _ = tx.send(true);
+            }
+        });
+    }
+    let mut total = WorkStats::default();
+    loop {
+        let mut trigger = None;
+        let part = {
+            let stretch = executor.work(work, pause_rx.clone());
+            tokio::pin!(stretch);
+            loop {
+                tokio::select! {
+                    s = &mut stretch => break s,
+                    Some(t) = changes.recv(), if trigger.is_none() => {
+                        trigger = Some(t);
+                        let _ = pause_tx.send(true);
+                    }
+                }
+            }
+        };
+        add(&mut total, part);
+        let Some(trigger) = trigger else { break };
+        let _ = pause_tx.send(false);
+        if *stop.borrow() {
+            break;
+        }
+        *executor = crate::reload::reload_executor(dir, executor, trigger).await;
+    }
+    total
+}
+
+fn add(total: &mut WorkStats, s: WorkStats) {
+    total.batches += s.batches;
+    total.executed += s.executed;
+    total.done += s.done;
+    total.refused += s.refused;
+    total.parked += s.parked;
+    total.other += s.other;
+    total.recovered += s.recovered;
+    total.errors += s.errors;
+}
+
 /// The worker with a caller-held stop signal (tests stop it by sending `true`).
 pub async fn run_worker(
     opts: &WorkerOptions,
@@ -84,7 +144,7 @@ pub async fn run_worker(
     for (name, why) in upstreams.connect_all().await {
         tracing::warn!(upstream = %name, error = %why, "working without this upstream for now");
     }
-    let executor = Executor::new(
+    let mut executor = Executor::new(
         store.clone(),
         registry.clone(),
         Arc::new(approval_keys(&registry)),
@@ -93,7 +153,7 @@ pub async fn run_worker(
     );
     let work = opts.work.clone().unwrap_or_default();
     tracing::info!(store = %url, registry = %registry.version.label, batch = work.batch, "worker started");
-    let stats = executor.work(&work, stop).await;
+    let stats = follow_registry(&dir, &mut executor, &work, stop).await;
     tracing::info!(
         executed = stats.executed,
         done = stats.done,

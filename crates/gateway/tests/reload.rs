@@ -654,3 +654,118 @@ async fn connected_clients_are_told_that_tools_list_changed() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_follows_the_folder_and_decides_the_next_step_under_the_new_version() {
+    use toolgate_gateway::{WorkerOptions, run_worker};
+    use toolgate_store::{PlannedStep, WorkOptions};
+    let h = Harness::start().await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let opts = WorkerOptions {
+        config_dir: h.dir.path().to_path_buf(),
+        store_url: None,
+        work: Some(WorkOptions {
+            idle: Duration::from_millis(100),
+            poll: Duration::from_millis(20),
+            ..WorkOptions::default()
+        }),
+    };
+    let worker = tokio::spawn(async move { run_worker(&opts, stop_rx).await });
+    let store = h.gateway.state.store.clone();
+    let note = |invoice: &str| PlannedStep {
+        tool: "note.draft".into(),
+        inputs: json!({"invoice_id": invoice, "kind": "info", "text": "Goods received in full."}),
+        principal: "test-worker".into(),
+        purpose: Some("billing".into()),
+        reason: Some("record the goods receipt".into()),
+        evidence: vec![],
+        actor: Default::default(),
+    };
+    let settled = |run: String| {
+        let store = store.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let s = store.steps(&run).await.unwrap().remove(0);
+                if s.status.is_settled() {
+                    return s;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the step never settled"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let registry = h.gateway.state.registry();
+    let v1 = registry.version.hash.clone();
+    let run1 = store
+        .create_run(
+            &registry,
+            "test-worker",
+            Some("billing"),
+            &[note("INV-20260611")],
+            SystemClock.now(),
+        )
+        .await
+        .unwrap();
+    let s1 = settled(run1).await;
+    assert_eq!(s1.status, toolgate_core::StepStatus::Done, "{s1:?}");
+
+    // The folder changes: notes are forbidden. The worker picks it up and records the reload.
+    write(
+        &h,
+        "policies/no-notes.cedar",
+        "@id(\"no-notes\")\nforbid (principal, action == Action::\"note.draft\", resource);\n",
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let v2 = loop {
+        let reloads: Vec<_> = store
+            .audit_records(Some("toolgate"), None)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.body.tool == "registry.reload")
+            .collect();
+        if let Some(r) = reloads.last() {
+            assert_eq!(r.body.outcome.status, toolgate_core::StepStatus::Done);
+            break r.body.registry_version.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker did not reload"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_ne!(v1, v2);
+
+    let run2 = store
+        .create_run(
+            &registry,
+            "test-worker",
+            Some("billing"),
+            &[note("INV-20260612")],
+            SystemClock.now(),
+        )
+        .await
+        .unwrap();
+    let s2 = settled(run2.clone()).await;
+    assert_eq!(s2.status, toolgate_core::StepStatus::Refused, "{s2:?}");
+    assert_eq!(
+        s2.outcome.as_ref().unwrap().rule.as_deref(),
+        Some("no-notes")
+    );
+    assert_eq!(
+        h.records_for("draft_note").len(),
+        1,
+        "only the first note reached the ERP"
+    );
+    let rec = store.audit_records(None, Some(&run2)).await.unwrap();
+    assert_eq!(rec.last().unwrap().body.registry_version, v2);
+
+    stop_tx.send(true).unwrap();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!((stats.done, stats.refused), (1, 1));
+    h.shutdown().await;
+}
