@@ -86,6 +86,9 @@ fn registry(dir: &Path, fake: &Path) {
         ),
     )
     .unwrap();
+    // The finance example's pins, moved to this command (definitions are still checked).
+    std::fs::copy(ex.join("toolgate.lock"), dir.join("toolgate.lock")).unwrap();
+    toolgate_gateway::pins::rehome_lock(dir).unwrap();
 }
 
 fn obj(v: serde_json::Value) -> JsonObject {
