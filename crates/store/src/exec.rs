@@ -1643,9 +1643,12 @@ impl Executor {
     // ------------------------------------------------------------ destination lookups
 
     fn needs_lookups(&self, p: &Pending) -> bool {
-        self.registry
-            .tool(&p.tool)
-            .is_some_and(|t| !destination_lookups(t, &p.inputs).is_empty())
+        self.registry.tool(&p.tool).is_some_and(|t| {
+            self.registry
+                .principal(&p.principal)
+                .is_some_and(|pr| t.is_listed_for(pr.role()))
+                && !destination_lookups(t, &p.inputs).is_empty()
+        })
     }
 
     /// Looks up the allowed values of `p`'s looked-up destinations through each declared read
@@ -1657,6 +1660,15 @@ impl Executor {
         let Some(tool) = self.registry.tool(&p.tool) else {
             return;
         };
+        // A caller the tool is not listed for is refused as for an unknown tool: nothing is
+        // looked up on its behalf.
+        let listed = self
+            .registry
+            .principal(&p.principal)
+            .is_some_and(|pr| tool.is_listed_for(pr.role()));
+        if !listed {
+            return;
+        }
         let wanted = destination_lookups(tool, &p.inputs);
         if wanted.is_empty() {
             return;

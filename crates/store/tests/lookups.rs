@@ -42,6 +42,7 @@ macro_rules! both {
 both!(
     destination_is_looked_up_and_enforced,
     failed_lookup_fails_closed,
+    nothing_is_looked_up_for_a_caller_the_tool_is_not_listed_for,
     error_after_commit_is_unknown_then_reconciled,
     late_commit_is_not_settled_failed_too_early,
     approval_keeps_the_time_it_was_decided,
@@ -292,6 +293,29 @@ async fn destination_is_looked_up_and_enforced(db: &TestDb) {
         1
     );
     assert!(store.verify_chain().await.unwrap().is_intact());
+}
+
+async fn nothing_is_looked_up_for_a_caller_the_tool_is_not_listed_for(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let mail = Mail::new();
+    let ex = mail_executor(&store, mail.clone(), clock());
+    let r = ex
+        .governed_call(DirectCall {
+            principal: "outsider".into(),
+            ..mail_to("billing@example-shop.de", "run-a")
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status, CallStatus::Refused);
+    assert_eq!(
+        r.decision.check(toolgate_core::CheckName::Listed).outcome,
+        toolgate_core::Outcome::Fail
+    );
+    assert_eq!(mail.count("domains"), 0);
+    assert_eq!(mail.count("send"), 0);
+    let records = store.audit_records(None, None).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].body.why.decision, AuditDecision::Deny);
 }
 
 async fn failed_lookup_fails_closed(db: &TestDb) {
