@@ -1,7 +1,8 @@
-//! The executor: claims steps, decides each again with core's [`Engine`] at execution time,
-//! reserves what an allowed call needs (idempotency key, budgets up the parent chain, approval
-//! nonces) in the same transaction, calls the [`Handler`], and records the outcome with its
-//! audit record. It also holds the direct (non-planned) governed call path the gateway uses
+//! The executor: claims steps, decides each again with core's [`Engine`] at execution time
+//! (with the allowed destinations looked up through the tool's declared read tool, outside any
+//! transaction), reserves what an allowed call needs (idempotency key, budgets up the parent
+//! chain, approval nonces) in the same transaction, calls the [`Handler`], and records the
+//! outcome with its audit record. It also holds the direct (non-planned) governed call path the gateway uses
 //! for each `tools/call`, recovery of steps whose worker died, the reconciler of `unknown`
 //! steps, and run abortion with compensation.
 
@@ -360,8 +361,9 @@ pub struct Executor {
     pub keys: Arc<ApprovalKeys>,
     pub handler: Arc<dyn Handler>,
     pub clock: Arc<dyn Clock>,
-    /// Allowed destination values looked up for this deployment (none by default: tools with
-    /// looked-up destinations then fail closed).
+    /// Allowed destination values known up front, by input field (none by default). Fields a
+    /// tool declares a `lookup` for are looked up at decision time instead (see
+    /// `look_up_destinations`); a lookup that gives no answer fails closed.
     pub destinations: Arc<DestinationFacts>,
     /// Test hook at each sync point.
     pub hook: Option<SyncHook>,
