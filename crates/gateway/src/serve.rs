@@ -379,6 +379,28 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
             s.cancel();
         });
     }
+    // The reconciler for direct calls left `unknown` (an irreversible call that timed out or
+    // whose upstream failed after it may have committed): asks the target by key, read tools
+    // only, under the current registry version.
+    {
+        let (state, s) = (gw.state.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let every = std::time::Duration::from_secs(30);
+            loop {
+                tokio::select! {
+                    _ = s.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                match state.executor().reconcile().await {
+                    Ok(r) if !r.is_empty() => {
+                        tracing::info!(settled = r.len(), "reconciled unknown steps")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "reconciling unknown steps failed"),
+                }
+            }
+        });
+    }
     let stdio_caller = if opts.stdio {
         Some(gw.stdio_caller(opts.stdio_api_key.as_deref())?)
     } else {

@@ -50,6 +50,8 @@ pub struct WorkStats {
     pub parked: u64,
     pub other: u64,
     pub recovered: u64,
+    /// `unknown` steps the reconciler settled (done or failed) by asking the target.
+    pub reconciled: u64,
     /// Claims that failed (the database was unreachable, say) and were retried.
     pub errors: u64,
 }
@@ -71,6 +73,12 @@ impl Executor {
                 match self.recover_stale().await {
                     Ok(r) => stats.recovered += r.len() as u64,
                     Err(e) => tracing::warn!(error = %e, "recovering stale steps failed"),
+                }
+                // The reconciler: `unknown` steps (a timeout on an irreversible call, or a
+                // worker that died mid-call) are settled by asking the target by key.
+                match self.reconcile().await {
+                    Ok(r) => stats.reconciled += r.len() as u64,
+                    Err(e) => tracing::warn!(error = %e, "reconciling unknown steps failed"),
                 }
             }
             let claimed = match self.run_batch(opts.batch.max(1)).await {

@@ -41,6 +41,7 @@ suite!(
     same_key_other_inputs_and_in_flight,
     failed_call_replays_its_error,
     irreversible_timeout_is_unknown_then_reconciled,
+    the_worker_loop_reconciles_unknown_steps,
     write_timeout_is_failed_and_retried,
     approval_for_other_amount_is_refused,
     two_person_rule_needs_two_distinct_approvers,
@@ -242,6 +243,30 @@ async fn failed_call_replays_its_error(db: &TestDb) {
     // A failure spends nothing.
     let used = store.budget_use(T0).await.unwrap();
     assert!(used.iter().all(|u| u.used == 0), "{used:?}");
+}
+
+/// `toolgate worker` runs the reconciler: an `unknown` direct call is settled by asking the
+/// target by key, without sending the call again.
+async fn the_worker_loop_reconciles_unknown_steps(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    fake.set("payment.send", Mode::TimeoutAfterLanding);
+    let ex = executor(&store, fake.clone(), clock());
+    let d = ex
+        .governed_call(direct("payment.send", payment(640.0)))
+        .await
+        .unwrap();
+    assert_eq!(d.status, CallStatus::Unknown);
+
+    let stats = ex.work_until_idle().await.unwrap();
+    assert_eq!(stats.reconciled, 1, "{stats:?}");
+    let step = store.step(d.step_id.as_deref().unwrap()).await.unwrap();
+    assert_eq!(step.status, StepStatus::Done);
+    assert_eq!(
+        fake.count("payment.send"),
+        1,
+        "settled by asking, not by sending again"
+    );
 }
 
 async fn irreversible_timeout_is_unknown_then_reconciled(db: &TestDb) {
