@@ -142,6 +142,16 @@ fn main() {
     let (toolgate, fake) = binaries();
     let dir = tempfile::tempdir().unwrap();
     registry(dir.path(), &fake);
+    // Nothing upstream is served without a lockfile: pin the fake as an operator would.
+    let ok = std::process::Command::new(&toolgate)
+        .args(["lock", "approve", "--by", "bench", "--config"])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "toolgate lock approve failed");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
