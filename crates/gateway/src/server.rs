@@ -218,14 +218,14 @@ impl GatewayServer {
         }
         let executor = crate::builtins::executor_for(&self.state, tool);
         let result = executor.governed_call(call).await.map_err(|e| {
-                tracing::error!(error = %e, "a governed call could not be recorded");
-                ErrorData::internal_error(
-                    format!(
-                        "toolgate could not record this call, so its outcome is not confirmed: {e}"
-                    ),
-                    None,
-                )
-            })?;
+            tracing::error!(error = %e, "a governed call could not be recorded");
+            ErrorData::internal_error(
+                format!(
+                    "toolgate could not record this call, so its outcome is not confirmed: {e}"
+                ),
+                None,
+            )
+        })?;
         crate::otlp::record_call(tool, caller, &result, started_at);
         for c in &result.decision.checks {
             tracing::debug!(check = %c.name, outcome = ?c.outcome, rule = c.rule.as_deref().unwrap_or(""), detail = %c.detail, "check");

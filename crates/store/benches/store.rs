@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use toolgate_core::{ApprovalKeys, Registry, StepStatus, SystemClock, Timestamp};
 use toolgate_store::{
-    Actor, AuditDecision, AuditDraft, BoxFuture, CallMeta, ConnectOptions, Executor, Handler,
-    DirectCall, HandlerError, HandlerOutput, PlannedStep, Store, StoreConfig, Target,
+    Actor, AuditDecision, AuditDraft, BoxFuture, CallMeta, ConnectOptions, DirectCall, Executor,
+    Handler, HandlerError, HandlerOutput, PlannedStep, Store, StoreConfig, Target,
     audit::{AuditOutcome, AuditWho, AuditWhy},
 };
 
@@ -305,13 +305,26 @@ async fn main() {
     if run("direct") {
         for callers in [1, 8, 32] {
             let t = sqlite(&format!("direct-{callers}.db"));
-            bench_direct(&t, &reg, n.min(5_000) / callers * callers, callers, "ticket.read").await;
+            bench_direct(
+                &t,
+                &reg,
+                n.min(5_000) / callers * callers,
+                callers,
+                "ticket.read",
+            )
+            .await;
         }
         if pg_up {
             for callers in [1, 8, 32] {
                 let t = pg(&format!("d{callers}"), &mut schemas);
-                bench_direct(&t, &reg, n.min(5_000) / callers * callers, callers, "ticket.read")
-                    .await;
+                bench_direct(
+                    &t,
+                    &reg,
+                    n.min(5_000) / callers * callers,
+                    callers,
+                    "ticket.read",
+                )
+                .await;
             }
         }
     }
