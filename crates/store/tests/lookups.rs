@@ -1,6 +1,7 @@
 //! Destinations looked up at decision time, answers that may follow a committed effect, late
 //! commits, governance latency and approvals' decision time — on both backends.
 
+#[macro_use]
 mod common;
 
 use std::collections::HashSet;
@@ -16,30 +17,7 @@ use toolgate_store::{
     HandlerOutput, PlannedStep, StoreConfig, Target,
 };
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
-                    super::$name(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
-                    super::$name(&db).await;
-                }
-            )*
-        }
-    };
-}
-
-both!(
+both_backends!(
     destination_is_looked_up_and_enforced,
     failed_lookup_fails_closed,
     nothing_is_looked_up_for_a_caller_the_tool_is_not_listed_for,

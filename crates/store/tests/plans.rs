@@ -3,6 +3,7 @@
 //! rejection stops a parked step and closes its approval request, and a plan-bound call finds
 //! its step.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -13,30 +14,7 @@ use toolgate_store::{
     StoreError,
 };
 
-macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
-                    super::$name(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
-                    super::$name(&db).await;
-                }
-            )*
-        }
-    };
-}
-
-suite!(
+both_backends!(
     a_submitted_plan_queues_its_steps_and_runs_nothing,
     a_plan_with_a_bad_step_stores_nothing,
     a_reviewer_rejection_refuses_a_parked_step_and_closes_its_request,

@@ -1,6 +1,7 @@
 //! Plans made by preview calls (migration 0005), on both backends: what is saved is read back
 //! exactly; an unknown plan id is `NotFound`; a plan id is unique.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -9,30 +10,7 @@ use toolgate_store::StoreConfig;
 use toolgate_store::StoreError;
 use toolgate_store::previews::Preview;
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
-                    super::$name(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
-                    super::$name(&db).await;
-                }
-            )*
-        }
-    };
-}
-
-both!(a_saved_plan_reads_back_exactly_and_ids_are_unique);
+both_backends!(a_saved_plan_reads_back_exactly_and_ids_are_unique);
 
 async fn a_saved_plan_reads_back_exactly_and_ids_are_unique(db: &TestDb) {
     let store = db.store(StoreConfig::default()).await;

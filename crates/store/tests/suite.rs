@@ -1,6 +1,7 @@
 //! The store's test suite, written once and run against both backends: each `suite!` entry
 //! becomes a `<name>_sqlite` and a `<name>_postgres` test.
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -12,30 +13,7 @@ use toolgate_store::{
     Actor, ApprovalStatus, CallStatus, DirectCall, PlannedStep, StoreConfig, StoreError,
 };
 
-macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
-                    super::$name(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
-                    super::$name(&db).await;
-                }
-            )*
-        }
-    };
-}
-
-suite!(
+both_backends!(
     duplicate_direct_call_is_replayed,
     duplicate_planned_step_is_suppressed,
     same_key_other_inputs_and_in_flight,

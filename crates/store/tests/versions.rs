@@ -3,6 +3,7 @@
 //! exceeds (same gating rule) lets the approval carry over; a new forbid refuses it; a gate under
 //! another rule sends it back to the gate for a new approval. Nothing runs unless it is allowed.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -13,30 +14,7 @@ use serde_json::{Value, json};
 use toolgate_core::{Registry, StepStatus};
 use toolgate_store::{Actor, CallStatus, DirectCall, Executor, PlannedStep, StoreConfig};
 
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
-                    super::$name(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
-                    super::$name(&db).await;
-                }
-            )*
-        }
-    };
-}
-
-both!(
+both_backends!(
     a_direct_approval_survives_a_raised_threshold_and_not_a_forbid,
     a_planned_step_gated_under_another_rule_goes_back_to_the_gate,
 );

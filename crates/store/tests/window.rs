@@ -3,6 +3,7 @@
 //! frees up. Each test is written once and run against both backends, and the concurrency test
 //! is the issue's: eight callers against one value budget, and the sum never exceeds the limit.
 
+#[macro_use]
 mod common;
 
 use std::path::PathBuf;
@@ -16,30 +17,7 @@ use toolgate_store::{
     Actor, CallResult, CallStatus, DirectCall, Executor, PlannedStep, Store, StoreConfig,
 };
 
-macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
-                    super::$name(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
-                    super::$name(&db).await;
-                }
-            )*
-        }
-    };
-}
-
-suite!(
+both_backends!(
     a_value_budget_refuses_with_what_is_left_and_when_it_frees_up,
     a_failed_call_gives_its_reservation_back_and_an_unknown_one_keeps_it,
     at_most_three_payments_to_one_supplier_per_hour,

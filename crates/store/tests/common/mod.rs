@@ -272,3 +272,30 @@ pub fn clock() -> Arc<FixedClock> {
 pub fn executor(store: &Store, handler: Arc<dyn Handler>, clock: Arc<FixedClock>) -> Executor {
     Executor::new(store.clone(), registry(), keys(), handler, clock)
 }
+
+/// Declares each named `async fn NAME(db: &TestDb)` of the calling file as two tests, one per
+/// backend: `sqlite::NAME` and `postgres::NAME` (which runs whenever PostgreSQL is reachable,
+/// and under CI=true must be; see [`TestDb::new`]).
+#[allow(unused_macros)]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
+                    super::$name(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
+                    super::$name(&db).await;
+                }
+            )*
+        }
+    };
+}
