@@ -314,6 +314,12 @@ async fn run_store(
         clock: Arc::new(Later(lease + Duration::from_secs(5))),
         ..reconciler.state.executor()
     };
+    let cfg = reconciler.state.store.config();
+    let quiet = cfg.reconcile_quiet.unwrap_or(cfg.call_timeout);
+    let even_later = Executor {
+        clock: Arc::new(Later(lease + quiet + Duration::from_secs(10))),
+        ..reconciler.state.executor()
+    };
 
     let crashes: Vec<Crash> = match store {
         StoreKind::Sqlite => vec![Crash::GatewayKilled, Crash::UpstreamRestart],
@@ -403,8 +409,28 @@ async fn run_store(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // The reconciler, as a worker runs it once the lease has run out.
-        let _ = later.recover_stale().await;
-        let _ = later.reconcile().await;
+        if let Err(e) = later.recover_stale().await {
+            eprintln!("episode {i}: recover_stale: {e}");
+        }
+        if let Err(e) = later.reconcile().await {
+            eprintln!("episode {i}: reconcile: {e}");
+        }
+        // "Not found" is believed only once a late commit could no longer land (the store's
+        // quiet period after the step became `unknown`): the worker's next pass, later still.
+        if let Err(e) = even_later.reconcile().await {
+            eprintln!("episode {i}: reconcile: {e}");
+        }
+        for s in reconciler.state.store.steps(&run).await? {
+            if matches!(s.status, StepStatus::Running | StepStatus::Unknown) {
+                eprintln!(
+                    "episode {i} ({}): step {} left {:?}: {:?}",
+                    crash.name(),
+                    s.step_id,
+                    s.status,
+                    s.outcome
+                );
+            }
+        }
 
         let st = &reconciler.state.store;
         let steps = st.steps(&run).await?;

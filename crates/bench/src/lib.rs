@@ -478,7 +478,8 @@ fn replace_once(text: &str, from: &str, to: &str, file: &str) -> anyhow::Result<
 /// 1. `payment.schedule` is `gate: never` instead of `always`: approvals are not what is
 ///    measured, and a parked call never reaches the faults (the 10,000 EUR `@gate` policy still
 ///    applies; the bench pays a 4,180 EUR invoice).
-/// 2. its `rate_limit: 3` is removed, so thousands of episodes are not rate-limited;
+/// 2. its `rate_limit: 3` is removed, so thousands of episodes are not rate-limited (and, 4.,
+///    its 24-hour window budget on the amount);
 /// 3. a principal `bench-agent` with a role `bench.payer` that may call `payment.schedule`:
 ///    the example's `worker.finance` is plan-bound, and the bench makes direct calls.
 ///
@@ -496,6 +497,14 @@ pub fn prepare_registry(dir: &Path, gated: bool) -> anyhow::Result<()> {
         )?;
     }
     t = replace_once(&t, "    rate_limit: 3\n", "", "payments.yaml")?;
+    // 4. its 24-hour window budget on the amount (20,000 EUR per principal) is removed: the bench
+    //    pays the same 4,180 EUR invoice thousands of times in a few minutes.
+    let window = "    window_budgets:\n      - {id: payment_value_24h, sum: amount, unit: EUR, limit: 20000, window: 24h}\n";
+    t = t.replacen(window, "", 1);
+    anyhow::ensure!(
+        !t.contains("window_budgets"),
+        "payments.yaml has a window budget the bench does not know how to remove"
+    );
     t = replace_once(
         &t,
         "    roles: [worker.finance]\n",
@@ -1308,10 +1317,19 @@ async fn approval_episode(
             patience,
         )
         .await;
-    anyhow::ensure!(
-        matches!(&asked, Answer::Error(s) if s == "needs_approval"),
-        "episode {index}: a gated payment was not parked: {asked:?}"
-    );
+    if !matches!(&asked, Answer::Error(s) if s == "needs_approval") {
+        let records = bench
+            .gateway
+            .state
+            .store
+            .audit_records(None, Some(&run))
+            .await?;
+        let why: Vec<String> = records
+            .iter()
+            .map(|r| format!("{:?} {:?}", r.body.why.rule, r.body.outcome.error))
+            .collect();
+        anyhow::bail!("episode {index}: a gated payment was not parked: {asked:?} {why:?}");
+    }
     let exec = bench.gateway.state.executor();
     let request = exec
         .store

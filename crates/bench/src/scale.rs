@@ -162,6 +162,7 @@ pub async fn run_scale(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
     });
     config["store"] = json!({ "url": url });
     std::fs::write(&top, yaml_serde::to_string(&config)?)?;
+    toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
 
     let result = phases(opts, dir.path(), &http, &url).await;
     http.stop.cancel();
@@ -178,7 +179,8 @@ async fn phases(
     http: &FakeHttp,
     url: &str,
 ) -> anyhow::Result<ScaleReport> {
-    let log = dir.join("gateways.log");
+    let log = std::env::temp_dir().join("toolgate-bench-scale-gateways.log");
+    eprintln!("scale: gateway logs in {}", log.display());
     let mut gateways = Vec::new();
     let mut urls = Vec::new();
     for _ in 0..3 {
@@ -210,7 +212,14 @@ async fn phases(
                         .await
                     {
                         Answer::Success => calls.fetch_add(1, Ordering::Relaxed),
-                        _ => errors.fetch_add(1, Ordering::Relaxed),
+                        other => {
+                            if errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                                eprintln!(
+                                    "scale: first error with {replicas} replica(s): {other:?}"
+                                );
+                            }
+                            0
+                        }
                     };
                 }
                 client.close().await;
@@ -322,7 +331,7 @@ async fn phases(
             let out = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(dir.join("workers.log"))?;
+                .open(std::env::temp_dir().join("toolgate-bench-scale-workers.log"))?;
             procs.push(
                 Command::new(&opts.toolgate)
                     .args(["worker", "--until-idle", "--idle-ms", "200", "-c"])
