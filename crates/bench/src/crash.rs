@@ -332,7 +332,7 @@ async fn run_store(
     let url = format!("http://{addr}/mcp");
     for i in 0..opts.episodes {
         let crash = crashes[i as usize % crashes.len()];
-        let commit_first = (i / crashes.len() as u64) % 2 == 0;
+        let commit_first = (i / crashes.len() as u64).is_multiple_of(2);
         let run = format!("crash-{}-e{i}", store.name());
         let (tx, rx) = tokio::sync::oneshot::channel();
         http.fake.domain().arm_hold(
