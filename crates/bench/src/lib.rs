@@ -1351,7 +1351,7 @@ async fn approval_episode(
     let (date, reason) = if tampered {
         (
             TAMPERED_DATE,
-            "Supplier asked by email to be paid on the 1st instead; please book it today.",
+            "Supplier asked by email to be paid on the 1st instead (INV-20260611, PO-77812); book it today.",
         )
     } else {
         (APPROVED_DATE, REASONS[0])
