@@ -383,12 +383,10 @@ impl Domain for Faulty {
                 self.commit(&tag, call, ctx).await
             }
             Some(Fault::ErrorAfterCommit) => {
+                // Committed, then the request fails as a whole (a JSON-RPC internal error,
+                // as an HTTP 500 would), not with a tool result that says "no".
                 let r = self.commit(&tag, call, ctx).await;
-                Reply {
-                    result: error_result("HTTP 500: internal server error"),
-                    committed: r.committed,
-                    replayed: false,
-                }
+                Reply::internal_error("HTTP 500: internal server error", r.committed)
             }
         };
         if let Some(ep) = self.episodes.lock().expect("episodes").get_mut(&tag) {

@@ -45,7 +45,36 @@ pub struct Reply {
     pub replayed: bool,
 }
 
+/// Marks a reply the server answers with a JSON-RPC internal error instead of a tool result.
+const INTERNAL_ERROR: &str = "toolgate-fakes/internal-error";
+
 impl Reply {
+    /// The target failed the request itself — what an HTTP 500 or a JSON-RPC internal error
+    /// says — possibly after committing it (`committed`). The server answers with an error,
+    /// not a tool result, so the caller cannot tell whether the call happened.
+    pub fn internal_error(message: &str, committed: bool) -> Reply {
+        let mut result =
+            CallToolResult::error(vec![rmcp::model::ContentBlock::text(message.to_string())]);
+        let mut meta = serde_json::Map::new();
+        meta.insert(INTERNAL_ERROR.into(), Value::String(message.into()));
+        result.meta = Some(rmcp::model::MetaObject(meta));
+        Reply {
+            result,
+            committed,
+            replayed: false,
+        }
+    }
+
+    /// The message of a reply made by [`Reply::internal_error`].
+    fn internal_error_message(&self) -> Option<String> {
+        self.result
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get(INTERNAL_ERROR))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
     /// A read, or a refused write: nothing changed.
     pub fn read(result: CallToolResult) -> Reply {
         Reply {
@@ -274,6 +303,9 @@ impl<D: Domain> ServerHandler for FakeServer<D> {
                 "injected fault: the upstream failed after committing the call",
                 None,
             ));
+        }
+        if let Some(message) = reply.internal_error_message() {
+            return Err(ErrorData::internal_error(message, None));
         }
         Ok(reply.result.into())
     }
