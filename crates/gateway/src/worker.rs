@@ -82,7 +82,7 @@ async fn follow_registry(
                 }
             }
         };
-        add(&mut total, part);
+        total += part;
         let Some(trigger) = trigger else { break };
         let _ = pause_tx.send(false);
         if *stop.borrow() {
@@ -91,17 +91,6 @@ async fn follow_registry(
         *executor = crate::reload::reload_executor(dir, executor, trigger).await;
     }
     total
-}
-
-fn add(total: &mut WorkStats, s: WorkStats) {
-    total.batches += s.batches;
-    total.executed += s.executed;
-    total.done += s.done;
-    total.refused += s.refused;
-    total.parked += s.parked;
-    total.other += s.other;
-    total.recovered += s.recovered;
-    total.errors += s.errors;
 }
 
 /// The worker with a caller-held stop signal (tests stop it by sending `true`).

@@ -276,28 +276,17 @@ impl Store {
             let key = IdempotencyKey::for_step(&sub.run_id, seq, &s.inputs);
             insert_step(
                 &mut tx,
-                NewStep {
-                    step_id: &step_id,
-                    run_id: &sub.run_id,
-                    seq: seq as i64,
-                    kind: StepKind::Planned,
-                    principal: &s.principal,
-                    role: &role,
-                    tool: &s.tool,
-                    effect: tool.config.effect,
-                    tier: tool.config.tier,
-                    purpose: s.purpose.as_deref(),
-                    reason: s.reason.as_deref(),
-                    evidence: &s.evidence,
-                    actor: &s.actor,
-                    inputs: &s.inputs,
-                    idem_key: key.as_str(),
-                    status: StepStatus::Pending,
-                    attempts: 0,
-                    compensates: None,
-                    lease_until: None,
+                NewStep::queued(
+                    &step_id,
+                    &sub.run_id,
+                    seq,
+                    s,
+                    &role,
+                    tool,
+                    s.purpose.as_deref(),
+                    key.as_str(),
                     now,
-                },
+                ),
             )
             .await?;
             created.push((seq as i64, step_id, s.principal.clone()));

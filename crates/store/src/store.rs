@@ -404,28 +404,17 @@ impl Store {
             let key = IdempotencyKey::for_step(run_id, seq, &s.inputs);
             insert_step(
                 &mut tx,
-                NewStep {
-                    step_id: &new_id(),
+                NewStep::queued(
+                    &new_id(),
                     run_id,
-                    seq: seq as i64,
-                    kind: StepKind::Planned,
-                    principal: &s.principal,
-                    role: &role,
-                    tool: &s.tool,
-                    effect: tool.config.effect,
-                    tier: tool.config.tier,
-                    purpose: s.purpose.as_deref().or(purpose),
-                    reason: s.reason.as_deref(),
-                    evidence: &s.evidence,
-                    actor: &s.actor,
-                    inputs: &s.inputs,
-                    idem_key: key.as_str(),
-                    status: StepStatus::Pending,
-                    attempts: 0,
-                    compensates: None,
-                    lease_until: None,
+                    seq,
+                    s,
+                    &role,
+                    tool,
+                    s.purpose.as_deref().or(purpose),
+                    key.as_str(),
                     now,
-                },
+                ),
             )
             .await?;
         }
@@ -1075,6 +1064,45 @@ pub(crate) struct NewStep<'a> {
     pub compensates: Option<&'a str>,
     pub lease_until: Option<i64>,
     pub now: Timestamp,
+}
+
+impl<'a> NewStep<'a> {
+    /// A step of a submitted plan, queued (`pending`, not yet attempted) under its derived key.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn queued(
+        step_id: &'a str,
+        run_id: &'a str,
+        seq: u32,
+        s: &'a PlannedStep,
+        role: &'a str,
+        tool: &toolgate_core::registry::Tool,
+        purpose: Option<&'a str>,
+        idem_key: &'a str,
+        now: Timestamp,
+    ) -> NewStep<'a> {
+        NewStep {
+            step_id,
+            run_id,
+            seq: seq as i64,
+            kind: StepKind::Planned,
+            principal: &s.principal,
+            role,
+            tool: &s.tool,
+            effect: tool.config.effect,
+            tier: tool.config.tier,
+            purpose,
+            reason: s.reason.as_deref(),
+            evidence: &s.evidence,
+            actor: &s.actor,
+            inputs: &s.inputs,
+            idem_key,
+            status: StepStatus::Pending,
+            attempts: 0,
+            compensates: None,
+            lease_until: None,
+            now,
+        }
+    }
 }
 
 pub(crate) async fn insert_step(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {

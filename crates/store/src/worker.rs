@@ -56,6 +56,32 @@ pub struct WorkStats {
     pub errors: u64,
 }
 
+impl std::ops::AddAssign for WorkStats {
+    /// Sums two stretches of work (a worker that reloads its registry runs the loop in parts).
+    fn add_assign(&mut self, s: WorkStats) {
+        let WorkStats {
+            batches,
+            executed,
+            done,
+            refused,
+            parked,
+            other,
+            recovered,
+            reconciled,
+            errors,
+        } = s;
+        self.batches += batches;
+        self.executed += executed;
+        self.done += done;
+        self.refused += refused;
+        self.parked += parked;
+        self.other += other;
+        self.recovered += recovered;
+        self.reconciled += reconciled;
+        self.errors += errors;
+    }
+}
+
 impl Executor {
     /// Runs the worker loop until `stop` turns true (or, with `until_idle`, the queue is
     /// empty). A failed claim is logged and retried after a pause, so a database restart does
