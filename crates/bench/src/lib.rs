@@ -34,7 +34,7 @@ use toolgate_core::StepStatus;
 use toolgate_core::registry::api_key_hash;
 use toolgate_fakes::finance::Finance;
 use toolgate_fakes::{Call, Domain, FakeServer, FaultPlan, Recorder, Reply};
-use toolgate_gateway::{Gateway, ServeOptions};
+use toolgate_gateway::Gateway;
 use toolgate_store::ExecutorToggles;
 use toolgate_store::audit::AuditDecision;
 
@@ -606,21 +606,13 @@ impl Bench {
             json!({"url": format!("sqlite://{}", dir.path().join("bench.db").display())});
         std::fs::write(&top, yaml_serde::to_string(&config)?)?;
         // The example's pins, moved to the loopback URL (definitions are still checked).
-        toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
-        let opts = ServeOptions {
-            config_dir: dir.path().to_path_buf(),
-            http: true,
-            ..ServeOptions::default()
-        };
-        let gateway = Gateway::build(&opts)
+        let (gateway, gateway_url) = Gateway::start_loopback(dir.path(), stop.clone())
             .await
             .context("starting the gateway")?;
-        let (gaddr, serving) = gateway.bind_http("127.0.0.1:0", stop.clone()).await?;
-        tokio::spawn(serving);
         Ok(Bench {
             _dir: dir,
             gateway,
-            gateway_url: format!("http://{gaddr}/mcp"),
+            gateway_url,
             fake_url,
             fake,
             stop,

@@ -218,6 +218,26 @@ impl Gateway {
         })
     }
 
+    /// For test environments, benchmarks and the demo: builds the gateway for a copied
+    /// registry folder whose upstreams were moved to loopback URLs (the pinned identities in
+    /// its `toolgate.lock` move with them; every definition is still checked), and serves HTTP
+    /// on a free loopback port until `shutdown`. Returns the gateway and its MCP URL.
+    pub async fn start_loopback(
+        dir: &Path,
+        shutdown: CancellationToken,
+    ) -> Result<(Gateway, String), GatewayError> {
+        crate::pins::rehome_lock(dir).map_err(GatewayError::Lockfile)?;
+        let opts = ServeOptions {
+            config_dir: dir.to_path_buf(),
+            http: true,
+            ..ServeOptions::default()
+        };
+        let gateway = Gateway::build(&opts).await?;
+        let (addr, serving) = gateway.bind_http("127.0.0.1:0", shutdown).await?;
+        tokio::spawn(serving);
+        Ok((gateway, format!("http://{addr}/mcp")))
+    }
+
     /// Binds the HTTP listener (port 0 picks a free port) and returns its address and the
     /// server future, which runs until `shutdown` is cancelled.
     pub async fn bind_http(

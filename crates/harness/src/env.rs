@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toolgate_fakes::record::{Record, read_records};
 use toolgate_fakes::{FakeServer, FaultPlan, FaultSpec, Recorder};
-use toolgate_gateway::{Gateway, ServeOptions};
+use toolgate_gateway::Gateway;
 
 /// A running example: fakes, store and gateway.
 pub struct Environment {
@@ -147,21 +147,11 @@ impl Environment {
         std::fs::write(&top, yaml_serde::to_string(&config)?)?;
         // The example's toolgate.lock pins each upstream as reached by its command; here the
         // same fake is reached at a loopback URL, so only the pinned identity moves with it.
-        // Server name, version, instructions and every tool definition are still checked.
-        toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
-
-        let opts = ServeOptions {
-            config_dir: dir.path().to_path_buf(),
-            http: true,
-            ..ServeOptions::default()
-        };
-        let gateway = Gateway::build(&opts)
+        let (gateway, url) = Gateway::start_loopback(dir.path(), stop.clone())
             .await
             .context("starting the gateway")?;
-        let (addr, serving) = gateway.bind_http("127.0.0.1:0", stop.clone()).await?;
-        tokio::spawn(serving);
         Ok(Environment {
-            url: format!("http://{addr}/mcp"),
+            url,
             dir,
             gateway,
             records,
