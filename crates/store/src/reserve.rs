@@ -47,21 +47,7 @@ pub(crate) fn spawn(pool: Pool, max: usize) -> mpsc::UnboundedSender<ReserveJob>
 
 async fn task(pool: Pool, mut rx: mpsc::UnboundedReceiver<ReserveJob>, max: usize) {
     while let Some(first) = rx.recv().await {
-        let mut jobs = vec![first];
-        // Take what is waiting; give callers about to send a few turns to do so.
-        let mut idle_turns = 0;
-        while jobs.len() < max && idle_turns < 3 {
-            match rx.try_recv() {
-                Ok(j) => {
-                    jobs.push(j);
-                    idle_turns = 0;
-                }
-                Err(_) => {
-                    idle_turns += 1;
-                    tokio::task::yield_now().await;
-                }
-            }
-        }
+        let jobs = crate::store::take_waiting(&mut rx, first, max).await;
         run(&pool, jobs).await;
     }
 }

@@ -1292,21 +1292,7 @@ async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
 /// record cannot sink the others.
 async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max: usize) {
     while let Some(first) = rx.recv().await {
-        let mut jobs = vec![first];
-        // Take what is waiting; give callers that are about to send a few turns to do so.
-        let mut idle_turns = 0;
-        while jobs.len() < max && idle_turns < 3 {
-            match rx.try_recv() {
-                Ok(j) => {
-                    jobs.push(j);
-                    idle_turns = 0;
-                }
-                Err(_) => {
-                    idle_turns += 1;
-                    tokio::task::yield_now().await;
-                }
-            }
-        }
+        let jobs = take_waiting(&mut rx, first, max).await;
         match apply_batch(&pool, &jobs).await {
             Ok(seqs) => {
                 let mut seqs = seqs.into_iter();
@@ -1333,6 +1319,30 @@ async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max:
             }
         }
     }
+}
+
+/// A batch for a group-commit task: `first`, then whatever else is waiting (up to `max`),
+/// giving callers that are about to send a few turns to do so.
+pub(crate) async fn take_waiting<T>(
+    rx: &mut mpsc::UnboundedReceiver<T>,
+    first: T,
+    max: usize,
+) -> Vec<T> {
+    let mut jobs = vec![first];
+    let mut idle_turns = 0;
+    while jobs.len() < max && idle_turns < 3 {
+        match rx.try_recv() {
+            Ok(j) => {
+                jobs.push(j);
+                idle_turns = 0;
+            }
+            Err(_) => {
+                idle_turns += 1;
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+    jobs
 }
 
 /// The consumed-nonce ledger for the tokens a call presents.
