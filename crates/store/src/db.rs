@@ -3,17 +3,18 @@
 //! chain-head lock) branch on [`Tx::is_pg`]. Only text and 64-bit integers cross the boundary,
 //! so both backends store exactly the same values.
 
+use rusqlite::types::Value;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Postgres, Row as _, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Postgres, Row as _, Transaction};
 use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{Result, StoreError};
+use crate::lite::{Lite, LiteConn, LiteTx};
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -86,32 +87,56 @@ macro_rules! bind_all {
 
 /// One result row from either backend.
 pub(crate) enum Row {
-    S(SqliteRow),
+    S(Vec<Value>),
     P(PgRow),
 }
 
 impl Row {
+    /// SQLite's value in column `i`.
+    fn lite(r: &[Value], i: usize) -> Result<&Value> {
+        r.get(i)
+            .ok_or_else(|| StoreError::Corrupt(format!("no column {i} in a row of {}", r.len())))
+    }
+
+    fn lite_type(v: &Value, want: &str) -> StoreError {
+        StoreError::Corrupt(format!("expected {want}, found {:?}", v.data_type()))
+    }
+
     pub fn i64(&self, i: usize) -> Result<i64> {
         Ok(match self {
-            Row::S(r) => r.try_get(i)?,
+            Row::S(r) => match Self::lite(r, i)? {
+                Value::Integer(v) => *v,
+                v => return Err(Self::lite_type(v, "an integer")),
+            },
             Row::P(r) => r.try_get(i)?,
         })
     }
     pub fn text(&self, i: usize) -> Result<String> {
         Ok(match self {
-            Row::S(r) => r.try_get(i)?,
+            Row::S(r) => match Self::lite(r, i)? {
+                Value::Text(v) => v.clone(),
+                v => return Err(Self::lite_type(v, "text")),
+            },
             Row::P(r) => r.try_get(i)?,
         })
     }
     pub fn opt_text(&self, i: usize) -> Result<Option<String>> {
         Ok(match self {
-            Row::S(r) => r.try_get(i)?,
+            Row::S(r) => match Self::lite(r, i)? {
+                Value::Null => None,
+                Value::Text(v) => Some(v.clone()),
+                v => return Err(Self::lite_type(v, "text or null")),
+            },
             Row::P(r) => r.try_get(i)?,
         })
     }
     pub fn opt_i64(&self, i: usize) -> Result<Option<i64>> {
         Ok(match self {
-            Row::S(r) => r.try_get(i)?,
+            Row::S(r) => match Self::lite(r, i)? {
+                Value::Null => None,
+                Value::Integer(v) => Some(*v),
+                v => return Err(Self::lite_type(v, "an integer or null")),
+            },
             Row::P(r) => r.try_get(i)?,
         })
     }
@@ -120,7 +145,8 @@ impl Row {
 /// A pool of either backend.
 #[derive(Clone, Debug)]
 pub(crate) enum Pool {
-    Sqlite(SqlitePool),
+    /// sqlx's pool for migrations and administration; [`Lite`] for the store's statements.
+    Sqlite(SqlitePool, Lite),
     Postgres(PgPool),
 }
 
@@ -146,6 +172,11 @@ impl Pool {
     /// Opens the database named by `url` and runs its migrations.
     pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Pool> {
         if url.starts_with("sqlite:") {
+            if url.contains(":memory:") || url.contains("mode=memory") {
+                return Err(StoreError::BadUrl(format!(
+                    "{url} (an in-memory database: the store needs a file, sqlite://PATH)"
+                )));
+            }
             let o = SqliteConnectOptions::from_str(url)
                 .map_err(|_| StoreError::BadUrl(url.to_string()))?
                 .create_if_missing(true)
@@ -158,10 +189,11 @@ impl Pool {
                 .foreign_keys(true);
             let pool = SqlitePoolOptions::new()
                 .max_connections(opts.max_connections.max(2))
-                .connect_with(o)
+                .connect_with(o.clone())
                 .await?;
             SQLITE_MIGRATIONS.run(&pool).await?;
-            Ok(Pool::Sqlite(pool))
+            let lite = Lite::open(o.get_filename())?;
+            Ok(Pool::Sqlite(pool, lite))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let mut o =
                 PgConnectOptions::from_str(url).map_err(|_| StoreError::BadUrl(url.to_string()))?;
@@ -207,10 +239,7 @@ impl Pool {
     pub async fn begin(&self) -> Result<Tx> {
         Ok(match self {
             // Set on every transaction: a pooled connection may have run a relaxed one.
-            Pool::Sqlite(p) => Tx::S(
-                p.begin_with("PRAGMA synchronous = FULL; BEGIN IMMEDIATE")
-                    .await?,
-            ),
+            Pool::Sqlite(_, lite) => Tx::S(lite.begin(true).await?),
             Pool::Postgres(p) => Tx::P(p.begin().await?),
         })
     }
@@ -221,10 +250,7 @@ impl Pool {
     /// instead ([`Tx::relax_commit`]), so this is a plain `BEGIN` there.
     pub async fn begin_relaxed(&self) -> Result<Tx> {
         Ok(match self {
-            Pool::Sqlite(p) => Tx::S(
-                p.begin_with("PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE")
-                    .await?,
-            ),
+            Pool::Sqlite(_, lite) => Tx::S(lite.begin(false).await?),
             Pool::Postgres(p) => Tx::P(p.begin().await?),
         })
     }
@@ -232,14 +258,17 @@ impl Pool {
     /// A connection for reads outside a write transaction.
     pub async fn conn(&self) -> Result<Conn> {
         Ok(match self {
-            Pool::Sqlite(p) => Conn::S(p.acquire().await?),
+            Pool::Sqlite(_, lite) => Conn::S(lite.conn()?),
             Pool::Postgres(p) => Conn::P(p.acquire().await?),
         })
     }
 
     pub async fn close(&self) {
         match self {
-            Pool::Sqlite(p) => p.close().await,
+            Pool::Sqlite(p, lite) => {
+                lite.close();
+                p.close().await
+            }
             Pool::Postgres(p) => p.close().await,
         }
     }
@@ -247,7 +276,7 @@ impl Pool {
     /// Runs raw SQL (tests and administration: dropping triggers, tampering on purpose).
     pub async fn execute_raw(&self, sql: &str) -> Result<u64> {
         Ok(match self {
-            Pool::Sqlite(p) => sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+            Pool::Sqlite(p, _) => sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
                 .execute(p)
                 .await?
                 .rows_affected(),
@@ -261,13 +290,13 @@ impl Pool {
 
 /// A transaction on either backend.
 pub(crate) enum Tx {
-    S(Transaction<'static, Sqlite>),
+    S(LiteTx),
     P(Transaction<'static, Postgres>),
 }
 
 /// A pooled connection on either backend.
 pub(crate) enum Conn {
-    S(PoolConnection<Sqlite>),
+    S(LiteConn),
     P(PoolConnection<Postgres>),
 }
 
@@ -282,10 +311,7 @@ macro_rules! impl_exec {
             /// Executes one statement, returning the rows it affected.
             pub async fn exec(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<u64> {
                 Ok(match self {
-                    $t::S(c) => bind_all!(sqlx::query(sql), args)
-                        .execute(&mut **c)
-                        .await?
-                        .rows_affected(),
+                    $t::S(c) => c.lite().exec(sql, &args)?,
                     $t::P(c) => bind_all!(sqlx::query(sql), args)
                         .execute(&mut **c)
                         .await?
@@ -295,12 +321,7 @@ macro_rules! impl_exec {
 
             pub async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>> {
                 Ok(match self {
-                    $t::S(c) => bind_all!(sqlx::query(sql), args)
-                        .fetch_all(&mut **c)
-                        .await?
-                        .into_iter()
-                        .map(Row::S)
-                        .collect(),
+                    $t::S(c) => c.lite().rows(sql, &args)?.into_iter().map(Row::S).collect(),
                     $t::P(c) => bind_all!(sqlx::query(sql), args)
                         .fetch_all(&mut **c)
                         .await?
@@ -312,10 +333,7 @@ macro_rules! impl_exec {
 
             pub async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>> {
                 Ok(match self {
-                    $t::S(c) => bind_all!(sqlx::query(sql), args)
-                        .fetch_optional(&mut **c)
-                        .await?
-                        .map(Row::S),
+                    $t::S(c) => c.lite().rows(sql, &args)?.into_iter().next().map(Row::S),
                     $t::P(c) => bind_all!(sqlx::query(sql), args)
                         .fetch_optional(&mut **c)
                         .await?
@@ -327,6 +345,21 @@ macro_rules! impl_exec {
 }
 impl_exec!(Tx);
 impl_exec!(Conn);
+
+/// The SQLite connection under a transaction or a loaned connection.
+trait LiteOf {
+    fn lite(&mut self) -> &mut LiteConn;
+}
+impl LiteOf for LiteTx {
+    fn lite(&mut self) -> &mut LiteConn {
+        self.conn()
+    }
+}
+impl LiteOf for LiteConn {
+    fn lite(&mut self) -> &mut LiteConn {
+        self
+    }
+}
 
 impl Tx {
     /// PostgreSQL: this transaction's commit does not wait for the WAL flush (it survives

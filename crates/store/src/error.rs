@@ -8,6 +8,8 @@ pub enum StoreError {
     BadUrl(String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("migrating the database failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]

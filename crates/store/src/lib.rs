@@ -13,6 +13,7 @@ pub mod audit;
 mod db;
 pub mod error;
 pub mod exec;
+mod lite;
 pub mod model;
 pub mod plan;
 pub mod previews;

@@ -598,7 +598,7 @@ impl WorkSignal {
 
     /// Waits until there may be work, at most `timeout` (SQLite: at most `poll`).
     pub async fn wait(&mut self, timeout: std::time::Duration, poll: std::time::Duration) {
-        if matches!(self.pool, Pool::Sqlite(_)) {
+        if matches!(self.pool, Pool::Sqlite(..)) {
             tokio::time::sleep(timeout.min(poll)).await;
             return;
         }

@@ -27,8 +27,8 @@ pub struct Preview {
 impl Store {
     /// Records a plan.
     pub async fn save_preview(&self, p: &Preview) -> Result<()> {
-        let mut c = self.inner.pool.conn().await?;
-        c.exec(
+        let mut tx = self.inner.pool.begin().await?;
+        tx.exec(
             "INSERT INTO previews (plan_id, principal, tool, tool_version, input_hash, inputs, \
              meta, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             args![
@@ -44,7 +44,7 @@ impl Store {
             ],
         )
         .await?;
-        Ok(())
+        tx.commit().await
     }
 
     /// The plan with this id.

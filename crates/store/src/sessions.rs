@@ -64,12 +64,12 @@ impl Store {
 
     /// Ends a session.
     pub async fn delete_console_session(&self, id_hash: &str) -> Result<()> {
-        let mut c = self.inner.pool.conn().await?;
-        c.exec(
+        let mut tx = self.inner.pool.begin().await?;
+        tx.exec(
             "DELETE FROM console_sessions WHERE id_hash = $1",
             args![id_hash],
         )
         .await?;
-        Ok(())
+        tx.commit().await
     }
 }

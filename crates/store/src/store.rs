@@ -266,7 +266,7 @@ impl Store {
                 listener.listen("toolgate_steps").await?;
                 let _ = tokio::time::timeout(timeout, listener.recv()).await;
             }
-            Pool::Sqlite(_) => {
+            Pool::Sqlite(..) => {
                 tokio::time::sleep(timeout.min(Duration::from_millis(250))).await;
             }
         }
