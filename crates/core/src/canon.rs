@@ -8,23 +8,101 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// Feeds canonical JSON straight into a hash, without building the string.
-struct HashWriter(Sha256);
+/// The RFC 8785 canonical form of a JSON value.
+///
+/// Written directly rather than through `serde_json_canonicalizer`, which allocates a UTF-16
+/// copy of every key: the audit chain canonicalises every record it appends, and that was the
+/// largest single cost of an append. Numbers other than integers that are exact as doubles
+/// still go through `serde_json_canonicalizer` (ECMAScript number formatting); a property test
+/// holds the two to the same bytes.
+pub fn canonical(value: &Value) -> String {
+    let mut out = String::with_capacity(256);
+    write_canonical(value, &mut out);
+    out
+}
 
-impl std::io::Write for HashWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+/// Integers up to 2^53 are exact as doubles and print as plain digits.
+const EXACT: u64 = 1 << 53;
+
+fn write_canonical(v: &Value, out: &mut String) {
+    use std::fmt::Write as _;
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) if i.unsigned_abs() <= EXACT => {
+                let _ = write!(out, "{i}");
+            }
+            (_, Some(u)) if u <= EXACT => {
+                let _ = write!(out, "{u}");
+            }
+            _ => out.push_str(
+                &serde_json_canonicalizer::to_string(v).expect("a JSON number canonicalises"),
+            ),
+        },
+        Value::String(s) => write_str(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            // Sorted by UTF-16 code units (RFC 8785 §3.2.3), which differs from UTF-8 byte
+            // order only for characters above U+FFFF.
+            entries.sort_by(|a, b| {
+                if a.0.is_ascii() && b.0.is_ascii() {
+                    a.0.cmp(b.0)
+                } else {
+                    a.0.encode_utf16().cmp(b.0.encode_utf16())
+                }
+            });
+            out.push('{');
+            for (i, (k, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_str(k, out);
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
     }
 }
 
-/// The RFC 8785 canonical form of a JSON value.
-pub fn canonical(value: &Value) -> String {
-    // Serialising a `serde_json::Value` cannot fail: its keys are strings and numbers finite.
-    serde_json_canonicalizer::to_string(value).expect("a JSON value always canonicalises")
+/// A string as ECMAScript's `JSON.stringify` writes it (RFC 8785 §3.2.2.2).
+fn write_str(s: &str, out: &mut String) {
+    use std::fmt::Write as _;
+    out.push('"');
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        let esc = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            '\u{8}' => "\\b",
+            '\u{c}' => "\\f",
+            '\n' => "\\n",
+            '\r' => "\\r",
+            '\t' => "\\t",
+            c if (c as u32) < 0x20 => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push_str(esc);
+        }
+        start = i + c.len_utf8();
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
 }
 
 fn sha256_hex(parts: &[&[u8]]) -> String {
@@ -73,10 +151,8 @@ hash_newtype!(
 impl InputHash {
     /// Hashes the canonical form of `inputs`.
     pub fn of(inputs: &Value) -> Self {
-        let mut h = HashWriter(Sha256::new());
-        serde_json_canonicalizer::to_writer(inputs, &mut h)
-            .expect("a JSON value always canonicalises");
-        InputHash(format!("sha256:{}", hex::encode(h.0.finalize())))
+        let digest = Sha256::digest(canonical(inputs).as_bytes());
+        InputHash(format!("sha256:{}", hex::encode(digest)))
     }
 }
 

@@ -178,3 +178,39 @@ mod props {
         }
     }
 }
+
+fn arb_any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|i| json!(i)),
+        any::<u64>().prop_map(|u| json!(u)),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
+        (-1_000_000i64..1_000_000, 0u32..6).prop_map(|(m, e)| json!(m as f64 / 10f64.powi(e as i32))),
+        any::<String>().prop_map(Value::String),
+        "[\\x00-\\x1f\"\\\\a-z\u{e000}\u{10000}]{0,8}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::vec(
+                ("[a-zA-Z\u{e000}\u{10000}\u{7f}-\u{ff}]{0,4}|\\PC{0,3}", inner),
+                0..6
+            )
+            .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// The hand-written canonical form is byte for byte what `serde_json_canonicalizer` (a
+    /// full RFC 8785 implementation) writes: every stored chain hash depends on it.
+    #[test]
+    fn canonical_matches_the_reference_implementation(v in arb_any_json()) {
+        let reference = serde_json_canonicalizer::to_string(&v).unwrap();
+        proptest::prop_assert_eq!(canonical(&v), reference);
+    }
+}

@@ -148,6 +148,17 @@ impl AuditRecord {
     }
 }
 
+/// One row of the `audit` table, ready to insert.
+struct AuditRow {
+    seq: i64,
+    ts: i64,
+    principal: String,
+    run_id: Option<String>,
+    step_id: Option<String>,
+    record: String,
+    hash: String,
+}
+
 /// Appends drafts to the chain inside `tx`, returning their sequence numbers. The chain head
 /// is locked (`FOR UPDATE` on PostgreSQL; SQLite's `BEGIN IMMEDIATE` already holds the only
 /// write lock) so concurrent appenders in other processes queue behind this one.
@@ -177,29 +188,49 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
         let record = AuditRecord { seq, prev, body };
         let text = record.canonical();
         let hash = sha256_tagged(text.as_bytes());
-        rows.push(serde_json::json!({
-            "seq": seq, "ts": ts, "principal": principal, "run_id": run_id,
-            "step_id": step_id, "record": text, "hash": hash,
-        }));
-        prev = hash;
+        prev = hash.clone();
+        rows.push(AuditRow {
+            seq,
+            ts,
+            principal,
+            run_id,
+            step_id,
+            record: text,
+            hash,
+        });
         seqs.push(seq);
     }
-    // All rows in one statement: the records travel as one JSON array.
-    tx.exec(
-        if tx.is_pg() {
+    if tx.is_pg() {
+        // All rows in one statement (one round trip): the records travel as one JSON array.
+        let rows: Vec<Value> = rows
+            .into_iter()
+            .map(|r| {
+                serde_json::json!({
+                    "seq": r.seq, "ts": r.ts, "principal": r.principal, "run_id": r.run_id,
+                    "step_id": r.step_id, "record": r.record, "hash": r.hash,
+                })
+            })
+            .collect();
+        tx.exec(
             "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
              SELECT seq, ts, principal, run_id, step_id, record, hash \
              FROM jsonb_to_recordset($1::jsonb) AS j(seq bigint, ts bigint, principal text, \
-             run_id text, step_id text, record text, hash text)"
-        } else {
-            "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
-             SELECT j.value ->> 'seq', j.value ->> 'ts', j.value ->> 'principal', \
-             j.value ->> 'run_id', j.value ->> 'step_id', j.value ->> 'record', j.value ->> 'hash' \
-             FROM json_each($1) AS j"
-        },
-        args![Value::Array(rows).to_string()],
-    )
-    .await?;
+             run_id text, step_id text, record text, hash text)",
+            args![Value::Array(rows).to_string()],
+        )
+        .await?;
+    } else {
+        // SQLite runs statements in process: one prepared insert per row is cheaper than
+        // packing the rows into JSON and unpacking them again.
+        for r in rows {
+            tx.exec(
+                "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                args![r.seq, r.ts, r.principal, r.run_id, r.step_id, r.record, r.hash],
+            )
+            .await?;
+        }
+    }
     tx.exec(
         "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
         args![seq, prev],

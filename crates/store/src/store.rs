@@ -1153,6 +1153,9 @@ pub(crate) async fn apply_settles(tx: &mut Tx, settles: &[&Settle]) -> Result<()
         return Ok(());
     }
     let pg = tx.is_pg();
+    if !pg {
+        return apply_settles_each(tx, settles).await;
+    }
     let steps: Vec<Value> = settles
         .iter()
         .map(|s| {
@@ -1239,6 +1242,54 @@ pub(crate) async fn apply_settles(tx: &mut Tx, settles: &[&Settle]) -> Result<()
     }
     for s in settles.iter().filter(|s| s.budget == BudgetAction::Release) {
         release_budget(tx, &s.step_id).await?;
+    }
+    Ok(())
+}
+
+/// SQLite: the same changes, one prepared statement per row (statements run in process, so
+/// packing rows into JSON would only add work).
+async fn apply_settles_each(tx: &mut Tx, settles: &[&Settle]) -> Result<()> {
+    for s in settles {
+        tx.exec(
+            "UPDATE steps SET status = $1, outcome = $2, retry_at = $3, lease_until = NULL, \
+             updated_at = $4 WHERE step_id = $5 AND status IN ('running', 'unknown')",
+            args![
+                s.outcome.status.as_str(),
+                to_json(&s.outcome),
+                s.retry_at,
+                s.now.millis(),
+                &s.step_id
+            ],
+        )
+        .await?;
+        match &s.idem {
+            IdemAction::Done(o) => {
+                tx.exec(
+                    "UPDATE idempotency SET state = 'done', outcome = $1 WHERE idem_key = $2",
+                    args![o, &s.idem_key],
+                )
+                .await?;
+            }
+            IdemAction::Release => {
+                tx.exec(
+                    "DELETE FROM idempotency WHERE state = 'in_flight' AND idem_key = $1",
+                    args![&s.idem_key],
+                )
+                .await?;
+            }
+            IdemAction::Keep => {}
+        }
+        match s.budget {
+            BudgetAction::Charge => {
+                tx.exec(
+                    "DELETE FROM budget_reservations WHERE step_id = $1",
+                    args![&s.step_id],
+                )
+                .await?;
+            }
+            BudgetAction::Release => release_budget(tx, &s.step_id).await?,
+            BudgetAction::Hold => {}
+        }
     }
     Ok(())
 }
