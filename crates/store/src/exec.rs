@@ -1519,12 +1519,16 @@ impl Executor {
         let lease = now.millis() + self.store.config().lease.as_millis() as i64;
         let mut tx = self.store.begin().await?;
         let rows = match by {
+            // `status IN ('pending', 'failed')` repeats what the OR implies so that SQLite's
+            // planner uses the `steps_queue` partial index; without it the claim scanned every
+            // planned step ever made and slowed as the table grew.
             Claim::Queue(limit) => {
                 let sql: &'static str = if tx.is_pg() {
                     concat!(
                         "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
                          updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
-                         WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
+                         WHERE status IN ('pending', 'failed') \
+                         AND (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
                          AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3 \
                          FOR UPDATE SKIP LOCKED) RETURNING ",
                         step_cols!()
@@ -1533,7 +1537,8 @@ impl Executor {
                     concat!(
                         "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
                          updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
-                         WHERE (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
+                         WHERE status IN ('pending', 'failed') \
+                         AND (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
                          AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3) RETURNING ",
                         step_cols!()
                     )
