@@ -189,7 +189,8 @@ fn arb_any_json() -> impl proptest::strategy::Strategy<Value = Value> {
         any::<f64>()
             .prop_filter("finite", |f| f.is_finite())
             .prop_map(|f| json!(f)),
-        (-1_000_000i64..1_000_000, 0u32..6).prop_map(|(m, e)| json!(m as f64 / 10f64.powi(e as i32))),
+        (-1_000_000i64..1_000_000, 0u32..6)
+            .prop_map(|(m, e)| json!(m as f64 / 10f64.powi(e as i32))),
         any::<String>().prop_map(Value::String),
         "[\\x00-\\x1f\"\\\\a-z\u{e000}\u{10000}]{0,8}".prop_map(Value::String),
     ];
@@ -197,7 +198,10 @@ fn arb_any_json() -> impl proptest::strategy::Strategy<Value = Value> {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
             proptest::collection::vec(
-                ("[a-zA-Z\u{e000}\u{10000}\u{7f}-\u{ff}]{0,4}|\\PC{0,3}", inner),
+                (
+                    "[a-zA-Z\u{e000}\u{10000}\u{7f}-\u{ff}]{0,4}|\\PC{0,3}",
+                    inner
+                ),
                 0..6
             )
             .prop_map(|kv| Value::Object(kv.into_iter().collect())),

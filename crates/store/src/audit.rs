@@ -226,7 +226,15 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
             tx.exec(
                 "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                args![r.seq, r.ts, r.principal, r.run_id, r.step_id, r.record, r.hash],
+                args![
+                    r.seq,
+                    r.ts,
+                    r.principal,
+                    r.run_id,
+                    r.step_id,
+                    r.record,
+                    r.hash
+                ],
             )
             .await?;
         }

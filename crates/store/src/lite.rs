@@ -83,10 +83,7 @@ impl Lite {
         c.execute_batch(
             "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 8192; PRAGMA journal_mode = WAL",
         )?;
-        Ok(Lc {
-            c,
-            full_sync: None,
-        })
+        Ok(Lc { c, full_sync: None })
     }
 
     /// A connection for reads outside a write transaction.
@@ -146,7 +143,10 @@ impl Lite {
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
 }
 
 /// A connection on loan; it goes back to the idle list when dropped.
