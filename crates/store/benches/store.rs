@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use toolgate_core::{ApprovalKeys, Registry, StepStatus, SystemClock, Timestamp};
 use toolgate_store::{
-    Actor, AuditDecision, AuditDraft, BoxFuture, CallMeta, ConnectOptions, DirectCall, Executor,
-    Handler, HandlerError, HandlerOutput, PlannedStep, Store, StoreConfig, Target,
-    audit::{AuditOutcome, AuditWho, AuditWhy},
+    Actor, AuditDraft, BoxFuture, CallMeta, ConnectOptions, DirectCall, Executor, Handler,
+    HandlerError, HandlerOutput, PlannedStep, Store, StoreConfig, Target,
 };
 
 struct Noop;
@@ -35,42 +34,11 @@ impl Handler for Noop {
     }
 }
 
+#[path = "../tests/shared/draft.rs"]
+mod shared;
+
 fn draft(i: usize) -> AuditDraft {
-    AuditDraft {
-        ts: Timestamp::from_millis(1_780_000_000_000 + i as i64),
-        run_id: Some("bench".into()),
-        step_id: None,
-        who: AuditWho {
-            principal: "worker".into(),
-            role: "worker".into(),
-            actor: Actor::default(),
-        },
-        tool: "ticket.read".into(),
-        tool_version: Some("1.0.0".into()),
-        effect: None,
-        tier: None,
-        inputs: json!({"ticket_id": format!("T-{i}")}),
-        redacted: vec![],
-        idem_key: None,
-        why: AuditWhy {
-            purpose: Some("ops".into()),
-            reason: None,
-            evidence: vec![],
-            decision: AuditDecision::Allow,
-            rule: None,
-            checks: vec![],
-            shadow: Vec::new(),
-        },
-        approval: None,
-        outcome: AuditOutcome {
-            status: StepStatus::Done,
-            target_ref: None,
-            latency_ms: Some(1),
-            governance_us: None,
-            error: None,
-        },
-        registry_version: "bench".into(),
-    }
+    shared::draft("bench", i as i64)
 }
 
 struct Target_ {

@@ -5,47 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use toolgate_core::{StepStatus, Timestamp};
-use toolgate_store::audit::{AuditOutcome, AuditWho, AuditWhy};
-use toolgate_store::{Actor, AuditDecision, AuditDraft, Store, StoreConfig};
+use toolgate_store::{AuditDraft, Store, StoreConfig};
+
+#[path = "shared/draft.rs"]
+mod shared;
+use shared::draft as sample;
 
 fn draft(i: i64) -> AuditDraft {
-    AuditDraft {
-        ts: Timestamp::from_millis(1_780_000_000_000 + i),
-        run_id: Some("writers".into()),
-        step_id: None,
-        who: AuditWho {
-            principal: "worker".into(),
-            role: "worker".into(),
-            actor: Actor::default(),
-        },
-        tool: "ticket.read".into(),
-        tool_version: Some("1.0.0".into()),
-        effect: None,
-        tier: None,
-        inputs: json!({"ticket_id": format!("T-{i}")}),
-        redacted: vec![],
-        idem_key: None,
-        why: AuditWhy {
-            purpose: Some("ops".into()),
-            reason: None,
-            evidence: vec![],
-            decision: AuditDecision::Allow,
-            rule: None,
-            checks: vec![],
-            shadow: Vec::new(),
-        },
-        approval: None,
-        outcome: AuditOutcome {
-            status: StepStatus::Done,
-            target_ref: None,
-            latency_ms: Some(1),
-            governance_us: None,
-            error: None,
-        },
-        registry_version: "test".into(),
-    }
+    sample("writers", i)
 }
 
 // One runtime thread: if waiting for the lock blocked it, the ticker below could not run.
