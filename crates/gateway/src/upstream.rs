@@ -133,15 +133,20 @@ impl Upstream {
             )
         })??;
         let peer = service.peer().clone();
-        let tools = peer
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("reading tools/list of upstream '{}': {e}", self.name))?;
-        tracing::info!(upstream = %self.name, tools = tools.len(), "connected to upstream");
-        // Checked before the peer is published: nothing of a (re)connection is served unchecked.
         let info = peer
             .peer_info()
             .ok_or_else(|| format!("upstream '{}' completed no initialize handshake", self.name))?;
+        // A server that declares no tools capability (one serving only prompts or resources)
+        // has no tools/list to read; asking would fail the whole connection.
+        let tools = if info.capabilities.tools.is_some() {
+            peer.list_all_tools()
+                .await
+                .map_err(|e| format!("reading tools/list of upstream '{}': {e}", self.name))?
+        } else {
+            Vec::new()
+        };
+        tracing::info!(upstream = %self.name, tools = tools.len(), "connected to upstream");
+        // Checked before the peer is published: nothing of a (re)connection is served unchecked.
         self.pins.check(info, &tools).await;
         *self.tools.write().expect("tools lock") = tools;
         *self.peer.write().expect("peer lock") = Some(peer.clone());

@@ -1,6 +1,6 @@
 //! Prompts and resources of an upstream pass through only when toolgate.yaml lists them: a
 //! second upstream (`docs`, an in-process rmcp server recording every request it gets) offers
-//! two prompts and two resources; the registry lists one of each. A real rmcp client sees only
+//! two prompts and two resources and no tools capability; the registry lists one of each. A real rmcp client sees only
 //! the listed ones; asking for the others is answered as unknown and never reaches the upstream.
 
 mod common;
@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
-    ListResourcesResult, PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities,
-    ServerConfig,
+    ListResourcesResult, ListToolsRequestMethod, ListToolsResult, PaginatedRequestParams, Prompt,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, Role, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -30,13 +30,22 @@ struct Docs {
 impl ServerHandler for Docs {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
-            // Tools too (none): toolgate reads every upstream's tools/list when it connects.
+            // No tools capability: toolgate must not ask for a tools/list it was not offered.
             ServerCapabilities::builder()
-                .enable_tools()
                 .enable_prompts()
                 .enable_resources()
                 .build(),
         )
+    }
+
+    /// As a server without tools answers in other SDKs: the method does not exist here.
+    async fn list_tools(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.seen.lock().unwrap().push("tools/list".into());
+        Err(ErrorData::method_not_found::<ListToolsRequestMethod>())
     }
 
     async fn list_prompts(
