@@ -4,7 +4,8 @@
 //! every call is decided, reserved, forwarded and recorded — none is a replay.
 //!
 //! Run: `cargo bench -p toolgate-gateway --bench gateway_load` (`-- --secs N` per level;
-//! `-- --no-pin` serves without checking `toolgate.lock`, to compare).
+//! `-- --no-pin` serves without checking `toolgate.lock`, to compare;
+//! `-- --wal-preallocate-mb 0` lets commits grow the WAL file instead of preallocating it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ async fn fake() -> String {
     format!("http://{addr}/mcp")
 }
 
-fn registry(dir: &std::path::Path, upstream: &str) {
+fn registry(dir: &std::path::Path, upstream: &str, wal_mb: u64) {
     let ex = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
     std::fs::create_dir_all(dir.join("tools")).unwrap();
     std::fs::create_dir_all(dir.join("policies")).unwrap();
@@ -73,7 +74,7 @@ fn registry(dir: &std::path::Path, upstream: &str) {
     std::fs::write(dir.join("principals.yaml"), p).unwrap();
     std::fs::write(
         dir.join("toolgate.yaml"),
-        format!("label: bench\nstore:\n  url: \"sqlite://bench.db\"\nupstreams:\n  erp:\n    url: \"{upstream}\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n"),
+        format!("label: bench\nstore:\n  url: \"sqlite://bench.db\"\n  wal_preallocate_mb: {wal_mb}\nupstreams:\n  erp:\n    url: \"{upstream}\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n"),
     )
     .unwrap();
 }
@@ -143,12 +144,18 @@ fn pct(v: &[u64], p: f64) -> u64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn main() {
-    let secs: f64 = std::env::args()
-        .skip_while(|a| a != "--secs")
+/// The value after `flag` on the command line, if any.
+fn arg<T: std::str::FromStr>(flag: &str) -> Option<T> {
+    std::env::args()
+        .skip_while(|a| a != flag)
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+}
+
+fn main() {
+    let secs: f64 = arg("--secs").unwrap_or(3.0);
+    // `--wal-preallocate-mb 0` measures without growing the WAL file ahead of the commits.
+    let wal_mb: u64 = arg("--wal-preallocate-mb").unwrap_or(40);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -156,7 +163,7 @@ fn main() {
     rt.block_on(async {
         let upstream = fake().await;
         let dir = tempfile::tempdir().unwrap();
-        registry(dir.path(), &upstream);
+        registry(dir.path(), &upstream, wal_mb);
         // Pinned as the finance example is (its toolgate.lock, moved to the fake's URL); with
         // `--no-pin` no pin check at all, to show what pinning costs per call.
         let no_pin = std::env::args().any(|a| a == "--no-pin");
@@ -165,6 +172,8 @@ fn main() {
         let opts = ServeOptions { config_dir: dir.path().into(), http: true, ..Default::default() };
         let gw = if no_pin { Gateway::build_without_pins(&opts).await } else { Gateway::build(&opts).await }.unwrap();
         println!("pinning: {}", if no_pin { "off (--no-pin)" } else { "on (toolgate.lock)" });
+        gw.state.store.wal_preallocated().await;
+        println!("SQLite WAL preallocated: {wal_mb} MiB");
         let (addr, fut) = gw.bind_http("127.0.0.1:0", CancellationToken::new()).await.unwrap();
         tokio::spawn(fut);
         let through = format!("http://{addr}/mcp");

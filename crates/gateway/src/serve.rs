@@ -113,10 +113,12 @@ pub fn registry_store_config(registry: &Registry) -> StoreConfig {
     cfg
 }
 
-fn store_config(registry: &Registry, upstreams: &Upstreams) -> StoreConfig {
+/// The store configuration of a long-running process (`serve`, `worker`).
+pub(crate) fn store_config(registry: &Registry, upstreams: &Upstreams) -> StoreConfig {
     StoreConfig {
         // The upstream's own timeout fires first; this is the backstop.
         call_timeout: upstreams.max_timeout() + Duration::from_secs(1),
+        wal_preallocate: registry.gateway.store.wal_preallocate_mb << 20,
         ..registry_store_config(registry)
     }
 }

@@ -8,15 +8,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use toolgate_core::{Registry, SystemClock};
-use toolgate_store::{Executor, Store, StoreConfig, WorkOptions, WorkStats};
+use toolgate_store::{Executor, Store, WorkOptions, WorkStats};
 
 use crate::error::GatewayError;
 use crate::pins::Pins;
-use crate::serve::{approval_keys, registry_store_config, resolve_store_url};
+use crate::serve::{approval_keys, resolve_store_url};
 use crate::upstream::Upstreams;
 
 /// What `toolgate worker` was asked to do.
@@ -119,11 +118,7 @@ pub async fn run_worker(
             .as_deref()
             .unwrap_or(&registry.gateway.store.url),
     );
-    let cfg = StoreConfig {
-        call_timeout: upstreams.max_timeout() + Duration::from_secs(1),
-        ..registry_store_config(&registry)
-    };
-    let store = Store::connect(&url, cfg)
+    let store = Store::connect(&url, crate::serve::store_config(&registry, &upstreams))
         .await
         .map_err(|source| GatewayError::Store {
             url: url.clone(),

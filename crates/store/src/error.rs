@@ -32,6 +32,8 @@ pub enum StoreError {
     Token(#[from] TokenError),
     #[error("the audit writer has stopped; the store must be reopened")]
     WriterGone,
+    #[error("the store is closed")]
+    Closed,
     #[error("run {0} is aborted; no more steps run in it")]
     RunAborted(String),
     #[error("plan refused: {0}")]
@@ -40,7 +42,7 @@ pub enum StoreError {
         "step {step} was already {verdict} by this reviewer; a reviewer gives one verdict per step"
     )]
     AlreadyReviewed { step: String, verdict: String },
-    #[error("I/O error while exporting: {0}")]
+    #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
 

@@ -13,6 +13,7 @@
 //! Migrations and raw administration still go through sqlx's pool on the same file.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,8 @@ pub(crate) struct Lite {
 struct Inner {
     path: PathBuf,
     idle: Mutex<Vec<Lc>>,
+    /// Set by [`Lite::close`]: no new connection is lent, and one coming back is closed.
+    closed: AtomicBool,
     /// One writer at a time in this process, queued without blocking a thread.
     writer: Arc<tokio::sync::Mutex<()>>,
 }
@@ -64,6 +67,7 @@ impl Lite {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 idle: Mutex::new(Vec::new()),
+                closed: AtomicBool::new(false),
                 writer: Arc::new(tokio::sync::Mutex::new(())),
             }),
         };
@@ -88,6 +92,9 @@ impl Lite {
 
     /// A connection for reads outside a write transaction.
     pub fn conn(&self) -> Result<LiteConn> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
         let popped = self.inner.idle.lock().expect("idle lock").pop();
         let lc = match popped {
             Some(lc) => lc,
@@ -136,8 +143,60 @@ impl Lite {
         })
     }
 
-    /// Drops the idle connections (the file stays).
+    /// Grows the WAL file to `bytes` with zeros, a chunk at a time, each written under the
+    /// write lock (so no commit is appending meanwhile), then fsyncs it once. Returns the size
+    /// reached.
+    ///
+    /// Why: a commit that makes the WAL file longer must also journal the new size, and on
+    /// ext4 that fdatasync cost 0.2–4 ms here, against 80–100 µs for one that overwrites blocks
+    /// already written. SQLite reuses its WAL from the start after each checkpoint, so once the
+    /// file is as long as the auto-checkpoint threshold, commits never grow it again; this gets
+    /// there at start instead of over the first tens of thousands of commits. Safe: frames past
+    /// the last valid commit are never read (recovery stops at the first frame whose salt or
+    /// checksum does not match, and all-zero bytes match nothing), and a zeroed header reads as
+    /// an empty WAL.
+    pub async fn preallocate_wal(&self, bytes: u64) -> Result<u64> {
+        const CHUNK: u64 = 1 << 20;
+        let mut wal = self.inner.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        let file = match std::fs::OpenOptions::new().write(true).open(&wal) {
+            Ok(f) => Arc::new(f),
+            // No WAL file (a database not in WAL mode): nothing to grow.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        let reached = loop {
+            // The transaction holds SQLite's write lock across processes; it writes nothing
+            // and is rolled back when dropped.
+            let _tx = self.begin(false).await?;
+            let f = file.clone();
+            let step = tokio::task::spawn_blocking(move || -> std::io::Result<(u64, bool)> {
+                use std::os::unix::fs::FileExt;
+                let len = f.metadata()?.len();
+                if len >= bytes {
+                    return Ok((len, true));
+                }
+                let n = CHUNK.min(bytes - len);
+                f.write_all_at(&vec![0u8; n as usize], len)?;
+                Ok((len + n, len + n >= bytes))
+            })
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("WAL preallocation task: {e}")))??;
+            if step.1 {
+                break step.0;
+            }
+        };
+        // Outside the lock: flushing blocks nobody reads needs no exclusion.
+        tokio::task::spawn_blocking(move || file.sync_data())
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("WAL preallocation task: {e}")))??;
+        Ok(reached)
+    }
+
+    /// Closes the idle connections, and each lent one as it comes back (the file stays).
     pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
         self.inner.idle.lock().expect("idle lock").clear();
     }
 }
@@ -157,7 +216,9 @@ pub(crate) struct LiteConn {
 
 impl Drop for LiteConn {
     fn drop(&mut self) {
-        if let Some(lc) = self.lc.take() {
+        if let Some(lc) = self.lc.take()
+            && !self.home.closed.load(Ordering::Acquire)
+        {
             self.home.idle.lock().expect("idle lock").push(lc);
         }
     }
@@ -274,5 +335,36 @@ impl Drop for LiteTx {
             self.open = false;
             self.rollback_or_discard();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle(lite: &Lite) -> usize {
+        lite.inner.idle.lock().unwrap().len()
+    }
+
+    #[test]
+    fn a_closed_store_lends_nothing_and_keeps_nothing_lent_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        Connection::open(&path).unwrap();
+        let lite = Lite::open(&path).unwrap();
+        let lent = lite.conn().unwrap();
+        let second = lite.conn().unwrap();
+        drop(second);
+        assert_eq!(idle(&lite), 1, "a returned connection is kept while open");
+
+        lite.close();
+        assert_eq!(idle(&lite), 0);
+        drop(lent);
+        assert_eq!(
+            idle(&lite),
+            0,
+            "a connection lent before close is closed on return"
+        );
+        assert!(matches!(lite.conn(), Err(StoreError::Closed)));
     }
 }

@@ -47,6 +47,10 @@ pub struct StoreConfig {
     /// How long after a call became `unknown` the reconciler believes a "not found" answer (a
     /// late commit may still land before that); `None`: the call timeout. "Found" settles at once.
     pub reconcile_quiet: Option<Duration>,
+    /// SQLite: grow the WAL file to this many bytes in the background after opening, so
+    /// commits overwrite blocks already written instead of extending the file (see
+    /// `Lite::preallocate_wal`). 0: off. Long-running processes (`serve`, `worker`) set it.
+    pub wal_preallocate: u64,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +65,7 @@ impl Default for StoreConfig {
             redactor: Redactor::new(b"toolgate-default-redaction-key".to_vec()),
             retry_backoff: Duration::from_secs(5),
             reconcile_quiet: None,
+            wal_preallocate: 0,
         }
     }
 }
@@ -85,6 +90,8 @@ pub(crate) struct Inner {
     pub cfg: StoreConfig,
     writer: mpsc::UnboundedSender<WriteJob>,
     reserver: mpsc::UnboundedSender<ReserveJob>,
+    /// Becomes true when the background WAL preallocation has finished (or was not asked for).
+    wal_ready: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What happens to the idempotency record when a call settles.
@@ -235,6 +242,20 @@ impl Store {
     /// As [`Store::connect`], with pool settings (a PostgreSQL schema, the pool size).
     pub async fn connect_with(url: &str, cfg: StoreConfig, opts: ConnectOptions) -> Result<Store> {
         let pool = Pool::connect(url, &opts).await?;
+        let (wal_done, wal_ready) = tokio::sync::watch::channel(true);
+        if let (Pool::Sqlite(_, lite), n @ 1..) = (&pool, cfg.wal_preallocate) {
+            let lite = lite.clone();
+            wal_done.send_replace(false);
+            tokio::spawn(async move {
+                match lite.preallocate_wal(n).await {
+                    Ok(len) => tracing::debug!(bytes = len, "SQLite WAL preallocated"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "preallocating the SQLite WAL failed; commits still work, slower")
+                    }
+                }
+                wal_done.send_replace(true);
+            });
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(writer_task(pool.clone(), rx, cfg.max_group_commit.max(1)));
         let reserver = reserve::spawn(pool.clone(), cfg.claim_batch);
@@ -244,8 +265,16 @@ impl Store {
                 cfg,
                 writer: tx,
                 reserver,
+                wal_ready,
             }),
         })
+    }
+
+    /// Returns once the WAL preallocation asked for by [`StoreConfig::wal_preallocate`] has
+    /// finished (at once if none was). Benchmarks wait for it so it does not overlap a measure.
+    pub async fn wal_preallocated(&self) {
+        let mut ready = self.inner.wal_ready.clone();
+        let _ = ready.wait_for(|done| *done).await;
     }
 
     pub fn config(&self) -> &StoreConfig {
