@@ -21,6 +21,7 @@ pub mod otlp;
 mod passthrough;
 pub mod pins;
 mod preview;
+mod relay;
 pub mod reload;
 mod render;
 mod serve;

@@ -359,6 +359,15 @@ impl ServerHandler for GatewayServer {
         let tool = request.name.to_string();
         let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
         let registry = self.state.registry();
+        // Progress the upstream reports on this call goes back to this client, under its token.
+        let progress = context
+            .meta
+            .get_progress_token()
+            .or_else(|| request.meta.as_ref()?.get_progress_token())
+            .map(|token| crate::relay::Caller {
+                peer: context.peer.clone(),
+                token,
+            });
         let result = match crate::preview::route(&registry, &caller.role, &tool) {
             Some(route) => {
                 crate::preview::handle(self, &caller, route, request.arguments, &meta)
@@ -366,9 +375,12 @@ impl ServerHandler for GatewayServer {
                     .await?
             }
             None => {
-                self.governed(&caller, &tool, request.arguments, &meta)
-                    .instrument(span)
-                    .await?
+                crate::relay::scope(
+                    progress,
+                    self.governed(&caller, &tool, request.arguments, &meta),
+                )
+                .instrument(span)
+                .await?
             }
         };
         Ok(result.into())

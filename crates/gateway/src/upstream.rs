@@ -10,7 +10,8 @@
 //! decides what each means for the effect class); a dropped connection is
 //! re-established on the next call; `notifications/tools/list_changed` re-reads the upstream's
 //! `tools/list`. Each connect, reconnect and change is checked against `toolgate.lock` (see
-//! [`crate::pins`]) before anything of the new list is served, then handed to a hook.
+//! [`crate::pins`]) before anything of the new list is served, then handed to a hook. Progress
+//! the upstream reports on a call goes back to the client that made it ([`crate::relay`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,10 +19,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
-    MetaObject, RequestMetaObject, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    ClientRequest, Implementation, JsonObject, MetaObject, ProgressNotificationParam,
+    RequestMetaObject, ServerResult, Tool,
 };
-use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -30,6 +32,7 @@ use toolgate_core::config::UpstreamConfig;
 use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Target};
 
 use crate::pins::{PinGuard, Pins};
+use crate::relay::Routes;
 use crate::render::to_stored;
 
 /// Called with an upstream's name and its new `tools/list` after it announced a change, once
@@ -43,9 +46,18 @@ struct UpstreamClient {
     tools: Arc<RwLock<Vec<Tool>>>,
     hook: Option<ToolsChangedHook>,
     pins: Arc<PinGuard>,
+    routes: Arc<Routes>,
 }
 
 impl ClientHandler for UpstreamClient {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.routes.forward(params).await;
+    }
+
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
             ClientCapabilities::default(),
@@ -95,6 +107,8 @@ struct Upstream {
     hook: Option<ToolsChangedHook>,
     /// The verdict of `toolgate.lock` on what this upstream lists.
     pins: Arc<PinGuard>,
+    /// Progress tokens of calls in flight, back to their callers.
+    routes: Arc<Routes>,
 }
 
 impl Upstream {
@@ -120,6 +134,7 @@ impl Upstream {
             tools: self.tools.clone(),
             hook: self.hook.clone(),
             pins: self.pins.clone(),
+            routes: self.routes.clone(),
         };
         let service = tokio::time::timeout(
             self.timeout.max(Duration::from_secs(5)),
@@ -238,8 +253,8 @@ impl Upstream {
         }
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(m)));
-        match tokio::time::timeout(self.timeout, peer.call_tool(params)).await {
-            Err(_) => Err(HandlerError::Timeout),
+        match tokio::time::timeout(self.timeout, self.send_call(&peer, params)).await {
+            Err(_) | Ok(Err(ServiceError::Timeout { .. })) => Err(HandlerError::Timeout),
             Ok(Ok(result)) => {
                 if result.is_error == Some(true) {
                     let text: Vec<String> = result
@@ -302,6 +317,35 @@ impl Upstream {
                     self.name
                 )))
             }
+        }
+    }
+}
+
+impl Upstream {
+    /// Sends one `tools/call`. When the caller asked for progress, the upstream's progress on
+    /// this call is routed back to it for as long as the call is open.
+    async fn send_call(
+        &self,
+        peer: &Peer<RoleClient>,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResult, ServiceError> {
+        if !crate::relay::wanted() {
+            return peer.call_tool(params).await;
+        }
+        // rmcp's own timeout (just inside the caller's) cancels the request upstream when it
+        // fires, as `call_tool` does when dropped.
+        let handle = peer
+            .send_request_with_option(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                PeerRequestOptions::with_timeout(
+                    self.timeout.saturating_sub(Duration::from_millis(1)),
+                ),
+            )
+            .await?;
+        let _route = self.routes.open(handle.progress_token.clone());
+        match handle.await_response().await? {
+            ServerResult::CallToolResult(r) => Ok(r),
+            _ => Err(ServiceError::UnexpectedResponse),
         }
     }
 }
@@ -378,6 +422,7 @@ impl Upstreams {
                             ServerIdentity::from_upstream(cfg),
                             pins.clone(),
                         )),
+                        routes: Arc::default(),
                     }),
                 )
             })

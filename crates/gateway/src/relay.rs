@@ -1,0 +1,93 @@
+//! Progress an upstream reports during a forwarded call, passed on to the client that made it.
+//!
+//! One connection to an upstream carries every caller's calls, so a progress notification is
+//! routed by its token alone: a forwarded call whose caller asked for progress carries a fresh
+//! token (rmcp's client gives every request one), mapped back to the caller's session and token
+//! until the call returns. Nothing else reaches the caller: a token with no open call is
+//! dropped, which includes progress sent in the microseconds between the request leaving and
+//! its route being opened (the token is known only once the request is out). Log messages (`notifications/message`) name no call, so on a shared
+//! connection they could reach another principal; they are not relayed.
+//!
+//! The caller travels with the call as a task-local value set by `tools/call` ([`scope`]): the
+//! executor calls the handler on the task that serves the request.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+use rmcp::RoleServer;
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::Peer;
+
+tokio::task_local! {
+    static CALLER: Option<Caller>;
+}
+
+/// Who to tell about a call's progress: the client's session and the token it chose.
+#[derive(Clone)]
+pub struct Caller {
+    pub peer: Peer<RoleServer>,
+    pub token: ProgressToken,
+}
+
+/// Runs `fut` (one `tools/call`) with `caller` as the destination of its progress, if any.
+pub async fn scope<F: Future>(caller: Option<Caller>, fut: F) -> F::Output {
+    CALLER.scope(caller, fut).await
+}
+
+/// Whether the call on this task has a caller waiting for progress.
+pub fn wanted() -> bool {
+    CALLER.try_with(Option::is_some).unwrap_or(false)
+}
+
+/// The progress routes of one upstream connection.
+#[derive(Default)]
+pub struct Routes {
+    open: Mutex<HashMap<ProgressToken, Caller>>,
+}
+
+/// Removes its route when the forwarded call returns (or is dropped).
+pub struct Route<'a> {
+    routes: &'a Routes,
+    token: ProgressToken,
+}
+
+impl Drop for Route<'_> {
+    fn drop(&mut self) {
+        self.routes.open.lock().expect("routes").remove(&self.token);
+    }
+}
+
+impl Routes {
+    /// Routes progress under `token` (the forwarded request's) to the caller of the call on
+    /// this task, if it asked for progress, while the returned guard lives.
+    pub fn open(&self, token: ProgressToken) -> Option<Route<'_>> {
+        let caller = CALLER.try_with(Clone::clone).ok().flatten()?;
+        self.open
+            .lock()
+            .expect("routes")
+            .insert(token.clone(), caller);
+        Some(Route {
+            routes: self,
+            token,
+        })
+    }
+
+    /// Passes an upstream's progress notification on to the caller its token belongs to.
+    pub async fn forward(&self, mut progress: ProgressNotificationParam) {
+        let caller = self
+            .open
+            .lock()
+            .expect("routes")
+            .get(&progress.progress_token)
+            .cloned();
+        let Some(caller) = caller else {
+            tracing::debug!(token = ?progress.progress_token, "upstream progress for no open call; dropped");
+            return;
+        };
+        progress.progress_token = caller.token;
+        if let Err(e) = caller.peer.notify_progress(progress).await {
+            tracing::debug!(error = %e, "a client was not told of its call's progress");
+        }
+    }
+}
