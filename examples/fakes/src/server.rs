@@ -8,7 +8,8 @@ use std::sync::Arc;
 use clap::Parser;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -269,7 +270,18 @@ impl<D: Domain> ServerHandler for FakeServer<D> {
         let faults = shared.faults.select(&call.tool);
         for f in &faults {
             if let FaultKind::Slow(d) = f {
-                tokio::time::sleep(*d).await;
+                // A slow call reports its progress to a caller that asked for it (two steps,
+                // each naming the tool), as a long-running tool would.
+                let token = context.meta.get_progress_token();
+                for (step, wait) in [(1.0, *d / 2), (2.0, *d - *d / 2)] {
+                    if let Some(t) = &token {
+                        let p = ProgressNotificationParam::new(t.clone(), step)
+                            .with_total(2.0)
+                            .with_message(format!("{} step {step}", call.tool));
+                        let _ = context.peer.notify_progress(p).await;
+                    }
+                    tokio::time::sleep(wait).await;
+                }
             }
         }
         let duplicate = faults.contains(&FaultKind::DuplicateDelivery);

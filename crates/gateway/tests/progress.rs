@@ -1,0 +1,135 @@
+//! Progress an upstream reports on a call reaches the caller that made it, under that caller's
+//! own token, and no other caller: three clients call the same slow tool through toolgate at the
+//! same time (the fake ERP reports two progress steps on a slow call), over the one connection
+//! toolgate keeps to the ERP. rmcp's client numbers its progress tokens from 0 in each session,
+//! so all three callers use the same token: routing by the caller's token instead of by the
+//! forwarded call would deliver six notifications to one of them. Each client records every
+//! `notifications/progress` it receives.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, MetaObject,
+    ProgressNotificationParam, ProgressToken, RequestMetaObject,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::json;
+use toolgate_fakes::fault::Selector;
+use toolgate_fakes::{FaultKind, FaultSpec};
+
+/// A client that keeps every progress notification it is sent.
+#[derive(Clone, Default)]
+struct Listener {
+    seen: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("progress-test", "0.1.0"),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.seen.lock().unwrap().push(params);
+    }
+}
+
+async fn listener(url: &str) -> (RunningService<RoleClient, Listener>, Listener) {
+    let l = Listener::default();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(WORKER_KEY),
+    );
+    (l.clone().serve(transport).await.unwrap(), l)
+}
+
+/// A governed `invoice.search` in its own run.
+fn search(run: &str) -> CallToolRequestParams {
+    let mut p = CallToolRequestParams::new("invoice.search")
+        .with_arguments(obj(json!({"invoice_id": "INV-20260615"})));
+    p.meta = Some(RequestMetaObject(MetaObject(obj(billing("progress", run)))));
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_caller_gets_only_its_own_calls_progress_under_its_own_token() {
+    let h = Harness::start_with(
+        vec![FaultSpec {
+            kind: FaultKind::Slow(Duration::from_millis(300)),
+            selector: Selector::Always,
+            tool: Some("search_invoices".into()),
+        }],
+        None,
+    )
+    .await;
+    let (a, seen_a) = listener(&h.url).await;
+    let (b, seen_b) = listener(&h.url).await;
+    let (c, seen_c) = listener(&h.url).await;
+
+    // rmcp's client puts a progress token of its own on every request.
+    let (ra, rb, rc) = tokio::join!(
+        a.peer().call_tool(search("progress-a")),
+        b.peer().call_tool(search("progress-b")),
+        c.peer().call_tool(search("progress-c")),
+    );
+    for r in [&ra, &rb, &rc] {
+        assert_ne!(r.as_ref().unwrap().is_error, Some(true), "{r:?}");
+    }
+
+    let tokens = |seen: &Listener| -> Vec<ProgressToken> {
+        seen.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| p.progress_token.clone())
+            .collect()
+    };
+    for (name, seen) in [("a", &seen_a), ("b", &seen_b), ("c", &seen_c)] {
+        let t = tokens(seen);
+        assert_eq!(
+            t.len(),
+            2,
+            "both steps of {name}'s call reached {name}, nothing else: {t:?}"
+        );
+        // Under the token its own client put on its request (the first of the session).
+        assert!(
+            t.iter()
+                .all(|t| *t == ProgressToken(rmcp::model::NumberOrString::Number(0))),
+            "{t:?}"
+        );
+        let steps: Vec<f64> = seen
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| p.progress)
+            .collect();
+        assert_eq!(steps, [1.0, 2.0]);
+        assert_eq!(
+            seen.seen.lock().unwrap()[0].message.as_deref(),
+            Some("search_invoices step 1")
+        );
+    }
+
+    // After the call returned, a late progress for it goes nowhere: nothing more arrives.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(tokens(&seen_a).len(), 2);
+    assert_eq!(
+        h.records_for("search_invoices").len(),
+        3,
+        "one delivery per call"
+    );
+    h.shutdown().await;
+}
