@@ -11,6 +11,10 @@
 //!
 //! A plan is the caller's own: another principal's plan id is answered as if it did not exist.
 //! A plan expires; a plan made under another version of the tool is refused at commit.
+//!
+//! Every preview is in the audit chain before it is answered: a `preview` record of `T.preview`
+//! (the plan id as its target reference, the inputs redacted as `T`'s are), or a `deny` record
+//! when the preview was refused.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,9 +24,11 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde_json::{Value, json};
 use toolgate_core::registry::Tool as RegistryTool;
 use toolgate_core::{
-    CallRequest, CheckName, Clock, Engine, InputHash, Registry, SystemClock, Verdict,
+    CallRequest, CheckName, Clock, Decision, Engine, InputHash, Registry, StepStatus, SystemClock,
+    Verdict,
 };
 use toolgate_store::StoreError;
+use toolgate_store::audit::{AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy};
 use toolgate_store::previews::Preview;
 
 use crate::auth::Caller;
@@ -151,7 +157,16 @@ async fn preview(
 ) -> Result<CallToolResult, ErrorData> {
     let cfg = &tool.config;
     let inputs = Value::Object(arguments.unwrap_or_default());
-    if let Some(refused) = static_refusal(server, caller, tool, &inputs, meta) {
+    let decision = static_decision(server, caller, tool, &inputs, meta);
+    if let Some(refused) = static_refusal(tool, &decision) {
+        let r = Recorded {
+            name: format!("{}{SUFFIX}", tool.name()),
+            kind: AuditDecision::Deny,
+            decision: Some(&decision),
+            rule: decision.rule().map(str::to_string),
+            plan_id: None,
+        };
+        record(server, caller, tool, &inputs, meta, r).await?;
         return Ok(refused);
     }
     let hash = InputHash::of(&inputs);
@@ -174,6 +189,14 @@ async fn preview(
         .save_preview(&plan)
         .await
         .map_err(store_error)?;
+    let r = Recorded {
+        name: format!("{}{SUFFIX}", tool.name()),
+        kind: AuditDecision::Preview,
+        decision: Some(&decision),
+        rule: None,
+        plan_id: Some(plan.plan_id.clone()),
+    };
+    record(server, caller, tool, &inputs, meta, r).await?;
     tracing::info!(principal = %caller.principal, tool = %cfg.name, plan_id = %plan.plan_id, hash = %plan.input_hash, "preview");
     let envelope = json!({
         "tool": cfg.name,
@@ -210,17 +233,15 @@ async fn preview(
     Ok(r)
 }
 
-/// A plan the commit would certainly refuse is not made: the checks that depend only on the
-/// caller, the inputs and the `_meta` (listed, schema, purpose) run now, and their refusal is the
-/// preview's answer. The rest (budgets, policies over the run, destinations looked up from data,
-/// the gate) is decided at commit.
-fn static_refusal(
+/// The preview's decision: the whole engine, of which only the checks that depend on nothing
+/// but the caller, the inputs and the `_meta` can refuse a preview (see [`static_refusal`]).
+fn static_decision(
     server: &GatewayServer,
     caller: &Caller,
     tool: &RegistryTool,
     inputs: &Value,
     meta: &JsonObject,
-) -> Option<CallToolResult> {
+) -> Decision {
     let ctx = CallContext::from_meta(meta);
     let surface = server.state().surface();
     let engine = Engine::new(&surface.registry, &surface.executor.keys);
@@ -229,7 +250,14 @@ fn static_refusal(
         reason: ctx.reason.as_deref(),
         ..CallRequest::new(&caller.principal, tool.name(), inputs)
     };
-    let decision = engine.decide(&req, SystemClock.now());
+    engine.decide(&req, SystemClock.now())
+}
+
+/// A plan the commit would certainly refuse is not made: the checks that depend only on the
+/// caller, the inputs and the `_meta` (listed, schema, purpose) run now, and their refusal is the
+/// preview's answer. The rest (budgets, policies over the run, destinations looked up from data,
+/// the gate) is decided at commit.
+fn static_refusal(tool: &RegistryTool, decision: &Decision) -> Option<CallToolResult> {
     let Verdict::Deny {
         check,
         rule,
@@ -254,6 +282,135 @@ fn static_refusal(
     ))
 }
 
+/// What a preview or commit record says happened.
+struct Recorded<'a> {
+    /// `T.preview` or `T`.
+    name: String,
+    kind: AuditDecision,
+    /// The engine's decision, when it was asked (a preview).
+    decision: Option<&'a Decision>,
+    rule: Option<String>,
+    /// The plan made, for a preview that made one.
+    plan_id: Option<String>,
+}
+
+/// Appends a preview's or a refused commit's audit record, durably, before the caller hears
+/// anything.
+async fn record(
+    server: &GatewayServer,
+    caller: &Caller,
+    tool: &RegistryTool,
+    inputs: &Value,
+    meta: &JsonObject,
+    r: Recorded<'_>,
+) -> Result<(), ErrorData> {
+    let ctx = CallContext::from_meta(meta);
+    let store = &server.state().store;
+    let (inputs, redacted) = store.config().redactor.redact(inputs, &tool.config.redact);
+    let draft = AuditDraft {
+        ts: SystemClock.now(),
+        run_id: Some(ctx.run_id.unwrap_or_else(|| server.session_run.clone())),
+        step_id: None,
+        who: AuditWho {
+            principal: caller.principal.clone(),
+            role: caller.role.clone(),
+            actor: ctx.actor,
+        },
+        tool: r.name,
+        tool_version: Some(tool.config.version.clone()),
+        effect: None,
+        tier: None,
+        inputs,
+        redacted,
+        idem_key: None,
+        why: AuditWhy {
+            purpose: ctx.purpose,
+            reason: ctx.reason,
+            evidence: ctx.evidence,
+            decision: r.kind,
+            rule: r.rule,
+            checks: r.decision.map(|d| d.checks.clone()).unwrap_or_default(),
+            shadow: r.decision.map(|d| d.shadow.clone()).unwrap_or_default(),
+        },
+        approval: None,
+        outcome: AuditOutcome {
+            status: if r.plan_id.is_some() {
+                StepStatus::Done
+            } else {
+                StepStatus::Refused
+            },
+            target_ref: r.plan_id,
+            latency_ms: None,
+            error: None,
+            governance_us: None,
+        },
+        registry_version: match r.decision {
+            Some(d) => d.registry_version.clone(),
+            None => server.state().registry().version.hash.clone(),
+        },
+    };
+    store
+        .append_audit_grouped(draft)
+        .await
+        .map(drop)
+        .map_err(store_error)
+}
+
+/// The caller's own plan for `tool` named by `args`, still current; or why it cannot be
+/// committed (the refusal's text and facts).
+async fn committable(
+    server: &GatewayServer,
+    caller: &Caller,
+    tool: &RegistryTool,
+    args: &Value,
+) -> Result<Result<Preview, (String, Value)>, ErrorData> {
+    let name = tool.name();
+    let only_plan_id = args.as_object().filter(|a| a.len() == 1);
+    let Some(plan_id) = only_plan_id
+        .and_then(|a| a.get("plan_id"))
+        .and_then(Value::as_str)
+    else {
+        return Ok(Err((
+            format!(
+                "`{name}` takes only {{\"plan_id\"}}: preview the call with `{name}{SUFFIX}` \
+                 and commit the plan_id it returns; arguments are never taken at commit."
+            ),
+            json!({"status": "refused", "check": "preview", "rule": "preview.plan_id_only"}),
+        )));
+    };
+    let plan = match server.state().store.preview(plan_id).await {
+        Ok(p) if p.principal == caller.principal && p.tool == name => p,
+        // Another principal's plan, or another tool's, is answered as unknown.
+        Ok(_) | Err(StoreError::NotFound { .. }) => {
+            return Ok(Err((
+                format!(
+                    "there is no plan {plan_id} of yours for `{name}`: preview again with `{name}{SUFFIX}`."
+                ),
+                json!({"status": "refused", "check": "preview", "rule": "preview.unknown_plan", "plan_id": plan_id}),
+            )));
+        }
+        Err(e) => return Err(store_error(e)),
+    };
+    if now_ms() > plan.expires_at {
+        return Ok(Err((
+            format!(
+                "plan {plan_id} expired; preview again with `{name}{SUFFIX}` and commit the new plan_id."
+            ),
+            json!({"status": "refused", "check": "preview", "rule": "preview.expired", "plan_id": plan_id, "expires_at_ms": plan.expires_at}),
+        )));
+    }
+    if plan.tool_version != tool.config.version {
+        return Ok(Err((
+            format!(
+                "plan {plan_id} was made for `{name}` version {}, which is now version {}; preview again.",
+                plan.tool_version, tool.config.version
+            ),
+            json!({"status": "refused", "check": "preview", "rule": "preview.tool_changed", "plan_id": plan_id}),
+        )));
+    }
+    Ok(Ok(plan))
+}
+
 async fn commit(
     server: &GatewayServer,
     caller: &Caller,
@@ -261,50 +418,22 @@ async fn commit(
     arguments: Option<JsonObject>,
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
+    let args = Value::Object(arguments.unwrap_or_default());
+    let plan = match committable(server, caller, tool, &args).await? {
+        Ok(plan) => plan,
+        Err((text, facts)) => {
+            let r = Recorded {
+                name: tool.name().to_string(),
+                kind: AuditDecision::Deny,
+                decision: None,
+                rule: facts["rule"].as_str().map(str::to_string),
+                plan_id: None,
+            };
+            record(server, caller, tool, &args, meta, r).await?;
+            return Ok(refusal(text, facts));
+        }
+    };
     let name = tool.name();
-    let args = arguments.unwrap_or_default();
-    let plan_id = match (args.len(), args.get("plan_id").and_then(Value::as_str)) {
-        (1, Some(id)) => id.to_string(),
-        _ => {
-            return Ok(refusal(
-                format!(
-                    "`{name}` takes only {{\"plan_id\"}}: preview the call with `{name}{SUFFIX}` \
-                     and commit the plan_id it returns; arguments are never taken at commit."
-                ),
-                json!({"status": "refused", "check": "preview", "rule": "preview.plan_id_only"}),
-            ));
-        }
-    };
-    let plan = match server.state().store.preview(&plan_id).await {
-        Ok(p) if p.principal == caller.principal && p.tool == name => p,
-        // Another principal's plan, or another tool's, is answered as unknown.
-        Ok(_) | Err(StoreError::NotFound { .. }) => {
-            return Ok(refusal(
-                format!(
-                    "there is no plan {plan_id} of yours for `{name}`: preview again with `{name}{SUFFIX}`."
-                ),
-                json!({"status": "refused", "check": "preview", "rule": "preview.unknown_plan", "plan_id": plan_id}),
-            ));
-        }
-        Err(e) => return Err(store_error(e)),
-    };
-    if now_ms() > plan.expires_at {
-        return Ok(refusal(
-            format!(
-                "plan {plan_id} expired; preview again with `{name}{SUFFIX}` and commit the new plan_id."
-            ),
-            json!({"status": "refused", "check": "preview", "rule": "preview.expired", "plan_id": plan_id, "expires_at_ms": plan.expires_at}),
-        ));
-    }
-    if plan.tool_version != tool.config.version {
-        return Ok(refusal(
-            format!(
-                "plan {plan_id} was made for `{name}` version {}, which is now version {}; preview again.",
-                plan.tool_version, tool.config.version
-            ),
-            json!({"status": "refused", "check": "preview", "rule": "preview.tool_changed", "plan_id": plan_id}),
-        ));
-    }
     let mut call_meta = match &plan.meta {
         Value::Object(m) => m.clone(),
         _ => JsonObject::new(),

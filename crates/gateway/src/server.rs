@@ -119,7 +119,7 @@ pub struct GatewayServer {
     /// The stdio caller, fixed at start. Over HTTP the caller comes from each request.
     fixed: Option<Caller>,
     /// The run id of calls whose `_meta` names none: one per connection.
-    session_run: String,
+    pub(crate) session_run: String,
 }
 
 /// MCP annotations from the registry's effect class and handler (never from the upstream):

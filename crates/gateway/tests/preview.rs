@@ -110,9 +110,17 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     assert_eq!(s(&p)["expires_in_s"], 600);
     let plan_id = s(&p)["plan_id"].as_str().unwrap().to_string();
     let hash = s(&p)["hash"].as_str().unwrap().to_string();
-    // Nothing was done: the ERP saw nothing, the audit chain holds nothing.
+    // Nothing was done: the ERP saw nothing; the audit chain holds the preview itself, with
+    // the plan id as its reference.
     assert!(h.records_for("draft_note").is_empty());
-    assert!(h.audit("test-worker").await.is_empty());
+    let audit = h.audit("test-worker").await;
+    assert_eq!(audit.len(), 1, "{audit:#?}");
+    assert_eq!(audit[0]["tool"], "note.draft.preview");
+    assert_eq!(audit[0]["why"]["decision"], "preview");
+    assert_eq!(audit[0]["outcome"]["status"], "done");
+    assert_eq!(audit[0]["outcome"]["target_ref"], plan_id.as_str());
+    assert_eq!(audit[0]["run_id"], "run-preview");
+    assert_eq!(audit[0]["inputs"], args);
 
     // A preview the commit would certainly refuse (above the schema's ceiling) makes no plan.
     let over = call(
@@ -127,6 +135,12 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     assert_eq!(over.is_error, Some(true));
     assert_eq!(s(&over)["check"], "schema");
     assert!(s(&over).get("plan_id").is_none());
+    let audit = h.audit("test-worker").await;
+    let refused = audit.last().unwrap();
+    assert_eq!(refused["tool"], "payment.schedule.preview");
+    assert_eq!(refused["why"]["decision"], "deny");
+    assert_eq!(refused["why"]["rule"], s(&over)["rule"]);
+    assert_eq!(refused["outcome"]["status"], "refused");
 
     // Fresh arguments at commit are refused; nothing runs.
     let r = call(
@@ -140,6 +154,20 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     assert_eq!(r.is_error, Some(true));
     assert_eq!(s(&r)["rule"], "preview.plan_id_only");
     assert!(h.records_for("draft_note").is_empty());
+    let audit = h.audit("test-worker").await;
+    let refused = audit.last().unwrap();
+    assert_eq!(
+        (
+            &refused["tool"],
+            &refused["why"]["decision"],
+            &refused["why"]["rule"]
+        ),
+        (
+            &json!("note.draft"),
+            &json!("deny"),
+            &json!("preview.plan_id_only")
+        )
+    );
 
     // The commit runs exactly the plan: the ERP receives the previewed inputs; the audit
     // record's input hash is the plan's hash.
@@ -158,11 +186,17 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     assert_eq!(drafts[0].arguments["text"], args["text"]);
     assert_eq!(drafts[0].arguments["invoice_id"], args["invoice_id"]);
     let audit = h.audit("test-worker").await;
-    assert_eq!(audit.len(), 1);
-    assert_eq!(audit[0]["tool"], "note.draft");
-    assert_eq!(audit[0]["inputs"], args);
+    assert_eq!(
+        audit.len(),
+        4,
+        "preview, refused preview, refused commit, commit"
+    );
+    let done = &audit[3];
+    assert_eq!(done["tool"], "note.draft");
+    assert_eq!(done["why"]["decision"], "allow");
+    assert_eq!(done["inputs"], args);
     assert_eq!(toolgate_core::InputHash::of(&args).as_str(), hash);
-    assert_eq!(audit[0]["run_id"], "run-preview", "the preview's run id");
+    assert_eq!(done["run_id"], "run-preview", "the preview's run id");
 
     // Another principal cannot commit it; an unknown plan is refused; nothing more ran.
     let planner = h.client(PLANNER_KEY).await;
@@ -184,6 +218,9 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     .unwrap();
     assert_eq!(s(&unknown)["rule"], "preview.unknown_plan");
     assert_eq!(h.records_for("draft_note").len(), 1);
+    let audit = h.audit("test-worker").await;
+    assert_eq!(audit.len(), 5);
+    assert_eq!(audit[4]["why"]["rule"], "preview.unknown_plan");
     h.shutdown().await;
 }
 

@@ -78,6 +78,9 @@ pub enum AuditDecision {
     /// A read made by toolgate itself to look up a call's allowed destinations (the declared
     /// `destinations[].lookup` tool); the call's own record follows.
     Lookup,
+    /// A plan rendered by a preview tool (`T.preview`): nothing was done; the outcome's
+    /// `target_ref` is the plan id. A preview refused is a `deny` record of `T.preview`.
+    Preview,
 }
 
 /// Who approved, by token fingerprint (never the token itself).
