@@ -8,6 +8,10 @@
 //! `/v1/traces` is appended), and `OTEL_SERVICE_NAME` (default `toolgate`); or in process by
 //! [`install`]. Without either, nothing is recorded or sent. Spans are sent in the background
 //! in batches; a collector that is down loses spans (a warning is logged), never a call.
+//!
+//! A caller that sends a W3C trace context as `_meta.traceparent` (the convention MCP clients
+//! use for trace propagation) gets the call's span in its trace, as a child of its span; a
+//! malformed or all-zero one is ignored and the span starts a trace of its own.
 //! Written directly against the OTLP JSON encoding (a few dozen lines) instead of the
 //! opentelemetry SDK crates: `http://` endpoints only (reqwest here has no TLS).
 
@@ -117,12 +121,21 @@ fn name_of<T: serde::Serialize + std::fmt::Debug>(v: &T) -> String {
 }
 
 /// Records the span of one governed call that started at `started` (when exporting is on).
-pub fn record_call(tool: &str, caller: &Caller, result: &CallResult, started: SystemTime) {
+pub fn record_call(
+    tool: &str,
+    caller: &Caller,
+    result: &CallResult,
+    started: SystemTime,
+    parent: Option<&Parent>,
+) {
     let Some(exporter) = exporter() else {
         return;
     };
     let ended = SystemTime::now();
-    let trace = uuid::Uuid::new_v4();
+    let trace = match parent {
+        Some(p) => p.trace_id.clone(),
+        None => hex(uuid::Uuid::new_v4().as_bytes()),
+    };
     let span = uuid::Uuid::new_v4();
     let status = format!("{:?}", result.status).to_lowercase();
     let decision = match &result.decision.verdict {
@@ -148,8 +161,9 @@ pub fn record_call(tool: &str, caller: &Caller, result: &CallResult, started: Sy
         .collect();
     let failed = decision == "deny" || status == "failed";
     let span = json!({
-        "traceId": hex(trace.as_bytes()),
+        "traceId": trace,
         "spanId": hex(&span.as_bytes()[..8]),
+        "parentSpanId": parent.map(|p| p.span_id.as_str()).unwrap_or(""),
         "name": format!("toolgate.call {tool}"),
         "kind": 2,
         "startTimeUnixNano": nanos(started),
@@ -169,5 +183,66 @@ pub fn record_call(tool: &str, caller: &Caller, result: &CallResult, started: Sy
     });
     if exporter.tx.try_send(span).is_err() {
         tracing::warn!("the OTLP export queue is full; a span was dropped");
+    }
+}
+
+/// The caller's span a call's span is the child of (W3C `traceparent`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parent {
+    pub trace_id: String,
+    pub span_id: String,
+}
+
+impl Parent {
+    /// `_meta.traceparent` of a call, if it is a valid version-00 trace context:
+    /// `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, ids not all zero.
+    pub fn from_meta(meta: &serde_json::Map<String, Value>) -> Option<Parent> {
+        Self::parse(meta.get("traceparent")?.as_str()?)
+    }
+
+    pub fn parse(header: &str) -> Option<Parent> {
+        let mut parts = header.trim().split('-');
+        let (version, trace, span, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let hex_of = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let zero = |s: &str| s.bytes().all(|b| b == b'0');
+        (parts.next().is_none()
+            && version == "00"
+            && hex_of(trace, 32)
+            && hex_of(span, 16)
+            && hex_of(flags, 2)
+            && !zero(trace)
+            && !zero(span))
+        .then(|| Parent {
+            trace_id: trace.to_string(),
+            span_id: span.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Parent;
+
+    #[test]
+    fn a_traceparent_is_taken_only_when_well_formed() {
+        let p = Parent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(p.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(p.span_id, "00f067aa0ba902b7");
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            assert_eq!(Parent::parse(bad), None, "{bad}");
+        }
     }
 }

@@ -226,7 +226,8 @@ impl GatewayServer {
                 None,
             )
         })?;
-        crate::otlp::record_call(tool, caller, &result, started_at);
+        let parent = crate::otlp::Parent::from_meta(meta);
+        crate::otlp::record_call(tool, caller, &result, started_at, parent.as_ref());
         for c in &result.decision.checks {
             tracing::debug!(check = %c.name, outcome = ?c.outcome, rule = c.rule.as_deref().unwrap_or(""), detail = %c.detail, "check");
         }

@@ -81,9 +81,21 @@ async fn each_governed_call_is_one_span_with_its_checks_as_events() {
     .await
     .unwrap();
     assert_eq!(refused.is_error, Some(true));
+    // A caller in a trace of its own: the call's span joins it as a child of the caller's span.
+    let mut traced = billing("list the supplier's open invoices", "run-otlp-3");
+    traced["traceparent"] = json!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    let joined = call(
+        &worker,
+        "invoice.search",
+        json!({"invoice_id": "INV-20260615"}),
+        traced,
+    )
+    .await
+    .unwrap();
+    assert_ne!(joined.is_error, Some(true), "{joined:?}");
 
     let mut got = Vec::new();
-    while got.len() < 2 {
+    while got.len() < 3 {
         let span = tokio::time::timeout(Duration::from_secs(10), spans.recv())
             .await
             .expect("toolgate exports a span per call within 10 s")
@@ -91,7 +103,7 @@ async fn each_governed_call_is_one_span_with_its_checks_as_events() {
         got.push(span);
     }
     let audit = h.audit("test-worker").await;
-    assert_eq!(audit.len(), 2);
+    assert_eq!(audit.len(), 3);
     for rec in &audit {
         let seq = rec["seq"].as_i64().unwrap().to_string();
         let matching: Vec<&Value> = got
@@ -126,5 +138,16 @@ async fn each_governed_call_is_one_span_with_its_checks_as_events() {
         .unwrap();
     assert_eq!(refused_span["status"]["code"], 2);
     assert_eq!(attr(refused_span, "toolgate.decision"), "deny");
+    let joined_span = got
+        .iter()
+        .find(|s| s["name"] == "toolgate.call invoice.search")
+        .unwrap();
+    assert_eq!(joined_span["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(joined_span["parentSpanId"], "00f067aa0ba902b7");
+    assert_ne!(
+        refused_span["traceId"], joined_span["traceId"],
+        "a trace of its own"
+    );
+    assert_eq!(refused_span["parentSpanId"], "");
     h.shutdown().await;
 }
