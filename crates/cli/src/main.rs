@@ -9,6 +9,11 @@ use clap::{Parser, Subcommand};
 mod cmd;
 mod table;
 
+/// mimalloc rather than glibc's malloc: under load the gateway allocates on every request
+/// (JSON, MCP envelopes, SQL arguments), and glibc's arena locks made threads wake each other.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// toolgate: a governance gateway for AI agents' tool calls.
 ///
 /// Agents connect over MCP; toolgate lists each role only the tools it is granted, checks every

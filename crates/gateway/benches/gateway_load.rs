@@ -26,6 +26,10 @@ use toolgate_gateway::{Gateway, ServeOptions};
 
 const KEY: &str = "tg-bench-worker-key";
 
+/// The allocator of the `toolgate` binary, so the gateway measured here runs as it ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 async fn fake() -> String {
     let server = FakeServer::new(
         toolgate_fakes::finance::Finance::seeded(),
