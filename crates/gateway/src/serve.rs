@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{ApprovalKeys, Redactor, Registry, SystemClock};
@@ -283,6 +284,16 @@ impl Gateway {
         };
         let app = router(state, hosts, shutdown.clone());
         tracing::info!(addr = %local, "serving MCP over streamable HTTP at http://{local}/mcp");
+        // TCP_NODELAY on every connection: an SSE response goes out in several small writes
+        // (the stream's first event, then the JSON-RPC response), and with Nagle's algorithm
+        // the second waits for the client's delayed ACK. A client that keeps its connection
+        // alive (the official Python and TypeScript SDKs do) waited 40 ms on every call
+        // after its first (measured with curl over one connection: 1 ms, then 43 ms).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY on a connection");
+            }
+        });
         let fut = async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move { shutdown.cancelled().await })
