@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use toolgate_core::registry::Tool;
 use toolgate_core::{InputHash, Registry, Timestamp};
-use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, Step, StoreError};
+use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, Review, Step, StoreError};
 
 use crate::error::ConsoleError;
 
@@ -112,6 +112,9 @@ pub struct ItemView {
     pub step: Option<Step>,
     /// The run's steps before this one.
     pub earlier: Vec<Step>,
+    /// Reviewers' verdicts on the subject step (`step.approve` / `step.reject`): a model's
+    /// check, shown to the person; it approves nothing.
+    pub reviews: Vec<Review>,
     /// The current hash of the step's inputs (differs from the request's when the plan was
     /// revised after the request was raised).
     pub step_hash: Option<InputHash>,
@@ -267,6 +270,10 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
             .collect(),
         None => Vec::new(),
     };
+    let reviews = match &step {
+        Some(s) => exec.store.step_reviews(&s.step_id).await?,
+        None => Vec::new(),
+    };
     let tool = exec.registry.tool(&request.tool).map(|t| ToolInfo {
         version: t.config.version.clone(),
         description: t.config.description.clone(),
@@ -284,6 +291,7 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
         comparison,
         step,
         earlier,
+        reviews,
         already_done,
         now: exec.clock.now(),
         request,

@@ -299,6 +299,21 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                     }
                 } }
             } }
+            @if !v.reviews.is_empty() {
+                h2 { "Reviewer checks" }
+                p.muted { "A model reviewer's check of this step before it reached you. It approves nothing: only people's approvals count." }
+                table #reviews {
+                    thead { tr { th { "Reviewer" } th { "Verdict" } th { "Note" } th { "When" } } }
+                    tbody { @for rv in &v.reviews {
+                        tr class={"review-" (rv.verdict.as_str())} {
+                            td { (rv.reviewer) }
+                            td { strong { (rv.verdict.as_str()) } }
+                            td { (rv.note) }
+                            td { (datetime(rv.reviewed_at)) }
+                        }
+                    } }
+                }
+            }
             h2 { "Inputs, exactly as they will be sent" }
             @if let Some(last) = &v.comparison.last {
                 p.muted { "Compared with the last approved call of the same kind (" a href={(base) "/item/" (last.approval_id)} { (datetime(last.created_at)) } "); changed fields are marked." }

@@ -395,6 +395,32 @@ async fn the_item_shows_reason_rule_evidence_earlier_steps_and_redaction() {
     );
     let rule = e.store.approval(&p.approval).await.unwrap().rule;
     assert!(page.contains(&format!("id=\"rule\">{rule}<")));
+    assert!(
+        !page.contains("id=\"reviews\""),
+        "no reviewer has checked it yet"
+    );
+
+    // A model reviewer's check of the step is shown to the person, as a check, not a vote.
+    e.store
+        .review_step(
+            &e.exec.registry,
+            &p.step,
+            "fin-reviewer",
+            toolgate_store::ReviewVerdict::Approved,
+            "The IBAN change is backed by the supplier's signed letter.",
+            e.clock_now(),
+        )
+        .await
+        .unwrap();
+    let (_, _, page) = open(&mut h, &p.approval).await;
+    assert!(page.contains("id=\"reviews\""), "reviewer checks");
+    assert!(page.contains("<tr class=\"review-approved\"><td>fin-reviewer</td>"));
+    assert!(
+        page.contains("backed by the supplier&#39;s signed letter")
+            || page.contains("backed by the supplier's signed letter")
+    );
+    assert!(page.contains("It approves nothing"));
+    assert!(page.contains("0 of "), "still no person's approval");
 
     let ev = h.get("/evidence/PO-77840").await;
     assert_eq!(ev.status, StatusCode::OK);

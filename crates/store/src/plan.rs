@@ -9,7 +9,7 @@ use serde_json::Value;
 use toolgate_core::{IdempotencyKey, InputHash, PrincipalKind, Registry, StepStatus, Timestamp};
 
 use crate::audit::{AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy};
-use crate::db::{Pool, args};
+use crate::db::{Pool, Row, args};
 use crate::error::{Result, StoreError};
 use crate::model::{Actor, PlannedStep, Step, StepKind, StepOutcome};
 use crate::store::{NewStep, Store, insert_step, new_id, step_cols, step_from_row, to_json};
@@ -327,15 +327,7 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| {
-                Ok(Review {
-                    step_id: r.text(0)?,
-                    reviewer: r.text(1)?,
-                    verdict: ReviewVerdict::parse(&r.text(2)?)?,
-                    note: r.text(3)?,
-                    reviewed_at: Timestamp::from_millis(r.i64(4)?),
-                })
-            })
+            .map(review)
             .collect::<Result<Vec<_>>>()?;
         let (principal, status, goal) = (run.text(0)?, run.text(1)?, run.opt_text(2)?);
         drop(c);
@@ -347,6 +339,20 @@ impl Store {
             steps: self.steps(run_id).await?,
             reviews,
         })
+    }
+
+    /// Every reviewer's verdict on one step, oldest first (none for a direct call's key).
+    pub async fn step_reviews(&self, step_id: &str) -> Result<Vec<Review>> {
+        let mut c = self.inner.pool.conn().await?;
+        c.rows(
+            "SELECT step_id, reviewer, verdict, note, reviewed_at FROM step_reviews \
+             WHERE step_id = $1 ORDER BY reviewed_at, reviewer",
+            args![step_id],
+        )
+        .await?
+        .iter()
+        .map(review)
+        .collect()
     }
 
     /// Records a reviewer's verdict on a planned step. A rejection refuses the step if it has
@@ -617,4 +623,15 @@ impl WorkSignal {
             Err(_) => {}
         }
     }
+}
+
+/// A `step_reviews` row: step id, reviewer, verdict, note, time.
+fn review(r: &Row) -> Result<Review> {
+    Ok(Review {
+        step_id: r.text(0)?,
+        reviewer: r.text(1)?,
+        verdict: ReviewVerdict::parse(&r.text(2)?)?,
+        note: r.text(3)?,
+        reviewed_at: Timestamp::from_millis(r.i64(4)?),
+    })
 }
