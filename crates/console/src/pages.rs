@@ -513,6 +513,23 @@ pub fn report(base: &str, who: (&str, &str), r: &Report, since: &str) -> Markup 
                 tr { th { "Governance latency (decision and reservation)" } td #governance-latency { "n " (r.governance_latency.n) " · p50 " (opt(r.governance_latency.p50)) " µs · p95 " (opt(r.governance_latency.p95)) " µs · p99 " (opt(r.governance_latency.p99)) " µs" } }
                 tr { th { "Call latency (handler)" } td #latency { "n " (r.call_latency.n) " · p50 " (opt(r.call_latency.p50)) " ms · p95 " (opt(r.call_latency.p95)) " ms · p99 " (opt(r.call_latency.p99)) " ms" } }
             } }
+            h2 { "Shadow rules: what enforcing each would change" }
+            p.muted { "Evaluated on every call and recorded; they decide nothing. “Let through” are the calls enforcing the rule would have stopped." }
+            table #shadow {
+                thead { tr { th { "Rule" } th { "Would have" } th { "Matched" } th { "Let through" } th { "Latest calls" } } }
+                tbody {
+                    @if r.shadow.is_empty() { tr { td.muted colspan="5" { "No shadow rule matched in this period." } } }
+                    @for u in &r.shadow { tr {
+                        td { code { (u.rule) } }
+                        td { (u.verb()) }
+                        td { (u.matched) }
+                        td { (u.let_through) }
+                        td { @for c in u.calls.iter().rev().take(5) {
+                            span.call { "#" (c.seq) " " code { (c.tool) } " by " (c.principal) " (" (c.decision) ") " }
+                        } }
+                    } }
+                }
+            }
             h2 { "Budget use today" }
             table #budgets { thead { tr { th { "Principal" } th { "Tier" } th { "Used" } th { "Limit" } } }
                 tbody { @for b in &r.budgets { tr { td { (b.principal) } td { (b.tier) } td { (b.used) } td { (b.limit.map(|l| l.to_string()).unwrap_or_else(|| "none".into())) } } } } }

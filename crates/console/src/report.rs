@@ -144,6 +144,16 @@ pub struct ShadowUse {
     pub calls: Vec<ShadowCall>,
 }
 
+impl ShadowUse {
+    /// What the rule would have done to the calls it matched: `refused` or `gated`.
+    pub fn verb(&self) -> &'static str {
+        match self.would {
+            ShadowEffect::Deny => "refused",
+            ShadowEffect::Gate => "gated",
+        }
+    }
+}
+
 /// The surface numbers over a period.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
@@ -558,10 +568,7 @@ impl Report {
             let _ = writeln!(s, "  (none matched)");
         }
         for u in &self.shadow {
-            let verb = match u.would {
-                ShadowEffect::Deny => "refused",
-                ShadowEffect::Gate => "gated",
-            };
+            let verb = u.verb();
             let _ = writeln!(
                 s,
                 "  {} would have {verb} {} call(s); {} of them were let through",

@@ -455,4 +455,27 @@ async fn metrics_and_report_pages_show_the_gate() {
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains("<svg"), "no chart");
     assert!(page.body.contains("50.0 %"), "{}", page.body);
+    assert!(page.body.contains("No shadow rule matched in this period."));
+
+    // A shadow rule that matched an allowed call: the page says what enforcing it would change.
+    let records = e.store.audit_records(None, None).await.unwrap();
+    let allowed = records
+        .iter()
+        .rfind(|r| r.body.why.decision == toolgate_store::AuditDecision::Allow)
+        .expect("the history has an allowed call");
+    let mut shadowed = allowed.body.clone();
+    shadowed.why.shadow = vec![toolgate_core::ShadowRule {
+        rule: "shadow-reads-need-a-person".into(),
+        would: toolgate_core::ShadowEffect::Gate,
+    }];
+    let seq = e.store.append_audit(vec![shadowed]).await.unwrap()[0];
+    let page = h.get("/report").await.body;
+    assert!(page.contains("id=\"shadow\""));
+    assert!(
+        page.contains(
+            "<td><code>shadow-reads-need-a-person</code></td><td>gated</td><td>1</td><td>1</td>"
+        ),
+        "{page}"
+    );
+    assert!(page.contains(&format!("#{seq} <code>{}</code>", allowed.body.tool)));
 }
