@@ -11,7 +11,9 @@
 //!
 //! A caller that sends a W3C trace context as `_meta.traceparent` (the convention MCP clients
 //! use for trace propagation) gets the call's span in its trace, as a child of its span; a
-//! malformed or all-zero one is ignored and the span starts a trace of its own.
+//! malformed or all-zero one is ignored and the span starts a trace of its own. The upstream
+//! call carries `_meta.traceparent` on: naming toolgate's span when spans are exported, or the
+//! caller's context unchanged when they are not (a span nobody records must not be a parent).
 //! Written directly against the OTLP JSON encoding (a few dozen lines) instead of the
 //! opentelemetry SDK crates: `http://` endpoints only (reqwest here has no TLS).
 
@@ -126,17 +128,12 @@ pub fn record_call(
     caller: &Caller,
     result: &CallResult,
     started: SystemTime,
-    parent: Option<&Parent>,
+    call: &CallSpan,
 ) {
     let Some(exporter) = exporter() else {
         return;
     };
     let ended = SystemTime::now();
-    let trace = match parent {
-        Some(p) => p.trace_id.clone(),
-        None => hex(uuid::Uuid::new_v4().as_bytes()),
-    };
-    let span = uuid::Uuid::new_v4();
     let status = format!("{:?}", result.status).to_lowercase();
     let decision = match &result.decision.verdict {
         Verdict::Allow => "allow",
@@ -161,9 +158,9 @@ pub fn record_call(
         .collect();
     let failed = decision == "deny" || status == "failed";
     let span = json!({
-        "traceId": trace,
-        "spanId": hex(&span.as_bytes()[..8]),
-        "parentSpanId": parent.map(|p| p.span_id.as_str()).unwrap_or(""),
+        "traceId": call.trace_id,
+        "spanId": call.span_id,
+        "parentSpanId": call.parent.as_ref().map(|p| p.span_id.as_str()).unwrap_or(""),
         "name": format!("toolgate.call {tool}"),
         "kind": 2,
         "startTimeUnixNano": nanos(started),
@@ -186,11 +183,60 @@ pub fn record_call(
     }
 }
 
+tokio::task_local! {
+    /// The `traceparent` the governed call on this task sends upstream.
+    static OUTGOING: Option<String>;
+}
+
+/// The span of one governed call: the caller's trace (or a new one) and its own id.
+pub struct CallSpan {
+    trace_id: String,
+    span_id: String,
+    parent: Option<Parent>,
+}
+
+impl CallSpan {
+    /// The span of a call whose `_meta` is `meta`.
+    pub fn start(meta: &serde_json::Map<String, Value>) -> CallSpan {
+        let parent = Parent::from_meta(meta);
+        CallSpan {
+            trace_id: match &parent {
+                Some(p) => p.trace_id.clone(),
+                None => hex(uuid::Uuid::new_v4().as_bytes()),
+            },
+            span_id: hex(&uuid::Uuid::new_v4().as_bytes()[..8]),
+            parent,
+        }
+    }
+
+    /// The `traceparent` for the upstream: this span when spans are exported, otherwise the
+    /// caller's context as it came, if it came.
+    fn outgoing(&self) -> Option<String> {
+        if exporter().is_some() {
+            return Some(format!("00-{}-{}-01", self.trace_id, self.span_id));
+        }
+        self.parent
+            .as_ref()
+            .map(|p| format!("00-{}-{}-{}", p.trace_id, p.span_id, p.flags))
+    }
+
+    /// Runs `fut` (the governed call) with this span's context for the upstream.
+    pub async fn scope<F: std::future::Future>(&self, fut: F) -> F::Output {
+        OUTGOING.scope(self.outgoing(), fut).await
+    }
+}
+
+/// The `traceparent` the upstream call on this task should carry, if any.
+pub fn outgoing() -> Option<String> {
+    OUTGOING.try_with(Clone::clone).ok().flatten()
+}
+
 /// The caller's span a call's span is the child of (W3C `traceparent`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parent {
     pub trace_id: String,
     pub span_id: String,
+    pub flags: String,
 }
 
 impl Parent {
@@ -220,6 +266,7 @@ impl Parent {
         .then(|| Parent {
             trace_id: trace.to_string(),
             span_id: span.to_string(),
+            flags: flags.to_string(),
         })
     }
 }

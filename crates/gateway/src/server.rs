@@ -217,17 +217,20 @@ impl GatewayServer {
             return Ok(refused);
         }
         let executor = crate::builtins::executor_for(&self.state, tool);
-        let result = executor.governed_call(call).await.map_err(|e| {
-            tracing::error!(error = %e, "a governed call could not be recorded");
-            ErrorData::internal_error(
-                format!(
-                    "toolgate could not record this call, so its outcome is not confirmed: {e}"
-                ),
-                None,
-            )
-        })?;
-        let parent = crate::otlp::Parent::from_meta(meta);
-        crate::otlp::record_call(tool, caller, &result, started_at, parent.as_ref());
+        let span = crate::otlp::CallSpan::start(meta);
+        let result = span
+            .scope(executor.governed_call(call))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "a governed call could not be recorded");
+                ErrorData::internal_error(
+                    format!(
+                        "toolgate could not record this call, so its outcome is not confirmed: {e}"
+                    ),
+                    None,
+                )
+            })?;
+        crate::otlp::record_call(tool, caller, &result, started_at, &span);
         for c in &result.decision.checks {
             tracing::debug!(check = %c.name, outcome = ?c.outcome, rule = c.rule.as_deref().unwrap_or(""), detail = %c.detail, "check");
         }

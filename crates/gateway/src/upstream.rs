@@ -251,6 +251,9 @@ impl Upstream {
             let all: Vec<&str> = meta.approval_tokens.iter().map(|t| t.as_str()).collect();
             m.insert("approval_tokens".into(), json!(all));
         }
+        if let Some(tp) = crate::otlp::outgoing() {
+            m.insert("traceparent".into(), json!(tp));
+        }
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(m)));
         match tokio::time::timeout(self.timeout, self.send_call(&peer, params)).await {

@@ -98,6 +98,8 @@ async fn a_listed_call_reaches_the_upstream_with_the_derived_idempotency_key() {
         .expect("the key travels in _meta");
     assert!(key.starts_with("sha256:"), "{key}");
     assert_eq!(recs[0].meta["run_id"], "run-listed");
+    // No spans are exported here and the caller sent no trace context: none goes upstream.
+    assert!(recs[0].meta.get("traceparent").is_none());
 
     let audit = h.audit("test-worker").await;
     let last = audit.last().unwrap();
@@ -105,6 +107,21 @@ async fn a_listed_call_reaches_the_upstream_with_the_derived_idempotency_key() {
     assert_eq!(last["why"]["decision"], "allow");
     assert_eq!(last["idem_key"], key.as_str());
     assert_eq!(last["outcome"]["status"], "done");
+
+    // With spans not exported, the caller's trace context reaches the upstream unchanged.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut traced = billing("ask the supplier to confirm the price", "run-listed-2");
+    traced["traceparent"] = json!(tp);
+    let r = call(
+        &worker,
+        "note.draft",
+        json!({"invoice_id": "INV-20260615", "kind": "query", "text": "Please confirm the price."}),
+        traced,
+    )
+    .await
+    .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(h.records_for("draft_note")[1].meta["traceparent"], tp);
     h.shutdown().await;
 }
 

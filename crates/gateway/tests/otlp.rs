@@ -1,7 +1,8 @@
 //! OpenTelemetry over OTLP/HTTP: with an endpoint configured, each governed call is one span
 //! whose events are the decision's checks. An in-process OTLP/HTTP receiver collects what
 //! toolgate exports; the spans are checked against the audit chain (one span per audit record,
-//! the same sequence number, the same checks with the same outcomes).
+//! the same sequence number, the same checks with the same outcomes), and the trace context
+//! joins the caller's and is carried on to the upstream (checked in the fake ERP's record).
 
 mod common;
 
@@ -149,5 +150,29 @@ async fn each_governed_call_is_one_span_with_its_checks_as_events() {
         "a trace of its own"
     );
     assert_eq!(refused_span["parentSpanId"], "");
+    // The upstream call carried the trace on, naming toolgate's span as the parent.
+    let sent = h.records_for("search_invoices");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].meta["traceparent"],
+        format!(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01",
+            joined_span["spanId"].as_str().unwrap()
+        )
+    );
+    let drafted = h.records_for("draft_note");
+    let ok_span = got
+        .iter()
+        .find(|s| s["name"] == "toolgate.call note.draft")
+        .unwrap();
+    assert_eq!(
+        drafted[0].meta["traceparent"],
+        format!(
+            "00-{}-{}-01",
+            ok_span["traceId"].as_str().unwrap(),
+            ok_span["spanId"].as_str().unwrap()
+        ),
+        "a call without a caller's trace starts one, and the upstream joins it"
+    );
     h.shutdown().await;
 }
