@@ -183,12 +183,8 @@ pub fn record_call(
     }
 }
 
-tokio::task_local! {
-    /// The `traceparent` the governed call on this task sends upstream.
-    static OUTGOING: Option<String>;
-}
-
-/// The span of one governed call: the caller's trace (or a new one) and its own id.
+/// The span of one governed call: the caller's trace (or a new one) and its own id. Ids are
+/// made only when spans are exported; otherwise the span only carries the caller's context on.
 pub struct CallSpan {
     trace_id: String,
     span_id: String,
@@ -199,19 +195,27 @@ impl CallSpan {
     /// The span of a call whose `_meta` is `meta`.
     pub fn start(meta: &serde_json::Map<String, Value>) -> CallSpan {
         let parent = Parent::from_meta(meta);
+        let exported = exporter().is_some();
+        let trace_id = match &parent {
+            Some(p) => p.trace_id.clone(),
+            None if exported => hex(uuid::Uuid::new_v4().as_bytes()),
+            None => String::new(),
+        };
+        let span_id = if exported {
+            hex(&uuid::Uuid::new_v4().as_bytes()[..8])
+        } else {
+            String::new()
+        };
         CallSpan {
-            trace_id: match &parent {
-                Some(p) => p.trace_id.clone(),
-                None => hex(uuid::Uuid::new_v4().as_bytes()),
-            },
-            span_id: hex(&uuid::Uuid::new_v4().as_bytes()[..8]),
+            trace_id,
+            span_id,
             parent,
         }
     }
 
     /// The `traceparent` for the upstream: this span when spans are exported, otherwise the
     /// caller's context as it came, if it came.
-    fn outgoing(&self) -> Option<String> {
+    pub(crate) fn outgoing(&self) -> Option<String> {
         if exporter().is_some() {
             return Some(format!("00-{}-{}-01", self.trace_id, self.span_id));
         }
@@ -219,16 +223,6 @@ impl CallSpan {
             .as_ref()
             .map(|p| format!("00-{}-{}-{}", p.trace_id, p.span_id, p.flags))
     }
-
-    /// Runs `fut` (the governed call) with this span's context for the upstream.
-    pub async fn scope<F: std::future::Future>(&self, fut: F) -> F::Output {
-        OUTGOING.scope(self.outgoing(), fut).await
-    }
-}
-
-/// The `traceparent` the upstream call on this task should carry, if any.
-pub fn outgoing() -> Option<String> {
-    OUTGOING.try_with(Clone::clone).ok().flatten()
 }
 
 /// The caller's span a call's span is the child of (W3C `traceparent`).

@@ -1,5 +1,9 @@
-//! Progress an upstream reports during a forwarded call, passed on to the client that made it.
+//! What travels from a `tools/call` to the upstream call it leads to: the caller waiting for
+//! progress, and the call's trace span (see [`crate::otlp`]). Both are set once per request, as
+//! a task-local value ([`scope`]), around the governed call and the preview commit alike: the
+//! executor calls the handler on the task that serves the request.
 //!
+//! Progress an upstream reports during a forwarded call is passed on to the client that made it.
 //! One connection to an upstream carries every caller's calls, so a progress notification is
 //! routed by its token alone: a forwarded call whose caller asked for progress carries a fresh
 //! token (rmcp's client gives every request one), mapped back to the caller's session and token
@@ -7,9 +11,6 @@
 //! dropped, which includes progress sent in the microseconds between the request leaving and
 //! its route being opened (the token is known only once the request is out). Log messages (`notifications/message`) name no call, so on a shared
 //! connection they could reach another principal; they are not relayed.
-//!
-//! The caller travels with the call as a task-local value set by `tools/call` ([`scope`]): the
-//! executor calls the handler on the task that serves the request.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,8 +20,17 @@ use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::Peer;
 
+use crate::otlp::CallSpan;
+
 tokio::task_local! {
-    static CALLER: Option<Caller>;
+    static FORWARD: Forward;
+}
+
+/// What one `tools/call` hands on to the upstream call it leads to.
+pub struct Forward {
+    /// The caller, when it asked for progress.
+    pub progress: Option<Caller>,
+    pub span: CallSpan,
 }
 
 /// Who to tell about a call's progress: the client's session and the token it chose.
@@ -30,14 +40,24 @@ pub struct Caller {
     pub token: ProgressToken,
 }
 
-/// Runs `fut` (one `tools/call`) with `caller` as the destination of its progress, if any.
-pub async fn scope<F: Future>(caller: Option<Caller>, fut: F) -> F::Output {
-    CALLER.scope(caller, fut).await
+/// Runs `fut` (one `tools/call`) with `forward` for the upstream call it may lead to.
+pub async fn scope<F: Future>(forward: Forward, fut: F) -> F::Output {
+    FORWARD.scope(forward, fut).await
 }
 
 /// Whether the call on this task has a caller waiting for progress.
 pub fn wanted() -> bool {
-    CALLER.try_with(Option::is_some).unwrap_or(false)
+    FORWARD.try_with(|f| f.progress.is_some()).unwrap_or(false)
+}
+
+/// The `traceparent` the upstream call on this task carries, if any.
+pub fn traceparent() -> Option<String> {
+    FORWARD.try_with(|f| f.span.outgoing()).ok().flatten()
+}
+
+/// Runs `f` with the trace span of the call on this task, if there is one.
+pub fn with_span<R>(f: impl FnOnce(&CallSpan) -> R) -> Option<R> {
+    FORWARD.try_with(|fw| f(&fw.span)).ok()
 }
 
 /// The progress routes of one upstream connection.
@@ -62,7 +82,7 @@ impl Routes {
     /// Routes progress under `token` (the forwarded request's) to the caller of the call on
     /// this task, if it asked for progress, while the returned guard lives.
     pub fn open(&self, token: ProgressToken) -> Option<Route<'_>> {
-        let caller = CALLER.try_with(Clone::clone).ok().flatten()?;
+        let caller = FORWARD.try_with(|f| f.progress.clone()).ok().flatten()?;
         self.open
             .lock()
             .expect("routes")

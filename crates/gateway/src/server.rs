@@ -217,20 +217,21 @@ impl GatewayServer {
             return Ok(refused);
         }
         let executor = crate::builtins::executor_for(&self.state, tool);
-        let span = crate::otlp::CallSpan::start(meta);
-        let result = span
-            .scope(executor.governed_call(call))
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "a governed call could not be recorded");
-                ErrorData::internal_error(
-                    format!(
-                        "toolgate could not record this call, so its outcome is not confirmed: {e}"
-                    ),
-                    None,
-                )
-            })?;
-        crate::otlp::record_call(tool, caller, &result, started_at, &span);
+        let result = executor.governed_call(call).await.map_err(|e| {
+            tracing::error!(error = %e, "a governed call could not be recorded");
+            ErrorData::internal_error(
+                format!(
+                    "toolgate could not record this call, so its outcome is not confirmed: {e}"
+                ),
+                None,
+            )
+        })?;
+        let record = |span: &crate::otlp::CallSpan| {
+            crate::otlp::record_call(tool, caller, &result, started_at, span)
+        };
+        if crate::relay::with_span(record).is_none() {
+            record(&crate::otlp::CallSpan::start(meta));
+        }
         for c in &result.decision.checks {
             tracing::debug!(check = %c.name, outcome = ?c.outcome, rule = c.rule.as_deref().unwrap_or(""), detail = %c.detail, "check");
         }
@@ -363,30 +364,31 @@ impl ServerHandler for GatewayServer {
         let tool = request.name.to_string();
         let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
         let registry = self.state.registry();
-        // Progress the upstream reports on this call goes back to this client, under its token.
-        let progress = context
-            .meta
-            .get_progress_token()
-            .or_else(|| request.meta.as_ref()?.get_progress_token())
-            .map(|token| crate::relay::Caller {
-                peer: context.peer.clone(),
-                token,
-            });
-        let result = match crate::preview::route(&registry, &caller.role, &tool) {
-            Some(route) => {
-                crate::preview::handle(self, &caller, route, request.arguments, &meta)
-                    .instrument(span)
-                    .await?
-            }
-            None => {
-                crate::relay::scope(
-                    progress,
-                    self.governed(&caller, &tool, request.arguments, &meta),
-                )
-                .instrument(span)
-                .await?
+        // For the upstream call this may lead to (a preview commit's too): progress goes back to
+        // this client under its token, and the trace context is this request's.
+        let forward = crate::relay::Forward {
+            progress: context
+                .meta
+                .get_progress_token()
+                .or_else(|| request.meta.as_ref()?.get_progress_token())
+                .map(|token| crate::relay::Caller {
+                    peer: context.peer.clone(),
+                    token,
+                }),
+            span: crate::otlp::CallSpan::start(&meta),
+        };
+        let call = async {
+            match crate::preview::route(&registry, &caller.role, &tool) {
+                Some(route) => {
+                    crate::preview::handle(self, &caller, route, request.arguments, &meta).await
+                }
+                None => {
+                    self.governed(&caller, &tool, request.arguments, &meta)
+                        .await
+                }
             }
         };
+        let result = crate::relay::scope(forward, call).instrument(span).await?;
         Ok(result.into())
     }
 }

@@ -251,7 +251,7 @@ impl Upstream {
             let all: Vec<&str> = meta.approval_tokens.iter().map(|t| t.as_str()).collect();
             m.insert("approval_tokens".into(), json!(all));
         }
-        if let Some(tp) = crate::otlp::outgoing() {
+        if let Some(tp) = crate::relay::traceparent() {
             m.insert("traceparent".into(), json!(tp));
         }
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
@@ -322,9 +322,7 @@ impl Upstream {
             }
         }
     }
-}
 
-impl Upstream {
     /// Sends one `tools/call`. When the caller asked for progress, the upstream's progress on
     /// this call is routed back to it for as long as the call is open.
     async fn send_call(

@@ -170,12 +170,13 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     );
 
     // The commit runs exactly the plan: the ERP receives the previewed inputs; the audit
-    // record's input hash is the plan's hash.
+    // record's input hash is the plan's hash. The trace context is the commit request's own.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let c = call(
         &worker,
         "note.draft",
         json!({"plan_id": plan_id}),
-        json!({}),
+        json!({"traceparent": tp}),
     )
     .await
     .unwrap();
@@ -185,6 +186,7 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
     assert_eq!(drafts.len(), 1);
     assert_eq!(drafts[0].arguments["text"], args["text"]);
     assert_eq!(drafts[0].arguments["invoice_id"], args["invoice_id"]);
+    assert_eq!(drafts[0].meta["traceparent"], tp);
     let audit = h.audit("test-worker").await;
     assert_eq!(
         audit.len(),

@@ -171,26 +171,20 @@ impl Lite {
             // and is rolled back when dropped.
             let _tx = self.begin(false).await?;
             let f = file.clone();
-            let step = tokio::task::spawn_blocking(move || -> std::io::Result<(u64, bool)> {
+            let len = blocking(move || {
                 use std::os::unix::fs::FileExt;
                 let len = f.metadata()?.len();
-                if len >= bytes {
-                    return Ok((len, true));
-                }
-                let n = CHUNK.min(bytes - len);
+                let n = CHUNK.min(bytes.saturating_sub(len));
                 f.write_all_at(&vec![0u8; n as usize], len)?;
-                Ok((len + n, len + n >= bytes))
+                Ok(len + n)
             })
-            .await
-            .map_err(|e| StoreError::Corrupt(format!("WAL preallocation task: {e}")))??;
-            if step.1 {
-                break step.0;
+            .await?;
+            if len >= bytes {
+                break len;
             }
         };
         // Outside the lock: flushing blocks nobody reads needs no exclusion.
-        tokio::task::spawn_blocking(move || file.sync_data())
-            .await
-            .map_err(|e| StoreError::Corrupt(format!("WAL preallocation task: {e}")))??;
+        blocking(move || file.sync_data()).await?;
         Ok(reached)
     }
 
@@ -199,6 +193,16 @@ impl Lite {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.idle.lock().expect("idle lock").clear();
     }
+}
+
+/// Runs file I/O on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("a blocking file task failed: {e}")))?
+        .map_err(Into::into)
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
