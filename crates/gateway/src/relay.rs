@@ -9,8 +9,9 @@
 //! token (rmcp's client gives every request one), mapped back to the caller's session and token
 //! until the call returns. Nothing else reaches the caller: a token with no open call is
 //! dropped, which includes progress sent in the microseconds between the request leaving and
-//! its route being opened (the token is known only once the request is out). Log messages (`notifications/message`) name no call, so on a shared
-//! connection they could reach another principal; they are not relayed.
+//! its route being opened (the token is known only once the request is out). Log messages
+//! (`notifications/message`) name no call, so on a shared connection they could reach another
+//! principal; they are not relayed.
 
 use std::collections::HashMap;
 use std::future::Future;
