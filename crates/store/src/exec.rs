@@ -301,6 +301,9 @@ pub(crate) struct RunEntry {
 #[derive(Default)]
 pub(crate) struct BatchCache {
     pub(crate) runs: HashMap<String, Vec<RunEntry>>,
+    /// SQLite: the next step number of each run in `runs` (compensations included), read
+    /// with it and advanced as this transaction adds steps.
+    next_seq: HashMap<String, i64>,
     budgets: HashMap<String, HashMap<Tier, u32>>,
     ensured: HashSet<(String, Tier, i64)>,
     /// SQLite: budget increments and reservations to write when the batch commits.
@@ -544,13 +547,18 @@ impl Executor {
         if !cache.runs.contains_key(&p.run_id) {
             let rows = tx
                 .rows(
-                    "SELECT seq, step_id, tool, tier, status FROM steps WHERE run_id = $1 \
-                     AND kind <> 'compensation' ORDER BY seq",
+                    "SELECT seq, step_id, tool, tier, status, kind FROM steps WHERE run_id = $1 \
+                     ORDER BY seq",
                     args![&p.run_id],
                 )
                 .await?;
             let mut entries = Vec::with_capacity(rows.len());
+            let mut last_seq = 0;
             for r in &rows {
+                last_seq = last_seq.max(r.i64(0)?);
+                if r.text(5)? == StepKind::Compensation.as_str() {
+                    continue;
+                }
                 entries.push(RunEntry {
                     seq: r.i64(0)?,
                     step_id: r.text(1)?,
@@ -583,6 +591,7 @@ impl Executor {
                 }
             }
             cache.runs.insert(p.run_id.clone(), entries);
+            cache.next_seq.insert(p.run_id.clone(), last_seq + 1);
         }
         let mut run = RunHistory::default();
         for e in &cache.runs[&p.run_id] {
@@ -961,6 +970,22 @@ impl Executor {
         let reg: &Registry = &self.registry;
         let input_hash = InputHash::of(&p.inputs);
         let expires = now.millis() + self.store.config().retention_ms();
+        // A direct call's step: the one an earlier attempt with this key left, or a new one.
+        // Known before the key is taken, so the key row names it from the start.
+        let existing = if p.kind == StepKind::Direct {
+            let row = tx
+                .opt(
+                    "SELECT step_id, attempts FROM steps WHERE idem_key = $1",
+                    args![p.idem_key.as_str()],
+                )
+                .await?;
+            let found = row.map(|r| Ok::<_, StoreError>((r.text(0)?, r.i64(1)?)));
+            let found = found.transpose()?;
+            p.step_id = found.as_ref().map_or_else(new_id, |(id, _)| id.clone());
+            found
+        } else {
+            None
+        };
         let won = tx
             .exec(
                 "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, expires_at) \
@@ -968,12 +993,20 @@ impl Executor {
                 args![p.idem_key.as_str(), input_hash.as_str(), &p.step_id, now.millis(), expires],
             )
             .await?;
-        if won == 0 && self.toggles.get().reserve_before_call {
-            return Ok(Some((
-                CallStatus::InProgress,
-                "idempotency.in_progress".into(),
-                "the same call is in progress; check its status instead of retrying".into(),
-            )));
+        if won == 0 {
+            if self.toggles.get().reserve_before_call {
+                return Ok(Some((
+                    CallStatus::InProgress,
+                    "idempotency.in_progress".into(),
+                    "the same call is in progress; check its status instead of retrying".into(),
+                )));
+            }
+            // Reservation switched off (fault evaluation): the key row follows the newest step.
+            tx.exec(
+                "UPDATE idempotency SET step_id = $1 WHERE idem_key = $2",
+                args![&p.step_id, p.idem_key.as_str()],
+            )
+            .await?;
         }
 
         // The step row: a planned step is already claimed; a direct call gets (or re-arms) one.
@@ -985,15 +1018,8 @@ impl Executor {
                 .unwrap_or_default();
             Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
             let lease = now.millis() + self.store.config().lease.as_millis() as i64;
-            let existing = tx
-                .opt(
-                    "SELECT step_id, attempts FROM steps WHERE idem_key = $1",
-                    args![p.idem_key.as_str()],
-                )
-                .await?;
             match existing {
-                Some(r) => {
-                    let (id, attempts) = (r.text(0)?, r.i64(1)?);
+                Some((id, attempts)) => {
                     if attempts >= 4 {
                         tx.exec(
                             "DELETE FROM idempotency WHERE idem_key = $1",
@@ -1016,16 +1042,23 @@ impl Executor {
                     p.attempts = attempts + 1;
                 }
                 None => {
-                    let seq = tx
-                        .opt(
-                            "SELECT COALESCE(MAX(seq), 0) + 1 FROM steps WHERE run_id = $1",
-                            args![&p.run_id],
-                        )
-                        .await?
-                        .map(|r| r.i64(0))
-                        .transpose()?
-                        .unwrap_or(1);
-                    p.step_id = new_id();
+                    // On SQLite this transaction has held the only write lock since the run's
+                    // steps were read, so the number read with them is still the next one.
+                    let seq = match cache.next_seq.get_mut(&p.run_id).filter(|_| !tx.is_pg()) {
+                        Some(next) => {
+                            *next += 1;
+                            *next - 1
+                        }
+                        None => tx
+                            .opt(
+                                "SELECT COALESCE(MAX(seq), 0) + 1 FROM steps WHERE run_id = $1",
+                                args![&p.run_id],
+                            )
+                            .await?
+                            .map(|r| r.i64(0))
+                            .transpose()?
+                            .unwrap_or(1),
+                    };
                     p.seq = seq;
                     p.attempts = 1;
                     insert_step(
@@ -1056,11 +1089,6 @@ impl Executor {
                     .await?;
                 }
             }
-            tx.exec(
-                "UPDATE idempotency SET step_id = $1 WHERE idem_key = $2",
-                args![&p.step_id, p.idem_key.as_str()],
-            )
-            .await?;
         }
 
         // Window budgets first (`window`), so a refusal there leaves no counter to undo.
@@ -1254,6 +1282,12 @@ impl Executor {
             .tool(&p.tool)
             .map(|t| t.config.effect)
             .unwrap_or(Effect::Irreversible);
+        // A read-tier call reserved no daily budget (only its window budgets, which a done call
+        // keeps), so a done one has nothing to charge.
+        let charge = match reg.tool(&p.tool).map(|t| t.config.tier) {
+            Some(Tier::Read) => BudgetAction::Hold,
+            _ => BudgetAction::Charge,
+        };
         let meta = CallMeta {
             idempotency_key: p.idem_key.clone(),
             run_id: p.run_id.clone(),
@@ -1283,13 +1317,7 @@ impl Executor {
                 o.target_ref = out.target_ref;
                 o.latency_ms = Some(latency);
                 let stored = to_json(&o);
-                (
-                    CallStatus::Done,
-                    o,
-                    IdemAction::Done(stored),
-                    BudgetAction::Charge,
-                    None,
-                )
+                (CallStatus::Done, o, IdemAction::Done(stored), charge, None)
             }
             Err(HandlerError::Failed(msg)) => {
                 // The target answered "no": recorded, and replayed to a retry with the same key.

@@ -27,6 +27,7 @@ both_backends!(
     audit_is_append_only_and_tampering_is_named,
     budgets_are_conserved_up_the_parent_chain,
     abort_compensates_newest_first,
+    direct_calls_are_numbered_after_the_runs_steps,
     export_and_trace,
 );
 
@@ -799,6 +800,52 @@ async fn abort_compensates_newest_first(db: &TestDb) {
             .filter(|r| r.body.why.decision == toolgate_store::AuditDecision::Compensation)
             .count(),
         2
+    );
+}
+
+async fn direct_calls_are_numbered_after_the_runs_steps(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let ex = executor(&store, Recorder::new(), clock());
+    let run = store
+        .create_run(
+            &registry(),
+            "worker",
+            Some("ops"),
+            &[
+                step("worker", "ticket.read", json!({"ticket_id": "T-1"})),
+                step("worker", "ticket.read", json!({"ticket_id": "T-2"})),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.drain().await.unwrap().len(), 2);
+    let read = |id: &str| DirectCall {
+        run_id: run.clone(),
+        ..direct("ticket.read", json!({"ticket_id": id}))
+    };
+    let r = ex.governed_call(read("T-3")).await.unwrap();
+    assert_eq!(r.status, CallStatus::Done, "{r:?}");
+    // Arriving together, these are reserved in one transaction: each must see the one before.
+    let calls = (4..10).map(|i| {
+        let ex = ex.clone();
+        let call = read(&format!("T-{i}"));
+        tokio::spawn(async move { ex.governed_call(call).await.unwrap() })
+    });
+    for c in calls.collect::<Vec<_>>() {
+        assert_eq!(c.await.unwrap().status, CallStatus::Done);
+    }
+    let seqs: Vec<i64> = store
+        .steps(&run)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=9).collect::<Vec<_>>(),
+        "one number per step, none twice"
     );
 }
 
