@@ -107,6 +107,13 @@ pub struct UpstreamConfig {
     /// Seconds before a call to this upstream is a timeout.
     #[serde(default = "default_timeout")]
     pub timeout_secs: f64,
+    /// Streamable HTTP only: keep connections to the upstream open and reuse them, instead of
+    /// one new TCP connection per request (rmcp's default). Saves a connection set-up per call;
+    /// turn it on only for an upstream that sets `TCP_NODELAY` on its connections (Node's and
+    /// Python's HTTP servers do; an rmcp server behind a plain `axum::serve` does not), because
+    /// against Nagle's algorithm a reused connection waits for delayed ACKs, about 40 ms a call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_alive: bool,
     /// The upstream's prompts agents may list and get, by name; no other prompt passes through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompts: Vec<String>,

@@ -5,11 +5,14 @@
 //!
 //! Run: `cargo bench -p toolgate-gateway --bench gateway_load` (`-- --secs N` per level;
 //! `-- --no-pin` serves without checking `toolgate.lock`, to compare;
-//! `-- --wal-preallocate-mb 0` lets commits grow the WAL file instead of preallocating it).
+//! `-- --wal-preallocate-mb 0` lets commits grow the WAL file instead of preallocating it;
+//! `-- --no-keep-alive` has toolgate open a new connection to the fake for every request;
+//! `-- --conc N` runs one level only).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::serve::ListenerExt;
 use rmcp::model::{CallToolRequestParams, JsonObject, MetaObject, RequestMetaObject};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -44,11 +47,15 @@ async fn fake() -> String {
     let app = axum::Router::new().nest_service("/mcp", service);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
+    // TCP_NODELAY, as the fake binary (and Node's and Python's HTTP servers) set it.
+    let l = l.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
     format!("http://{addr}/mcp")
 }
 
-fn registry(dir: &std::path::Path, upstream: &str, wal_mb: u64) {
+fn registry(dir: &std::path::Path, upstream: &str, wal_mb: u64, keep_alive: bool) {
     let ex = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
     std::fs::create_dir_all(dir.join("tools")).unwrap();
     std::fs::create_dir_all(dir.join("policies")).unwrap();
@@ -78,7 +85,7 @@ fn registry(dir: &std::path::Path, upstream: &str, wal_mb: u64) {
     std::fs::write(dir.join("principals.yaml"), p).unwrap();
     std::fs::write(
         dir.join("toolgate.yaml"),
-        format!("label: bench\nstore:\n  url: \"sqlite://bench.db\"\n  wal_preallocate_mb: {wal_mb}\nupstreams:\n  erp:\n    url: \"{upstream}\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n"),
+        format!("label: bench\nstore:\n  url: \"sqlite://bench.db\"\n  wal_preallocate_mb: {wal_mb}\nupstreams:\n  erp:\n    url: \"{upstream}\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n    keep_alive: {keep_alive}\n"),
     )
     .unwrap();
 }
@@ -167,7 +174,11 @@ fn main() {
     rt.block_on(async {
         let upstream = fake().await;
         let dir = tempfile::tempdir().unwrap();
-        registry(dir.path(), &upstream, wal_mb);
+        // `--no-keep-alive`: toolgate opens a connection to the fake per request, as rmcp's
+        // default client does.
+        let keep_alive = !std::env::args().any(|a| a == "--no-keep-alive");
+        registry(dir.path(), &upstream, wal_mb, keep_alive);
+        println!("upstream connections: {}", if keep_alive { "kept open (keep_alive: true)" } else { "one per request (--no-keep-alive)" });
         // Pinned as the finance example is (its toolgate.lock, moved to the fake's URL); with
         // `--no-pin` no pin check at all, to show what pinning costs per call.
         let no_pin = std::env::args().any(|a| a == "--no-pin");
@@ -184,7 +195,8 @@ fn main() {
         println!("gateway_load: {secs} s per level; direct = fake ERP over streamable HTTP; through = toolgate → same fake, SQLite audit (WAL, synchronous=FULL)");
         println!("| conc | direct p50 µs | direct p99 µs | direct calls/s | toolgate p50 µs | toolgate p99 µs | toolgate calls/s | added p50 µs | added p99 µs |");
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for conc in [1usize, 8, 32] {
+        let only: Option<usize> = arg("--conc");
+        for conc in [1usize, 8, 32].into_iter().filter(|c| only.is_none_or(|o| o == *c)) {
             let (d, dr) = level(&upstream, None, "search_invoices", conc, secs, "direct").await;
             let (t, tr) = level(&through, Some(KEY), "invoice.search", conc, secs, &format!("gw{conc}")).await;
             println!(

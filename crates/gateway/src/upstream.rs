@@ -24,6 +24,7 @@ use rmcp::model::{
     RequestMetaObject, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -171,7 +172,21 @@ impl Upstream {
 
     async fn start(&self, handler: UpstreamClient) -> Result<Client, String> {
         if let Some(url) = &self.cfg.url {
-            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+            let transport = if self.cfg.keep_alive {
+                let client = reqwest::Client::builder()
+                    .tcp_nodelay(true)
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| {
+                        format!("building the HTTP client for upstream '{}': {e}", self.name)
+                    })?;
+                StreamableHttpClientTransport::with_client(
+                    client,
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str()),
+                )
+            } else {
+                StreamableHttpClientTransport::from_uri(url.as_str())
+            };
             return handler
                 .serve(transport)
                 .await
@@ -183,6 +198,12 @@ impl Upstream {
                 self.name
             ));
         };
+        if self.cfg.keep_alive {
+            return Err(format!(
+                "upstream '{}': `keep_alive` is for an upstream reached by `url`, not `command`",
+                self.name
+            ));
+        }
         let program = resolve_command(&self.dir, command);
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&self.cfg.args).current_dir(&self.dir).env_clear();

@@ -5,6 +5,8 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
+
 use clap::Parser;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
@@ -366,6 +368,11 @@ pub async fn run<D: Domain>(domain: D) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
             eprintln!("listening on http://{}/mcp", listener.local_addr()?);
+            // As Node's and Python's HTTP servers do: a client that keeps its connection open
+            // (toolgate's `keep_alive`) must not wait on Nagle's algorithm for each small write.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(listener, app).await?;
         }
     }

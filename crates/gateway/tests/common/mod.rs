@@ -6,6 +6,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::serve::ListenerExt;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, JsonObject, MetaObject, RequestMetaObject,
@@ -41,6 +44,16 @@ pub async fn start_fake_finance(
     record: &Path,
     faults: Vec<FaultSpec>,
 ) -> (SocketAddr, CancellationToken) {
+    let (addr, ct, _) = start_fake_finance_counted(record, faults).await;
+    (addr, ct)
+}
+
+/// As [`start_fake_finance`], also counting the TCP connections the fake accepts. Like the
+/// fake binary (and Node's and Python's HTTP servers), it sets `TCP_NODELAY` on each.
+pub async fn start_fake_finance_counted(
+    record: &Path,
+    faults: Vec<FaultSpec>,
+) -> (SocketAddr, CancellationToken, Arc<AtomicUsize>) {
     let server = FakeServer::new(
         toolgate_fakes::finance::Finance::seeded(),
         Recorder::to_file(record).expect("record file"),
@@ -55,6 +68,12 @@ pub async fn start_fake_finance(
     let app = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let listener = listener.tap_io(move |tcp| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let _ = tcp.set_nodelay(true);
+    });
     let stop = ct.clone();
     tokio::spawn(async move {
         axum::serve(listener, app)
@@ -62,7 +81,7 @@ pub async fn start_fake_finance(
             .await
             .unwrap();
     });
-    (addr, ct)
+    (addr, ct, accepted)
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -1,0 +1,79 @@
+//! An HTTP upstream with `keep_alive: true` is reached over connections toolgate keeps open:
+//! sequential governed calls reuse one, where rmcp's default client opens a new TCP connection
+//! for every request. Counted at the fake's listener, with the fake's record confirming every
+//! call arrived.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::*;
+use serde_json::json;
+use toolgate_gateway::{Gateway, ServeOptions};
+
+const CALLS: usize = 8;
+
+/// Makes `CALLS` governed reads through toolgate and returns how many TCP connections the fake
+/// accepted for them (after the client and toolgate had connected).
+async fn connections_for_calls(keep_alive: bool) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("erp-calls.jsonl");
+    let (fake, fake_stop, accepted) = start_fake_finance_counted(&record, Vec::new()).await;
+    let extra = if keep_alive {
+        "    keep_alive: true\n"
+    } else {
+        ""
+    };
+    write_registry(
+        dir.path(),
+        &format!(
+            "    url: \"http://{fake}/mcp\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 2\n{extra}"
+        ),
+    );
+    let opts = ServeOptions {
+        config_dir: dir.path().to_path_buf(),
+        http: true,
+        ..ServeOptions::default()
+    };
+    let gateway = Gateway::build(&opts).await.expect("gateway builds");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (addr, fut) = gateway
+        .bind_http("127.0.0.1:0", stop.clone())
+        .await
+        .unwrap();
+    tokio::spawn(fut);
+    let h = Harness::from_parts(dir, record, addr, gateway, stop, fake_stop);
+    let client = h.client(WORKER_KEY).await;
+
+    let before = accepted.load(Ordering::SeqCst);
+    for i in 0..CALLS {
+        let r = call(
+            &client,
+            "invoice.search",
+            json!({"invoice_id": "INV-20260615"}),
+            billing("keep-alive", &format!("keep-alive-{keep_alive}-{i}")),
+        )
+        .await
+        .unwrap();
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+    }
+    let used = accepted.load(Ordering::SeqCst) - before;
+    assert_eq!(h.records_for("search_invoices").len(), CALLS);
+    let _ = client.cancel().await;
+    h.shutdown().await;
+    used
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_reuses_connections_to_the_upstream() {
+    let fresh = connections_for_calls(false).await;
+    assert!(
+        fresh >= CALLS,
+        "without keep_alive every call has its own connection: {fresh} for {CALLS} calls"
+    );
+    let kept = connections_for_calls(true).await;
+    assert!(
+        kept <= 1,
+        "with keep_alive the calls share a kept connection: {kept} for {CALLS} calls"
+    );
+}
