@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 
 use common::*;
 use serde_json::json;
-use toolgate_gateway::{Gateway, ServeOptions};
 
 const CALLS: usize = 8;
 
@@ -24,25 +23,7 @@ async fn connections_for_calls(keep_alive: bool) -> usize {
     } else {
         ""
     };
-    write_registry(
-        dir.path(),
-        &format!(
-            "    url: \"http://{fake}/mcp\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 2\n{extra}"
-        ),
-    );
-    let opts = ServeOptions {
-        config_dir: dir.path().to_path_buf(),
-        http: true,
-        ..ServeOptions::default()
-    };
-    let gateway = Gateway::build(&opts).await.expect("gateway builds");
-    let stop = tokio_util::sync::CancellationToken::new();
-    let (addr, fut) = gateway
-        .bind_http("127.0.0.1:0", stop.clone())
-        .await
-        .unwrap();
-    tokio::spawn(fut);
-    let h = Harness::from_parts(dir, record, addr, gateway, stop, fake_stop);
+    let h = Harness::serve(dir, record, fake, fake_stop, extra, None).await;
     let client = h.client(WORKER_KEY).await;
 
     let before = accepted.load(Ordering::SeqCst);

@@ -180,10 +180,23 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("erp-calls.jsonl");
         let (fake, fake_stop) = start_fake_finance(&record, faults).await;
+        Self::serve(dir, record, fake, fake_stop, "", oauth).await
+    }
+
+    /// toolgate in front of a fake already listening at `fake`, with `extra` (toolgate.yaml
+    /// lines, indented) added to its upstream's entry.
+    pub async fn serve(
+        dir: tempfile::TempDir,
+        record: PathBuf,
+        fake: SocketAddr,
+        fake_stop: CancellationToken,
+        extra: &str,
+        oauth: Option<OAuthOptions>,
+    ) -> Harness {
         write_registry(
             dir.path(),
             &format!(
-                "    url: \"http://{fake}/mcp\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 2\n"
+                "    url: \"http://{fake}/mcp\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 2\n{extra}"
             ),
         );
         let opts = ServeOptions {
