@@ -1,5 +1,5 @@
 //! An HTTP upstream with `keep_alive: true` is reached over connections toolgate keeps open:
-//! sequential governed calls reuse one, where rmcp's default client opens a new TCP connection
+//! sequential governed calls reuse them, where rmcp's default client opens a new TCP connection
 //! for every request. Counted at the fake's listener, with the fake's record confirming every
 //! call arrived.
 
@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use common::*;
 use serde_json::json;
 
-const CALLS: usize = 8;
+const CALLS: usize = 16;
 
 /// Makes `CALLS` governed reads through toolgate and returns how many TCP connections the fake
 /// accepted for them (after the client and toolgate had connected).
@@ -53,8 +53,11 @@ async fn keep_alive_reuses_connections_to_the_upstream() {
         "without keep_alive every call has its own connection: {fresh} for {CALLS} calls"
     );
     let kept = connections_for_calls(true).await;
+    // Not always zero: toolgate's rmcp client opens its standing GET stream to the upstream in
+    // the background, and a call can start before the last response has finished and freed its
+    // connection. Without reuse it would be one per call.
     assert!(
-        kept <= 1,
-        "with keep_alive the calls share a kept connection: {kept} for {CALLS} calls"
+        kept <= CALLS / 4,
+        "with keep_alive the calls share kept connections: {kept} for {CALLS} calls"
     );
 }
