@@ -973,14 +973,16 @@ impl Executor {
         // A direct call's step: the one an earlier attempt with this key left, or a new one.
         // Known before the key is taken, so the key row names it from the start.
         let existing = if p.kind == StepKind::Direct {
-            let row = tx
+            let found = match tx
                 .opt(
                     "SELECT step_id, attempts FROM steps WHERE idem_key = $1",
                     args![p.idem_key.as_str()],
                 )
-                .await?;
-            let found = row.map(|r| Ok::<_, StoreError>((r.text(0)?, r.i64(1)?)));
-            let found = found.transpose()?;
+                .await?
+            {
+                Some(r) => Some((r.text(0)?, r.i64(1)?)),
+                None => None,
+            };
             p.step_id = found.as_ref().map_or_else(new_id, |(id, _)| id.clone());
             found
         } else {
@@ -1278,13 +1280,11 @@ impl Executor {
         approvals: Vec<ApprovalClaims>,
     ) -> Called {
         let reg: &Registry = &self.registry;
-        let effect = reg
-            .tool(&p.tool)
-            .map(|t| t.config.effect)
-            .unwrap_or(Effect::Irreversible);
+        let tool = reg.tool(&p.tool);
+        let effect = tool.map_or(Effect::Irreversible, |t| t.config.effect);
         // A read-tier call reserved no daily budget (only its window budgets, which a done call
         // keeps), so a done one has nothing to charge.
-        let charge = match reg.tool(&p.tool).map(|t| t.config.tier) {
+        let charge = match tool.map(|t| t.config.tier) {
             Some(Tier::Read) => BudgetAction::Hold,
             _ => BudgetAction::Charge,
         };
