@@ -14,7 +14,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{Result, StoreError};
-use crate::lite::{Lite, LiteConn, LiteTx};
+use crate::lite::{BACKSTOP_FRAMES, Lite, LiteConn, LiteTx};
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -184,8 +184,8 @@ impl Pool {
                 // fsync the WAL on every commit: an acknowledged record survives power loss.
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(30))
-                // Checkpoint less often: fewer DB fsyncs, and hot pages copied once.
-                .pragma("wal_autocheckpoint", "8192")
+                // Checkpoints run on the hot path's own thread (`lite`); this is the backstop.
+                .pragma("wal_autocheckpoint", BACKSTOP_FRAMES.to_string())
                 .foreign_keys(true);
             let pool = SqlitePoolOptions::new()
                 .max_connections(opts.max_connections.max(2))

@@ -45,9 +45,9 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// The WAL length (frames, 16 MiB) at which the checkpointer makes the next writer start it
 /// over, so the WAL file stays within a few turns' frames (its preallocated 40 MiB by default).
 const RESTART_FRAMES: i64 = 4_096;
-/// SQLite's own auto-checkpoint on the hot connections, in frames: only a backstop, for when
-/// the background checkpointer falls far behind (64 MiB of WAL).
-const BACKSTOP_FRAMES: u32 = 16_384;
+/// SQLite's own auto-checkpoint, in frames, on every connection to the file (these and sqlx's):
+/// only a backstop, for when the background checkpointer falls far behind (64 MiB of WAL).
+pub(crate) const BACKSTOP_FRAMES: u32 = 16_384;
 
 /// Connections to one SQLite file.
 #[derive(Clone)]
@@ -385,34 +385,25 @@ impl LiteTx {
 
     pub async fn commit(mut self) -> Result<()> {
         self.open = false;
-        if !self.durable {
-            self.finish("COMMIT")?;
-            self.conn.home.commits.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        // The fsync runs on the blocking pool; the connection comes back with the answer.
-        let lc = self.conn.lc.take().expect("open connection");
-        let (lc, r) = tokio::task::spawn_blocking(move || {
-            let r = lc.c.execute_batch("COMMIT");
-            (lc, r)
-        })
-        .await
-        .map_err(|e| StoreError::Corrupt(format!("the commit task failed: {e}")))?;
-        self.conn.lc = Some(lc);
+        let r = if self.durable {
+            // The fsync runs on the blocking pool; the connection comes back with the answer.
+            let lc = self.conn.lc.take().expect("open connection");
+            let (lc, r) = tokio::task::spawn_blocking(move || {
+                let r = lc.c.execute_batch("COMMIT");
+                (lc, r)
+            })
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("the commit task failed: {e}")))?;
+            self.conn.lc = Some(lc);
+            r
+        } else {
+            self.conn.c().execute_batch("COMMIT")
+        };
         if let Err(e) = r {
             self.rollback_or_discard();
             return Err(e.into());
         }
         self.conn.home.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn finish(&mut self, sql: &str) -> Result<()> {
-        let r = self.conn.c().execute_batch(sql);
-        if let Err(e) = r {
-            self.rollback_or_discard();
-            return Err(e.into());
-        }
         Ok(())
     }
 
