@@ -30,6 +30,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
+use toolgate_core::config::Durability;
 use toolgate_core::{Clock, StepStatus, Timestamp};
 use toolgate_fakes::{FakeServer, FaultPlan, Recorder};
 use toolgate_gateway::{Gateway, ServeOptions};
@@ -74,6 +75,7 @@ pub struct CrashCell {
 #[derive(Debug, Clone, Serialize)]
 pub struct CrashReport {
     pub episodes: u64,
+    pub durability: Durability,
     pub elapsed_secs: f64,
     /// `store/crash/booked-before|not-booked` → cell.
     pub cells: std::collections::BTreeMap<String, CrashCell>,
@@ -177,6 +179,8 @@ pub struct CrashOptions {
     /// The `toolgate` binary to run as the gateway.
     pub toolgate: PathBuf,
     pub stores: Vec<StoreKind>,
+    /// `store.durability` of the gateway under test.
+    pub durability: Durability,
 }
 
 pub(crate) const APPROVAL_KEY: &str = "toolgate-bench-crash-approval-key-0123456789";
@@ -232,6 +236,7 @@ pub async fn run_crash(opts: &CrashOptions) -> anyhow::Result<CrashReport> {
     let started = Instant::now();
     let mut report = CrashReport {
         episodes: 0,
+        durability: opts.durability,
         elapsed_secs: 0.0,
         cells: Default::default(),
         chains: Default::default(),
@@ -289,7 +294,7 @@ async fn run_store(
         "package": config["upstreams"]["erp"]["package"].clone(),
         "timeout_secs": timing.timeout.as_secs_f64(),
     });
-    config["store"] = json!({ "url": store_url });
+    config["store"] = json!({ "url": store_url, "durability": opts.durability.as_str() });
     std::fs::write(&top, yaml_serde::to_string(&config)?)?;
     // The example's pins, moved to the loopback URL (definitions are still checked).
     toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
@@ -494,8 +499,9 @@ async fn run_store(
 /// The crash report as a plain-text table.
 pub fn crash_table(r: &CrashReport) -> String {
     let mut s = format!(
-        "toolgate-bench crash: {} episodes, {:.0} s\n\n{:<9} {:<17} {:<20} {:>5} {:>7} {:>7} {:>10} {:>11} {:>10}\n",
+        "toolgate-bench crash: {} episodes, durability: {}, {:.0} s\n\n{:<9} {:<17} {:<20} {:>5} {:>7} {:>7} {:>10} {:>11} {:>10}\n",
         r.episodes,
+        r.durability.as_str(),
         r.elapsed_secs,
         "store",
         "crash",

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use toolgate_bench::crash::{CrashOptions, StoreKind, crash_table, run_crash};
 use toolgate_bench::scale::{ScaleOptions, run_scale, scale_table};
 use toolgate_bench::{RunOptions, run_faults, run_toggles, table, toggle_table};
+use toolgate_core::config::Durability;
 
 #[derive(Parser)]
 #[command(name = "toolgate-bench", about = "Benchmarks toolgate under faults")]
@@ -62,6 +63,10 @@ enum Cmd {
         /// SQLite only.
         #[arg(long)]
         sqlite_only: bool,
+        /// The gateway's `store.durability`: `fsync` (each acknowledged record flushed to
+        /// the disk) or `process` (survives the gateway being killed, flushed later).
+        #[arg(long, default_value = "fsync")]
+        durability: Durability,
         #[arg(long)]
         json: bool,
     },
@@ -123,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
             toolgate,
             postgres,
             sqlite_only,
+            durability,
             json,
         } => {
             let toolgate = match toolgate {
@@ -137,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
                 episodes,
                 toolgate,
                 stores,
+                durability,
             })
             .await?;
             if json {

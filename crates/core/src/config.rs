@@ -66,10 +66,52 @@ pub struct StoreConfig {
     pub url: String,
     /// SQLite only: `serve` and `worker` grow the WAL file to this size (MiB) in the background
     /// at start, so commits overwrite blocks already on disk rather than extend the file, whose
-    /// fsync costs several times more. The default covers the auto-checkpoint threshold
-    /// (8,192 pages of 4 KiB, with frame headers) plus a margin; 0 turns it off.
+    /// fsync costs several times more. The default covers the length at which the WAL starts
+    /// over (4,096 pages of 4 KiB, with frame headers) twice over; 0 turns it off.
     #[serde(default = "default_wal_preallocate_mb")]
     pub wal_preallocate_mb: u64,
+    /// What an acknowledged call's outcome and audit record survive. `fsync` (the default): a
+    /// power loss or an OS crash. `process`: the gateway process being killed, not a power
+    /// loss; commits are not flushed to the disk one by one (SQLite: WAL with `synchronous =
+    /// NORMAL`; PostgreSQL: `synchronous_commit = off`, so a crash of the database server
+    /// loses its last fraction of a second too).
+    #[serde(default)]
+    pub durability: Durability,
+}
+
+/// See [`StoreConfig::durability`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Every acknowledged record is flushed to the disk before the call returns.
+    #[default]
+    Fsync,
+    /// Written to the operating system (SQLite) or the database server (PostgreSQL) before the
+    /// call returns, flushed later: survives the gateway being killed, not a power loss.
+    Process,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Fsync => "fsync",
+            Durability::Process => "process",
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fsync" => Ok(Durability::Fsync),
+            "process" => Ok(Durability::Process),
+            other => Err(format!(
+                "durability '{other}' is not one of: fsync (the default), process"
+            )),
+        }
+    }
 }
 
 fn default_store_url() -> String {
@@ -85,6 +127,7 @@ impl Default for StoreConfig {
         StoreConfig {
             url: default_store_url(),
             wal_preallocate_mb: default_wal_preallocate_mb(),
+            durability: Durability::default(),
         }
     }
 }

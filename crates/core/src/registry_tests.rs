@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::Durability;
 
 fn fixture() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/acme")
@@ -79,6 +80,36 @@ fn bad_enum_values_name_the_path() {
     let f = findings(d.path());
     assert_eq!(f[0].path, "tools[0].effect");
     assert!(f[0].message.contains("read") && f[0].message.contains("irreversible"));
+}
+
+#[test]
+fn store_durability_is_fsync_unless_process_is_asked_for() {
+    let r = Registry::load(fixture()).unwrap();
+    assert_eq!(r.gateway.store.durability, Durability::Fsync);
+    let d = edited("toolgate.yaml", |t| {
+        t.replacen(
+            "  url: \"sqlite://acme.db\"\n",
+            "  url: \"sqlite://acme.db\"\n  durability: process\n",
+            1,
+        )
+    });
+    let r = Registry::load(d.path()).unwrap();
+    assert_eq!(r.gateway.store.durability, Durability::Process);
+
+    let d = edited("toolgate.yaml", |t| {
+        t.replacen(
+            "  url: \"sqlite://acme.db\"\n",
+            "  url: \"sqlite://acme.db\"\n  durability: eventually\n",
+            1,
+        )
+    });
+    let f = findings(d.path());
+    assert_eq!(f[0].path, "store.durability");
+    assert!(
+        f[0].message.contains("fsync") && f[0].message.contains("process"),
+        "the message names the values that would pass: {}",
+        f[0].message
+    );
 }
 
 #[test]

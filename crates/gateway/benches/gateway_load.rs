@@ -7,7 +7,7 @@
 //! `-- --no-pin` serves without checking `toolgate.lock`, to compare;
 //! `-- --wal-preallocate-mb 0` lets commits grow the WAL file instead of preallocating it;
 //! `-- --no-keep-alive` has toolgate open a new connection to the fake for every request;
-//! `-- --conc N` runs one level only).
+//! `-- --conc N` runs one level only; `-- --durability process` does not fsync each record).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +55,13 @@ async fn fake() -> String {
     format!("http://{addr}/mcp")
 }
 
-fn registry(dir: &std::path::Path, upstream: &str, wal_mb: u64, keep_alive: bool) {
+fn registry(
+    dir: &std::path::Path,
+    upstream: &str,
+    wal_mb: u64,
+    keep_alive: bool,
+    durability: &str,
+) {
     let ex = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
     std::fs::create_dir_all(dir.join("tools")).unwrap();
     std::fs::create_dir_all(dir.join("policies")).unwrap();
@@ -85,7 +91,7 @@ fn registry(dir: &std::path::Path, upstream: &str, wal_mb: u64, keep_alive: bool
     std::fs::write(dir.join("principals.yaml"), p).unwrap();
     std::fs::write(
         dir.join("toolgate.yaml"),
-        format!("label: bench\nstore:\n  url: \"sqlite://bench.db\"\n  wal_preallocate_mb: {wal_mb}\nupstreams:\n  erp:\n    url: \"{upstream}\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n    keep_alive: {keep_alive}\n"),
+        format!("label: bench\nstore:\n  url: \"sqlite://bench.db\"\n  wal_preallocate_mb: {wal_mb}\n  durability: {durability}\nupstreams:\n  erp:\n    url: \"{upstream}\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n    keep_alive: {keep_alive}\n"),
     )
     .unwrap();
 }
@@ -177,7 +183,10 @@ fn main() {
         // `--no-keep-alive`: toolgate opens a connection to the fake per request, as rmcp's
         // default client does.
         let keep_alive = !std::env::args().any(|a| a == "--no-keep-alive");
-        registry(dir.path(), &upstream, wal_mb, keep_alive);
+        // `--durability process`: commits are not fsync'd one by one (they survive the gateway
+        // being killed, not a power loss).
+        let durability: String = arg("--durability").unwrap_or_else(|| "fsync".into());
+        registry(dir.path(), &upstream, wal_mb, keep_alive, &durability);
         println!("upstream connections: {}", if keep_alive { "kept open (keep_alive: true)" } else { "one per request (--no-keep-alive)" });
         // Pinned as the finance example is (its toolgate.lock, moved to the fake's URL); with
         // `--no-pin` no pin check at all, to show what pinning costs per call.
@@ -192,7 +201,7 @@ fn main() {
         let (addr, fut) = gw.bind_http("127.0.0.1:0", CancellationToken::new()).await.unwrap();
         tokio::spawn(fut);
         let through = format!("http://{addr}/mcp");
-        println!("gateway_load: {secs} s per level; direct = fake ERP over streamable HTTP; through = toolgate → same fake, SQLite audit (WAL, synchronous=FULL)");
+        println!("gateway_load: {secs} s per level; direct = fake ERP over streamable HTTP; through = toolgate → same fake, SQLite audit (WAL, durability: {durability})");
         println!("| conc | direct p50 µs | direct p99 µs | direct calls/s | toolgate p50 µs | toolgate p99 µs | toolgate calls/s | added p50 µs | added p99 µs |");
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let only: Option<usize> = arg("--conc");

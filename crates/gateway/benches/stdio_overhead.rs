@@ -5,7 +5,8 @@
 //! fsync on commit). Reports per-call median and p99 and the ratio through/direct (target: ≤ 1.2).
 //!
 //! Uses the release binaries `toolgate` and `toolgate-fake-finance` (built here when missing).
-//! Run: `cargo bench -p toolgate-gateway --bench stdio_overhead` (`-- --calls N`, default 2000).
+//! Run: `cargo bench -p toolgate-gateway --bench stdio_overhead` (`-- --calls N`, default 2000;
+//! `-- --durability process` leaves the commits unsynced, `store.durability: process`).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -52,7 +53,7 @@ fn binaries() -> (PathBuf, PathBuf) {
     (tg, fake)
 }
 
-fn registry(dir: &Path, fake: &Path) {
+fn registry(dir: &Path, fake: &Path, durability: &str) {
     let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
     for sub in ["tools", "policies"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
@@ -81,8 +82,8 @@ fn registry(dir: &Path, fake: &Path) {
     std::fs::write(
         dir.join("toolgate.yaml"),
         format!(
-            "label: bench-stdio\nstore:\n  url: \"sqlite://bench.db\"\nupstreams:\n  erp:\n    command: \"{}\"\n    args: []\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n",
-            fake.display()
+            "label: bench-stdio\nstore:\n  url: \"sqlite://bench.db\"\n  durability: {durability}\nupstreams:\n  erp:\n    command: \"{}\"\n    args: []\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\n",
+            fake.display(),
         ),
     )
     .unwrap();
@@ -139,9 +140,14 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--calls") {
         calls = args[i + 1].parse().expect("--calls N");
     }
+    // `--durability process`: the audit commits are not fsync'd one by one.
+    let durability = args
+        .iter()
+        .position(|a| a == "--durability")
+        .map_or("fsync", |i| args[i + 1].as_str());
     let (toolgate, fake) = binaries();
     let dir = tempfile::tempdir().unwrap();
-    registry(dir.path(), &fake);
+    registry(dir.path(), &fake, durability);
     // Nothing upstream is served without a lockfile: pin the fake as an operator would.
     let ok = std::process::Command::new(&toolgate)
         .args(["lock", "approve", "--by", "bench", "--config"])
@@ -178,7 +184,7 @@ fn main() {
         t.sort_unstable();
         let (dm, tm) = (pct(&d, 0.5), pct(&t, 0.5));
         println!(
-            "stdio, one call at a time, {} calls each (durable SQLite audit)",
+            "stdio, one call at a time, {} calls each (SQLite audit, durability: {durability})",
             d.len()
         );
         println!("| path | p50 µs | p99 µs |");

@@ -102,6 +102,7 @@ pub fn registry_store_config(registry: &Registry) -> StoreConfig {
     let mut cfg = StoreConfig {
         idempotency_retention_hours: g.idempotency.retention_hours,
         approval_expiry_hours: g.approvals.expiry_hours,
+        durability: g.store.durability,
         ..StoreConfig::default()
     };
     match std::env::var(&g.redaction.key_env) {

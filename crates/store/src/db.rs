@@ -13,6 +13,8 @@ use sqlx::{AssertSqlSafe, Postgres, Row as _, Transaction};
 use std::str::FromStr;
 use std::time::Duration;
 
+use toolgate_core::config::Durability;
+
 use crate::error::{Result, StoreError};
 use crate::lite::{BACKSTOP_FRAMES, Lite, LiteConn, LiteTx};
 
@@ -170,7 +172,9 @@ impl Default for ConnectOptions {
 
 impl Pool {
     /// Opens the database named by `url` and runs its migrations.
-    pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Pool> {
+    /// With [`Durability::Process`], no commit is flushed to the disk on its own.
+    pub async fn connect(url: &str, opts: &ConnectOptions, durability: Durability) -> Result<Pool> {
+        let fsync = durability == Durability::Fsync;
         if url.starts_with("sqlite:") {
             if url.contains(":memory:") || url.contains("mode=memory") {
                 return Err(StoreError::BadUrl(format!(
@@ -182,7 +186,12 @@ impl Pool {
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 // fsync the WAL on every commit: an acknowledged record survives power loss.
-                .synchronous(SqliteSynchronous::Full)
+                // (`durability: process`: written to the WAL, flushed at checkpoints.)
+                .synchronous(if fsync {
+                    SqliteSynchronous::Full
+                } else {
+                    SqliteSynchronous::Normal
+                })
                 .busy_timeout(Duration::from_secs(30))
                 // Checkpoints run on the hot path's own thread (`lite`); this is the backstop.
                 .pragma("wal_autocheckpoint", BACKSTOP_FRAMES.to_string())
@@ -192,7 +201,7 @@ impl Pool {
                 .connect_with(o.clone())
                 .await?;
             SQLITE_MIGRATIONS.run(&pool).await?;
-            let lite = Lite::open(o.get_filename())?;
+            let lite = Lite::open(o.get_filename(), fsync)?;
             Ok(Pool::Sqlite(pool, lite))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let mut o =
@@ -218,6 +227,10 @@ impl Pool {
                 admin.close().await;
                 o = o.options([("search_path", schema.as_str())]);
             }
+            if !fsync {
+                // The server acknowledges a commit before its WAL is flushed.
+                o = o.options([("synchronous_commit", "off")]);
+            }
             let pool = PgPoolOptions::new()
                 .max_connections(opts.max_connections)
                 .connect_with(o)
@@ -231,6 +244,12 @@ impl Pool {
 
     pub fn is_pg(&self) -> bool {
         matches!(self, Pool::Postgres(_))
+    }
+
+    /// SQLite whose durable commits are fsync'd (`durability: fsync`): a relaxed commit that
+    /// acknowledged something must be followed by one of those.
+    pub fn is_fsyncd_sqlite(&self) -> bool {
+        matches!(self, Pool::Sqlite(_, lite) if lite.fsyncs())
     }
 
     /// A write transaction whose commit is durable (fsync'd) before it returns:

@@ -66,6 +66,8 @@ struct Inner {
     commits: Arc<AtomicU64>,
     /// Dropped on close, which ends the checkpoint thread.
     checkpoint: Mutex<Option<SyncSender<()>>>,
+    /// `false` with `durability: process`: no commit is fsync'd, durable or not.
+    fsync: bool,
 }
 
 impl std::fmt::Debug for Lite {
@@ -84,7 +86,8 @@ struct Lc {
 
 impl Lite {
     /// Connections to the database at `path`, which must exist (sqlx created and migrated it).
-    pub fn open(path: &Path) -> Result<Lite> {
+    /// `fsync`: whether a durable commit is flushed to the disk before it returns.
+    pub fn open(path: &Path, fsync: bool) -> Result<Lite> {
         let lite = Lite {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
@@ -93,6 +96,7 @@ impl Lite {
                 writer: Arc::new(tokio::sync::Mutex::new(())),
                 commits: Arc::new(AtomicU64::new(0)),
                 checkpoint: Mutex::new(None),
+                fsync,
             }),
         };
         // Fail at start, not on the first call, if the file cannot be opened.
@@ -105,6 +109,11 @@ impl Lite {
         )?;
         *lite.inner.checkpoint.lock().expect("checkpoint lock") = Some(stop);
         Ok(lite)
+    }
+
+    /// Whether durable commits are fsync'd (`durability: fsync`).
+    pub fn fsyncs(&self) -> bool {
+        self.inner.fsync
     }
 
     fn connect(&self) -> Result<Lc> {
@@ -139,8 +148,10 @@ impl Lite {
 
     /// A write transaction (`BEGIN IMMEDIATE`). `durable`: its commit is fsync'd
     /// (`synchronous = FULL`) before [`LiteTx::commit`] returns; otherwise it survives the
-    /// process being killed but not a power loss until the next durable commit.
+    /// process being killed but not a power loss until the next durable commit. With
+    /// `durability: process` no commit is durable in this sense.
     pub async fn begin(&self, durable: bool) -> Result<LiteTx> {
+        let durable = durable && self.inner.fsync;
         let guard = self.inner.writer.clone().lock_owned().await;
         let mut conn = self.conn()?;
         let lc = conn.lc.as_mut().expect("open connection");
@@ -438,7 +449,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite");
         Connection::open(&path).unwrap();
-        let lite = Lite::open(&path).unwrap();
+        let lite = Lite::open(&path, true).unwrap();
         let lent = lite.conn().unwrap();
         let second = lite.conn().unwrap();
         drop(second);
@@ -455,6 +466,39 @@ mod tests {
         assert!(matches!(lite.conn(), Err(StoreError::Closed)));
     }
 
+    /// SQLite's `synchronous` level inside a write transaction: 2 is FULL (the commit is
+    /// fsync'd), 1 is NORMAL (written to the WAL, flushed at a checkpoint).
+    async fn synchronous_level(lite: &Lite, durable: bool) -> i64 {
+        let mut tx = lite.begin(durable).await.unwrap();
+        let level = tx
+            .conn()
+            .c()
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        tx.commit().await.unwrap();
+        level
+    }
+
+    #[tokio::test]
+    async fn a_durable_commit_is_fsyncd_unless_the_store_only_outlives_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        Connection::open(&path).unwrap();
+        let fsync = Lite::open(&path, true).unwrap();
+        assert_eq!(synchronous_level(&fsync, true).await, 2);
+        assert_eq!(synchronous_level(&fsync, false).await, 1);
+        assert_eq!(
+            synchronous_level(&fsync, true).await,
+            2,
+            "set again per commit"
+        );
+        fsync.close();
+
+        let process = Lite::open(&path, false).unwrap();
+        assert_eq!(synchronous_level(&process, true).await, 1);
+        assert_eq!(synchronous_level(&process, false).await, 1);
+    }
+
     #[tokio::test]
     async fn the_checkpointer_keeps_the_wal_short_under_steady_commits() {
         let dir = tempfile::tempdir().unwrap();
@@ -463,7 +507,7 @@ mod tests {
             .unwrap()
             .execute_batch("CREATE TABLE t (n INTEGER)")
             .unwrap();
-        let lite = Lite::open(&path).unwrap();
+        let lite = Lite::open(&path, true).unwrap();
         // Each commit appends one row: about one WAL frame. Three rounds of the restart
         // length stay under SQLite's own backstop, so without the checkpointer the WAL file
         // would end three rounds long.

@@ -12,7 +12,8 @@
 //! an irreversible call may be under way. A batch that settles a call on the spot (a refusal,
 //! a replay, a parked approval) has acknowledged something, so it is made durable before any
 //! caller hears of it: on PostgreSQL by committing normally, on SQLite by a sync barrier
-//! through the group-commit writer.
+//! through the group-commit writer. With `durability: process` no commit waits for the
+//! disk, so neither of those flushes is made.
 
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::{Effect, Timestamp};
@@ -63,7 +64,7 @@ async fn run(pool: &Pool, jobs: Vec<ReserveJob>) {
             let settled = prepared
                 .iter()
                 .any(|p| matches!(p, Prepared::Settled { .. }));
-            if settled && !durable && !pool.is_pg() {
+            if settled && !durable && pool.is_fsyncd_sqlite() {
                 // Something was acknowledged in a transaction that was not fsync'd.
                 if let Err(e) = jobs[0].exec.store.sync_barrier().await {
                     for j in jobs {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+use toolgate_core::config::Durability;
 use toolgate_core::{
     ApprovalClaims, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash, PrincipalKind,
     Redactor, Registry, StepStatus, Tier, Timestamp, canonical,
@@ -51,6 +52,10 @@ pub struct StoreConfig {
     /// commits overwrite blocks already written instead of extending the file (see
     /// `Lite::preallocate_wal`). 0: off. Long-running processes (`serve`, `worker`) set it.
     pub wal_preallocate: u64,
+    /// Whether acknowledged records are flushed to the disk one commit at a time
+    /// ([`Durability::Fsync`]) or only survive this process being killed
+    /// ([`Durability::Process`]).
+    pub durability: Durability,
 }
 
 impl Default for StoreConfig {
@@ -66,6 +71,7 @@ impl Default for StoreConfig {
             retry_backoff: Duration::from_secs(5),
             reconcile_quiet: None,
             wal_preallocate: 0,
+            durability: Durability::Fsync,
         }
     }
 }
@@ -241,7 +247,7 @@ impl Store {
 
     /// As [`Store::connect`], with pool settings (a PostgreSQL schema, the pool size).
     pub async fn connect_with(url: &str, cfg: StoreConfig, opts: ConnectOptions) -> Result<Store> {
-        let pool = Pool::connect(url, &opts).await?;
+        let pool = Pool::connect(url, &opts, cfg.durability).await?;
         let (wal_done, wal_ready) = tokio::sync::watch::channel(true);
         if let (Pool::Sqlite(_, lite), n @ 1..) = (&pool, cfg.wal_preallocate) {
             let lite = lite.clone();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use serde_json::{Value, json};
+use toolgate_core::config::Durability;
 use toolgate_core::{ApprovalToken, CheckName, StepStatus};
 use toolgate_store::{
     Actor, ApprovalStatus, CallStatus, DirectCall, PlannedStep, StoreConfig, StoreError,
@@ -29,6 +30,7 @@ both_backends!(
     abort_compensates_newest_first,
     direct_calls_are_numbered_after_the_runs_steps,
     export_and_trace,
+    process_durability_records_and_replays_the_same,
 );
 
 fn direct(tool: &str, inputs: Value) -> DirectCall {
@@ -110,6 +112,57 @@ async fn duplicate_direct_call_is_replayed(db: &TestDb) {
     assert_eq!(recs[0].body.redacted, vec!["iban".to_string()]);
     assert_eq!(recs[0].body.why.checks.len(), 11, "every check recorded");
     assert!(store.verify_chain().await.unwrap().is_intact());
+}
+
+/// `durability: process` changes when commits reach the disk, nothing about what is recorded:
+/// the call, its replay and the audit chain are as with fsync. On PostgreSQL it is the
+/// server's `synchronous_commit = off` for every connection of the store.
+async fn process_durability_records_and_replays_the_same(db: &TestDb) {
+    let store = db
+        .store(StoreConfig {
+            durability: Durability::Process,
+            ..StoreConfig::default()
+        })
+        .await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let first = ex
+        .governed_call(direct("payment.send", payment(4180.0)))
+        .await
+        .unwrap();
+    let second = ex
+        .governed_call(direct("payment.send", payment(4180.0)))
+        .await
+        .unwrap();
+    assert_eq!(first.status, CallStatus::Done, "{first:?}");
+    assert_eq!(second.status, CallStatus::Replayed, "{second:?}");
+    assert_eq!(fake.count("payment.send"), 1);
+    assert_eq!(
+        store
+            .audit_records(Some("worker"), None)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(store.verify_chain().await.unwrap().is_intact());
+
+    if db.backend == Backend::Postgres {
+        let check = |want: &str| {
+            format!(
+                "DO $$ BEGIN IF current_setting('synchronous_commit') <> '{want}' THEN \
+                 RAISE EXCEPTION 'synchronous_commit is %', current_setting('synchronous_commit'); \
+                 END IF; END $$"
+            )
+        };
+        store.execute_raw(&check("off")).await.unwrap();
+        let fsync = db.store(StoreConfig::default()).await;
+        let refused = fsync.execute_raw(&check("off")).await;
+        assert!(
+            refused.is_err(),
+            "durability: fsync keeps synchronous commits"
+        );
+    }
 }
 
 async fn duplicate_planned_step_is_suppressed(db: &TestDb) {
