@@ -1,6 +1,7 @@
-//! Load benchmark (not a test): the finance fake called directly and through toolgate over
-//! streamable HTTP, in one run, at concurrency 1, 8 and 32, with the durable audit on (SQLite,
-//! WAL, fsync on commit). Each call is a governed read (`invoice.search`) in its own run, so
+//! Load benchmark (not a test): the finance fake called directly, through a relay that only
+//! forwards (rmcp on both sides, as toolgate is built), and through toolgate, over streamable
+//! HTTP, in one run, at concurrency 1, 8 and 32, with the durable audit on (SQLite, WAL, fsync
+//! on commit). Each call is a governed read (`invoice.search`) in its own run, so
 //! every call is decided, reserved, forwarded and recorded — none is a replay.
 //!
 //! Run: `cargo bench -p toolgate-gateway --bench gateway_load` (`-- --secs N` per level;
@@ -14,13 +15,15 @@ use std::time::{Duration, Instant};
 
 use axum::serve::ListenerExt;
 use rmcp::model::{CallToolRequestParams, JsonObject, MetaObject, RequestMetaObject};
+use rmcp::model::{CallToolResponse, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{
     StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService,
 };
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::registry::api_key_hash;
@@ -48,6 +51,59 @@ async fn fake() -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     // TCP_NODELAY, as the fake binary (and Node's and Python's HTTP servers) set it.
+    let l = l.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+/// A relay that does nothing but forward `tools/call` to the fake, built with rmcp on both sides
+/// and configured as toolgate's endpoint and upstream client are (sessions, JSON replies,
+/// TCP_NODELAY, one kept-alive upstream connection): what any rmcp-built MCP proxy adds on this
+/// machine before it governs anything.
+#[derive(Clone)]
+struct Relay(Arc<RunningService<RoleClient, ()>>);
+
+impl ServerHandler for Relay {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.0
+            .peer()
+            .call_tool_once(request)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+}
+
+async fn relay(upstream: &str) -> String {
+    let http = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .unwrap();
+    let up = ()
+        .serve(StreamableHttpClientTransport::with_client(
+            http,
+            StreamableHttpClientTransportConfig::with_uri(upstream),
+        ))
+        .await
+        .unwrap();
+    let relay = Relay(Arc::new(up));
+    let service = StreamableHttpService::new(
+        move || Ok(relay.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_json_response(true),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
     let l = l.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
@@ -202,18 +258,24 @@ fn main() {
         tokio::spawn(fut);
         let through = format!("http://{addr}/mcp");
         println!("gateway_load: {secs} s per level; direct = fake ERP over streamable HTTP; through = toolgate → same fake, SQLite audit (WAL, durability: {durability})");
-        println!("| conc | direct p50 µs | direct p99 µs | direct calls/s | toolgate p50 µs | toolgate p99 µs | toolgate calls/s | added p50 µs | added p99 µs |");
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let relayed = relay(&upstream).await;
+        println!("relay = a do-nothing rmcp proxy (rmcp server and client, configured as toolgate's) → same fake");
+        println!("| conc | path | p50 µs | p99 µs | calls/s | added p50 µs | added p99 µs |");
+        println!("|---:|---|---:|---:|---:|---:|---:|");
         let only: Option<usize> = arg("--conc");
         for conc in [1usize, 8, 32].into_iter().filter(|c| only.is_none_or(|o| o == *c)) {
             let (d, dr) = level(&upstream, None, "search_invoices", conc, secs, "direct").await;
+            let (r, rr) = level(&relayed, None, "search_invoices", conc, secs, "relay").await;
             let (t, tr) = level(&through, Some(KEY), "invoice.search", conc, secs, &format!("gw{conc}")).await;
-            println!(
-                "| {conc} | {} | {} | {dr:.0} | {} | {} | {tr:.0} | {} | {} |",
-                pct(&d, 0.5), pct(&d, 0.99), pct(&t, 0.5), pct(&t, 0.99),
-                pct(&t, 0.5) as i64 - pct(&d, 0.5) as i64,
-                pct(&t, 0.99) as i64 - pct(&d, 0.99) as i64,
-            );
+            println!("| {conc} | direct | {} | {} | {dr:.0} | | |", pct(&d, 0.5), pct(&d, 0.99));
+            for (path, v, rate) in [("relay", &r, rr), ("toolgate", &t, tr)] {
+                println!(
+                    "| {conc} | {path} | {} | {} | {rate:.0} | {} | {} |",
+                    pct(v, 0.5), pct(v, 0.99),
+                    pct(v, 0.5) as i64 - pct(&d, 0.5) as i64,
+                    pct(v, 0.99) as i64 - pct(&d, 0.99) as i64,
+                );
+            }
         }
         let audit = gw.state.store.audit_records(Some("bench"), None).await.unwrap();
         println!("audit records written: {}", audit.len());
