@@ -47,6 +47,15 @@ async fn fake() -> String {
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
+    serve_mcp(service).await
+}
+
+/// Serves `service` at `/mcp` on a loopback port; returns its URL.
+async fn serve_mcp<S, M>(service: StreamableHttpService<S, M>) -> String
+where
+    S: ServerHandler + Send + 'static,
+    M: rmcp::transport::streamable_http_server::SessionManager,
+{
     let app = axum::Router::new().nest_service("/mcp", service);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -96,19 +105,12 @@ async fn relay(upstream: &str) -> String {
         .await
         .unwrap();
     let relay = Relay(Arc::new(up));
-    let service = StreamableHttpService::new(
+    serve_mcp(StreamableHttpService::new(
         move || Ok(relay.clone()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().with_json_response(true),
-    );
-    let app = axum::Router::new().nest_service("/mcp", service);
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let l = l.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
-    format!("http://{addr}/mcp")
+    ))
+    .await
 }
 
 fn registry(

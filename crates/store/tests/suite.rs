@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use toolgate_core::config::Durability;
 use toolgate_core::{ApprovalToken, CheckName, StepStatus};
 use toolgate_store::{
-    Actor, ApprovalStatus, CallStatus, DirectCall, PlannedStep, StoreConfig, StoreError,
+    Actor, ApprovalStatus, CallResult, CallStatus, DirectCall, PlannedStep, Store, StoreConfig,
+    StoreError,
 };
 
 both_backends!(
@@ -77,10 +78,10 @@ fn idempotency_retention_never_shorter_than_approval_expiry() {
     assert_eq!(StoreConfig::default().retention_ms(), 72 * 3_600_000);
 }
 
-async fn duplicate_direct_call_is_replayed(db: &TestDb) {
-    let store = db.store(StoreConfig::default()).await;
+/// The same payment asked for twice: the first is done, the second replayed, one upstream call.
+async fn pay_twice(store: &Store) -> (CallResult, CallResult, Arc<Recorder>) {
     let fake = Recorder::new();
-    let ex = executor(&store, fake.clone(), clock());
+    let ex = executor(store, fake.clone(), clock());
     let first = ex
         .governed_call(direct("payment.send", payment(4180.0)))
         .await
@@ -92,6 +93,12 @@ async fn duplicate_direct_call_is_replayed(db: &TestDb) {
     assert_eq!(first.status, CallStatus::Done, "{first:?}");
     assert_eq!(second.status, CallStatus::Replayed, "{second:?}");
     assert_eq!(fake.count("payment.send"), 1, "same key, one upstream call");
+    (first, second, fake)
+}
+
+async fn duplicate_direct_call_is_replayed(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let (first, second, fake) = pay_twice(&store).await;
     let (a, b) = (first.outcome.unwrap(), second.outcome.unwrap());
     assert_eq!(a.target_ref, b.target_ref);
     assert!(a.target_ref.is_some());
@@ -124,19 +131,7 @@ async fn process_durability_records_and_replays_the_same(db: &TestDb) {
             ..StoreConfig::default()
         })
         .await;
-    let fake = Recorder::new();
-    let ex = executor(&store, fake.clone(), clock());
-    let first = ex
-        .governed_call(direct("payment.send", payment(4180.0)))
-        .await
-        .unwrap();
-    let second = ex
-        .governed_call(direct("payment.send", payment(4180.0)))
-        .await
-        .unwrap();
-    assert_eq!(first.status, CallStatus::Done, "{first:?}");
-    assert_eq!(second.status, CallStatus::Replayed, "{second:?}");
-    assert_eq!(fake.count("payment.send"), 1);
+    pay_twice(&store).await;
     assert_eq!(
         store
             .audit_records(Some("worker"), None)
