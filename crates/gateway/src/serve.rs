@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::serve::ListenerExt;
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
+use toolgate_core::config::Durability;
 use toolgate_core::{ApprovalKeys, Redactor, Registry, SystemClock};
 use toolgate_store::{Executor, Store, StoreConfig};
 
@@ -178,7 +179,14 @@ impl Gateway {
                 url: url.clone(),
                 source,
             })?;
-        tracing::info!(store = %url, registry = %registry.version.label, "store open, migrations applied");
+        let durability = registry.gateway.store.durability;
+        tracing::info!(store = %url, registry = %registry.version.label, durability = durability.as_str(), "store open, migrations applied");
+        if durability == Durability::Process {
+            tracing::warn!(
+                "store.durability is process: acknowledged records survive this process being \
+                 killed, not a power loss (commits are flushed to the disk later, not one by one)"
+            );
+        }
         pins.attach_store(store.clone());
         let failed = upstreams.connect_all().await;
         for (name, why) in &failed {
