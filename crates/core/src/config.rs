@@ -92,6 +92,9 @@ pub enum Durability {
 }
 
 impl Durability {
+    const ALL: [Durability; 2] = [Durability::Fsync, Durability::Process];
+
+    /// The name in toolgate.yaml.
     pub fn as_str(self) -> &'static str {
         match self {
             Durability::Fsync => "fsync",
@@ -104,13 +107,10 @@ impl std::str::FromStr for Durability {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "fsync" => Ok(Durability::Fsync),
-            "process" => Ok(Durability::Process),
-            other => Err(format!(
-                "durability '{other}' is not one of: fsync (the default), process"
-            )),
-        }
+        Durability::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| format!("durability '{s}' is not one of: fsync (the default), process"))
     }
 }
 

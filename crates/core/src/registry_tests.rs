@@ -95,6 +95,14 @@ fn store_durability_is_fsync_unless_process_is_asked_for() {
     });
     let r = Registry::load(d.path()).unwrap();
     assert_eq!(r.gateway.store.durability, Durability::Process);
+    // The benchmarks' `--durability` flag reads the same names.
+    assert_eq!("fsync".parse(), Ok(Durability::Fsync));
+    assert_eq!("process".parse(), Ok(Durability::Process));
+    assert!(
+        "eventually"
+            .parse::<Durability>()
+            .is_err_and(|e| e.contains("fsync") && e.contains("process"))
+    );
 
     let d = edited("toolgate.yaml", |t| {
         t.replacen(

@@ -179,7 +179,7 @@ impl Gateway {
                 url: url.clone(),
                 source,
             })?;
-        let durability = registry.gateway.store.durability;
+        let durability = store.config().durability;
         tracing::info!(store = %url, registry = %registry.version.label, durability = durability.as_str(), "store open, migrations applied");
         if durability == Durability::Process {
             tracing::warn!(
