@@ -1,9 +1,7 @@
 //! Approvals outside the page's happy path: a direct (unplanned) call that was parked runs once
 //! when the agent retries after approval, and approvals racing each other still run a step once.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use toolgate_console::actions::{self, Approved};
 use toolgate_core::StepStatus;
 use toolgate_store::{CallStatus, DirectCall};

@@ -6,14 +6,12 @@
 //! Runs when CI=true (installing the browser if it is missing, and failing if it still is);
 //! elsewhere it is skipped with a notice when Chromium is not installed.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use base64::Engine as _;
-use common::*;
 use serde_json::{Value, json};
 use toolgate_core::StepStatus;
 

@@ -3,10 +3,8 @@
 //! shown, or without (or with a wrong) CSRF token. Each asserts the fake ERP's call count and
 //! the step's status, not only the page.
 
-mod common;
-
+use crate::common::*;
 use axum::http::StatusCode;
-use common::*;
 use toolgate_core::{InputHash, StepStatus};
 use toolgate_store::ApprovalStatus;
 

@@ -2,8 +2,6 @@
 //! approval requests inserted as the executor writes them, then every figure compared with
 //! values counted by hand (below, next to the data).
 
-mod common;
-
 use serde_json::json;
 use toolgate_console::report::{self, Report};
 use toolgate_core::{StepStatus, Timestamp};
@@ -117,9 +115,9 @@ const REQUESTS: &[(&str, &str, i64, &str, Option<i64>)] = &[
     ("s7", "payment.schedule", W2 + 6 * H, "pending", None),
 ];
 
-async fn seeded() -> common::Env {
+async fn seeded() -> crate::common::Env {
     use AuditDecision::*;
-    let e = common::env().await;
+    let e = crate::common::env().await;
     let log = vec![
         R {
             latency: Some(10),
@@ -252,7 +250,7 @@ async fn seeded() -> common::Env {
     e
 }
 
-async fn gather(e: &common::Env, since: Option<i64>) -> Report {
+async fn gather(e: &crate::common::Env, since: Option<i64>) -> Report {
     report::gather(
         &e.store,
         &e.exec.registry,

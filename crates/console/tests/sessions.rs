@@ -2,12 +2,10 @@
 //! every gateway replica sharing one PostgreSQL; signing out on one ends it on all. The cookie
 //! keeps its flags, the store keeps only a hash of its value, and CSRF still guards each POST.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use axum::http::StatusCode;
-use common::*;
 use toolgate_console::{ConsoleOptions, ConsoleState};
 use toolgate_core::registry::api_key_hash;
 use toolgate_core::{ApprovalKeys, FixedClock};

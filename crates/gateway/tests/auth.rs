@@ -2,11 +2,9 @@
 //! protected-resource metadata; OAuth access tokens verified against a JWKS (signature,
 //! audience, expiry) and mapped to a principal by subject.
 
-mod common;
-
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common::*;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
 use toolgate_gateway::OAuthOptions;

@@ -11,13 +11,11 @@
 //! Without the installed clients these tests say so and pass, except under `CI=true`, where a
 //! missing client fails the test.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn workspace_root() -> PathBuf {

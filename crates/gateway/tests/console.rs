@@ -1,8 +1,6 @@
 //! `toolgate serve` carries the approver's page and `/metrics` in the same process.
 
-mod common;
-
-use common::Harness;
+use crate::common::Harness;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_mounts_the_approval_page_and_metrics() {

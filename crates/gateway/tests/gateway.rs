@@ -2,11 +2,9 @@
 //! upstream. Every assertion is on what the fake recorded, the audit chain, or the structured
 //! part of a result — never on prose.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
+use crate::common::*;
 use rmcp::service::ServiceError;
 use serde_json::{Value, json};
 use toolgate_core::Registry;

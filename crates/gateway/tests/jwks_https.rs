@@ -2,13 +2,11 @@
 //! (tests/fixtures/tls): trusted when the CA is configured (`jwks_ca`), refused when it is not,
 //! and the fetched keys verify an access token.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::fixtures;
+use crate::common::fixtures;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};

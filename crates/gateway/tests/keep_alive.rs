@@ -3,11 +3,9 @@
 //! for every request. Counted at the fake's listener, with the fake's record confirming every
 //! call arrived.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 const CALLS: usize = 16;

@@ -4,14 +4,12 @@
 //! the same sequence number, the same checks with the same outcomes), and the trace context
 //! joins the caller's and is carried on to the upstream (checked in the fake ERP's record).
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use axum::Json;
 use axum::extract::State;
 use axum::routing::post;
-use common::*;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -57,8 +55,27 @@ fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
         .unwrap()
 }
 
+/// The exporter is installed once per process, and the other tests of this binary start
+/// governed calls without one: the test runs itself again in a process of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_governed_call_is_one_span_with_its_checks_as_events() {
+    const CHILD: &str = "TG_OTLP_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let name = "otlp::each_governed_call_is_one_span_with_its_checks_as_events";
+        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the test in its own process failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
     let (endpoint, mut spans) = receiver().await;
     assert!(toolgate_gateway::otlp::install(&endpoint, "toolgate-test"));
     let h = Harness::start().await;

@@ -3,11 +3,9 @@
 //! two prompts and two resources and no tools capability; the registry lists one of each. A real rmcp client sees only
 //! the listed ones; asking for the others is answered as unknown and never reaches the upstream.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
     ListResourcesResult, ListToolsRequestMethod, ListToolsResult, PaginatedRequestParams, Prompt,

@@ -3,8 +3,6 @@
 //! worker process executes it, `run.status` shows it; a plan-bound worker's unplanned call is
 //! refused. Assertions are on the audit chain, the store and the fake ERP's call record.
 
-mod common;
-
 use std::path::Path;
 
 use rmcp::RoleClient;
@@ -14,7 +12,7 @@ use serde_json::{Value, json};
 use toolgate_gateway::{Gateway, ServeOptions, WorkerOptions, run_worker};
 use toolgate_store::{ApprovalStatus, AuditDecision, AuditRecord, WorkOptions};
 
-use common::{call, connect, start_fake_finance};
+use crate::common::{call, connect, start_fake_finance};
 
 const PLANNER: &str = "tgdev_fin_planner";
 const WORKER: &str = "tgdev_fin_worker";
@@ -40,7 +38,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// The finance example as shipped (plan-bound workers, its dev keys), its ERP the in-process fake.
 async fn start() -> Env {
     let dir = tempfile::tempdir().unwrap();
-    let ex = common::example_dir();
+    let ex = crate::common::example_dir();
     copy_dir(&ex.join("tools"), &dir.path().join("tools"));
     copy_dir(&ex.join("policies"), &dir.path().join("policies"));
     std::fs::copy(

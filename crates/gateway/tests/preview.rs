@@ -4,11 +4,9 @@
 //! an approval of the parked commit binds to the plan's hash. Checked against the fake ERP's
 //! record, the audit chain and the approval store.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{Clock, SystemClock};

@@ -6,12 +6,10 @@
 //! forwarded call would deliver six notifications to one of them. Each client records every
 //! `notifications/progress` it receives.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, MetaObject,
     ProgressNotificationParam, ProgressToken, RequestMetaObject,

@@ -4,14 +4,12 @@
 //! under one version carries over a reload that still gates the call the same way and not one
 //! that forbids it; shadow rules never block, and the report counts what the audit log holds.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use toolgate_core::{Clock, SystemClock};
 use toolgate_gateway::{ReloadOutcome, Trigger};

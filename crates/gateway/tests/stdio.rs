@@ -2,11 +2,9 @@
 //! in-memory pipe, which is what `serve_stdio` runs on stdin/stdout), and an upstream started as
 //! a child process (the finance fake binary) that receives the derived key in `_meta`.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 use rmcp::ServiceExt;
 use serde_json::json;
 use toolgate_gateway::{Gateway, GatewayServer, ServeOptions};

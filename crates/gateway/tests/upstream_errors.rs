@@ -4,15 +4,13 @@
 //! that follows a committed send leaves the call `unknown`, settled `done` by reconciliation —
 //! never `failed`. Asserted on the fake's deliveries and the audit chain.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use common::*;
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;

@@ -2,9 +2,7 @@
 //! (`StoreError::is_conflict`): two transactions lock two rows in opposite orders, PostgreSQL
 //! aborts one with SQLSTATE 40P01, and that error is a conflict.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use toolgate_store::StoreError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,15 +1,13 @@
 //! Faults: four workers racing over one queue, and a worker killed with SIGKILL between
 //! reserving and calling, and between calling and recording. Each runs on both backends.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use toolgate_core::{StepStatus, SystemClock};
 use toolgate_store::{Actor, Executor, PlannedStep, Store, StoreConfig, SyncPoint};
@@ -233,7 +231,12 @@ async fn crash_at(backend: Backend, point: &str) {
     let log = db.dir.path().join("calls.log");
     let mark = db.dir.path().join("mark");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "faults::crash_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("TG_CRASH_URL", &db.url)
         .env("TG_CRASH_SCHEMA", db.schema.clone().unwrap_or_default())
         .env("TG_CRASH_POINT", point)

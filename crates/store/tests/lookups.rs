@@ -1,14 +1,11 @@
 //! Destinations looked up at decision time, answers that may follow a committed effect, late
 //! commits, governance latency and approvals' decision time — on both backends.
 
-#[macro_use]
-mod common;
-
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use toolgate_core::{FixedClock, Registry, StepStatus, Timestamp, Verdict};
 use toolgate_store::audit::AuditDecision;

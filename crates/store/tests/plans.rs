@@ -3,10 +3,7 @@
 //! rejection stops a parked step and closes its approval request, and a plan-bound call finds
 //! its step.
 
-#[macro_use]
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use toolgate_core::StepStatus;
 use toolgate_store::{

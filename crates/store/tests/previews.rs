@@ -1,10 +1,7 @@
 //! Plans made by preview calls (migration 0005), on both backends: what is saved is read back
 //! exactly; an unknown plan id is `NotFound`; a plan id is unique.
 
-#[macro_use]
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use toolgate_store::StoreConfig;
 use toolgate_store::StoreError;

@@ -1,12 +1,9 @@
 //! The store's test suite, written once and run against both backends: each `suite!` entry
 //! becomes a `<name>_sqlite` and a `<name>_postgres` test.
 
-#[macro_use]
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use toolgate_core::config::Durability;
 use toolgate_core::{ApprovalToken, CheckName, StepStatus};

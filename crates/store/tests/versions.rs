@@ -3,13 +3,10 @@
 //! exceeds (same gating rule) lets the approval carry over; a new forbid refuses it; a gate under
 //! another rule sends it back to the gate for a new approval. Nothing runs unless it is allowed.
 
-#[macro_use]
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use toolgate_core::{Registry, StepStatus};
 use toolgate_store::{Actor, CallStatus, DirectCall, Executor, PlannedStep, StoreConfig};

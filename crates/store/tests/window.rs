@@ -3,13 +3,10 @@
 //! frees up. Each test is written once and run against both backends, and the concurrency test
 //! is the issue's: eight callers against one value budget, and the sum never exceeds the limit.
 
-#[macro_use]
-mod common;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use toolgate_core::budget::{SCALE, WindowBudget, utc};
 use toolgate_core::{CheckName, FixedClock, Registry, StepStatus, Timestamp, Verdict};

@@ -1,0 +1,10 @@
+//! The integration tests of this crate, as one test binary: each file below is a module.
+//! One binary links once; a binary per file cost CI most of its build time.
+
+#[macro_use]
+mod common;
+mod actions;
+mod browser;
+mod http;
+mod report;
+mod sessions;

@@ -1,0 +1,21 @@
+//! The integration tests of this crate, as one test binary: each file below is a module.
+//! One binary links once; a binary per file cost CI most of its build time.
+
+#[macro_use]
+mod common;
+mod auth;
+mod clients;
+mod console;
+mod gateway;
+mod jwks_https;
+mod keep_alive;
+mod otlp;
+mod passthrough;
+mod pinning;
+mod plans;
+mod preview;
+mod progress;
+mod reload;
+mod stdio;
+mod third_party_pinned;
+mod upstream_errors;

@@ -1,0 +1,14 @@
+//! The integration tests of this crate, as one test binary: each file below is a module.
+//! One binary links once; a binary per file cost CI most of its build time.
+
+#[macro_use]
+mod common;
+mod conflicts;
+mod faults;
+mod lookups;
+mod plans;
+mod previews;
+mod sqlite_writers;
+mod suite;
+mod versions;
+mod window;
