@@ -37,7 +37,7 @@ use toolgate_gateway::{Gateway, ServeOptions};
 use toolgate_store::Executor;
 
 use crate::{
-    AMOUNT, Answer, BENCH_KEY, Faulty, Hold, INVOICE, Mcp, REASONS, Timing, copy_dir,
+    AMOUNT, Answer, BENCH_KEY, Faulty, Hold, Mcp, REASONS, Timing, copy_dir, invoice,
     prepare_registry,
 };
 
@@ -348,7 +348,7 @@ async fn run_store(
             },
         );
         let args = json!({
-            "invoice_id": INVOICE, "amount": AMOUNT, "currency": "EUR",
+            "invoice_id": invoice(i), "amount": AMOUNT, "currency": "EUR",
             "value_date": "2026-06-30", "reason": REASONS[0],
         });
         let meta = json!({"purpose": "billing", "reason": REASONS[0], "run_id": run});

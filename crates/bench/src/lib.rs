@@ -41,7 +41,12 @@ use toolgate_store::audit::AuditDecision;
 /// The bench principal's API key (added to the copied registry only).
 pub const BENCH_KEY: &str = "tgbench_agent";
 /// The one invoice of the finance fake that is approved and below the 10,000 EUR gate policy.
-pub(crate) const INVOICE: &str = "INV-20260611";
+/// The invoice of payment `n`: a bulk invoice of the fake ERP (a copy of `INV-20260611` under
+/// its own number, see `Finance::with_bulk_invoices`). toolgate pays one invoice once, whichever
+/// run or session asks, so every payment a benchmark makes is for an invoice of its own.
+pub(crate) fn invoice(n: u64) -> String {
+    format!("INV-9{:07}", n % 10_000_000)
+}
 pub(crate) const AMOUNT: f64 = 4180.0;
 
 /// A fault at the service boundary, fired on the first delivery of an episode's payment.
@@ -196,7 +201,7 @@ pub struct Faulty {
 impl Faulty {
     pub(crate) fn new(timing: Timing, dedupe: bool) -> Faulty {
         Faulty {
-            inner: Finance::seeded(),
+            inner: Finance::with_bulk_invoices(),
             timing,
             dedupe,
             aliases: Mutex::new(HashMap::new()),
@@ -496,7 +501,7 @@ pub fn prepare_registry(dir: &Path, gated: bool) -> anyhow::Result<()> {
     }
     t = replace_once(&t, "    rate_limit: 3\n", "", "payments.yaml")?;
     // 4. its 24-hour window budget on the amount (20,000 EUR per principal) is removed: the bench
-    //    pays the same 4,180 EUR invoice thousands of times in a few minutes.
+    //    pays thousands of 4,180 EUR invoices in a few minutes.
     let window = "    window_budgets:\n      - {id: payment_value_24h, sum: amount, unit: EUR, limit: 20000, window: 24h}\n";
     t = t.replacen(window, "", 1);
     anyhow::ensure!(
@@ -727,7 +732,7 @@ async fn episode(
             REASONS[0]
         };
         let args = json!({
-            "invoice_id": INVOICE,
+            "invoice_id": invoice(spec.index),
             "amount": AMOUNT,
             "currency": "EUR",
             "value_date": "2026-06-30",
@@ -1289,9 +1294,11 @@ async fn approval_episode(
 ) -> anyhow::Result<()> {
     let run = format!("approve-s{seed}-e{index}");
     let patience = Duration::from_secs(30);
+    // Approval episodes pay invoices of their own numbers (from five million on).
+    let invoice_id = invoice(5_000_000 + index);
     let args = |date: &str, reason: &str| {
         json!({
-            "invoice_id": INVOICE,
+            "invoice_id": invoice_id,
             "amount": AMOUNT,
             "currency": "EUR",
             "value_date": date,

@@ -30,7 +30,7 @@ use toolgate_fakes::{FakeServer, FaultPlan, Recorder};
 use toolgate_store::{PlanSubmission, PlannedStep, Store};
 
 use crate::crash::{FakeHttp, free_port, spawn_gateway};
-use crate::{AMOUNT, Answer, BENCH_KEY, Faulty, INVOICE, Mcp, REASONS, Timing, copy_dir};
+use crate::{AMOUNT, Answer, BENCH_KEY, Faulty, Mcp, REASONS, Timing, copy_dir, invoice};
 
 const BUDGETED_KEY: &str = "tgbench_budgeted";
 
@@ -121,8 +121,9 @@ fn add_principals(dir: &Path, budget: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn args() -> Value {
-    json!({"invoice_id": INVOICE, "amount": AMOUNT, "currency": "EUR",
+/// The payment of invoice `n` (each payment of the bench is for an invoice of its own).
+fn args(n: u64) -> Value {
+    json!({"invoice_id": invoice(n), "amount": AMOUNT, "currency": "EUR",
            "value_date": "2026-06-30", "reason": REASONS[0]})
 }
 
@@ -207,8 +208,9 @@ async fn phases(
                     let n = seq.fetch_add(1, Ordering::Relaxed);
                     let run = format!("scale-r{replicas}-{n}");
                     let meta = json!({"purpose": "billing", "reason": REASONS[0], "run_id": run});
+                    let payment = args(replicas as u64 * 1_000_000 + n);
                     match client
-                        .call("payment.schedule", args(), meta, Duration::from_secs(30))
+                        .call("payment.schedule", payment, meta, Duration::from_secs(30))
                         .await
                     {
                         Answer::Success => calls.fetch_add(1, Ordering::Relaxed),
@@ -259,14 +261,15 @@ async fn phases(
                 }
                 let meta = json!({"purpose": "billing", "reason": REASONS[0],
                                   "run_id": format!("budget-{n}")});
+                let payment = args(4_000_000 + n);
                 let (x, y) = tokio::join!(
                     a.call(
                         "payment.schedule",
-                        args(),
+                        payment.clone(),
                         meta.clone(),
                         Duration::from_secs(30)
                     ),
-                    b.call("payment.schedule", args(), meta, Duration::from_secs(30)),
+                    b.call("payment.schedule", payment, meta, Duration::from_secs(30)),
                 );
                 if matches!(x, Answer::Success) || matches!(y, Answer::Success) {
                     allowed.fetch_add(1, Ordering::Relaxed);
@@ -313,7 +316,7 @@ async fn phases(
                 goal: "pay the approved invoice".into(),
                 steps: vec![PlannedStep {
                     tool: "payment.schedule".into(),
-                    inputs: args(),
+                    inputs: args(5_000_000 + count as u64 * 100_000 + u64::from(i)),
                     principal: worker.clone(),
                     purpose: Some("billing".into()),
                     reason: Some(REASONS[0].into()),

@@ -14,6 +14,8 @@ fn direct() -> DirectCall {
         run_id: "run-direct".into(),
         purpose: Some("billing".into()),
         reason: Some("Three-way match complete against PO-77840".into()),
+        purpose_from: None,
+        argument_errors: Vec::new(),
         evidence: vec!["PO-77840".into()],
         approvals: vec![],
         actor: Default::default(),

@@ -172,17 +172,19 @@ impl IdempotencyKey {
         ))
     }
 
-    /// The key of a direct call: the run, the tool and only the fields that identify the
+    /// The key of a direct call: the scope it is derived in (a principal, its tree or the
+    /// registry; see `Registry::key_scope`), the tool and only the fields that identify the
     /// operation, so rewording free text on a retry does not change the key. A tool without
-    /// declared identity fields is identified by all of its inputs.
-    pub fn for_call(run_id: &str, tool: &str, identity: &[String], inputs: &Value) -> Self {
+    /// declared identity fields is identified by all of its inputs. Never a session or a run:
+    /// the same operation retried from any connection has the same key.
+    pub fn for_call(scope: &str, tool: &str, identity: &[String], inputs: &Value) -> Self {
         let identified = identity_subset(identity, inputs);
         let canon = canonical(&identified);
         IdempotencyKey(format!(
             "sha256:{}",
             sha256_hex(&[
-                b"toolgate/call/v1",
-                run_id.as_bytes(),
+                b"toolgate/call/v2",
+                scope.as_bytes(),
                 tool.as_bytes(),
                 canon.as_bytes()
             ])

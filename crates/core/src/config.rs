@@ -32,6 +32,38 @@ pub struct GatewayFile {
     /// The typed ontology of the domain, if it has one (a path relative to the folder).
     #[serde(default)]
     pub ontology: Option<String>,
+    /// What "the run so far" is for calls that name no run.
+    #[serde(default, skip_serializing_if = "RunsConfig::is_default")]
+    pub runs: RunsConfig,
+}
+
+/// Runs of calls that name none (`_meta.run_id` absent): a principal's calls belong to its
+/// current run while they keep coming; after `idle_minutes` without one, the next call starts a
+/// new run. Sessions and reconnects do not matter, so per-run limits and run policies hold for
+/// stateless clients and cannot be reset by reconnecting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunsConfig {
+    #[serde(default = "default_idle_minutes")]
+    pub idle_minutes: u32,
+}
+
+fn default_idle_minutes() -> u32 {
+    30
+}
+
+impl Default for RunsConfig {
+    fn default() -> Self {
+        RunsConfig {
+            idle_minutes: default_idle_minutes(),
+        }
+    }
+}
+
+impl RunsConfig {
+    fn is_default(&self) -> bool {
+        *self == RunsConfig::default()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -305,6 +337,93 @@ pub struct ToolConfig {
     /// nothing, returns a plan id, its hash and expiry) and `<name>` taking only `plan_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<PreviewConfig>,
+    /// Which of the call's purpose and reason the listed tool asks for as ordinary arguments,
+    /// for clients that send no `_meta` (toolgate checks, records and strips them before the
+    /// call is forwarded). Unset: `reason` when the tool changes state and `reason_from` is
+    /// not set, and `purpose` when the caller may use the tool for more than one purpose and
+    /// has no default for it. `[]`: neither is listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<Vec<CallField>>,
+    /// An input of the tool's own that is also the call's reason (it stays in the inputs and
+    /// is forwarded), for tools whose upstream takes a reason or memo of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_from: Option<String>,
+    /// Length bounds, in characters, of the `reason` argument toolgate lists (default 10–500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_length: Option<LengthBounds>,
+    /// How far a direct call's idempotency key reaches, whether a read replays, and for how long.
+    #[serde(default, skip_serializing_if = "ToolIdempotency::is_default")]
+    pub idempotency: ToolIdempotency,
+}
+
+/// A field of toolgate's own that a tool may list as an argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallField {
+    Purpose,
+    Reason,
+}
+
+impl CallField {
+    /// The argument's name in the listed schema.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallField::Purpose => "purpose",
+            CallField::Reason => "reason",
+        }
+    }
+}
+
+/// Inclusive length bounds, in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LengthBounds {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Default for LengthBounds {
+    fn default() -> Self {
+        LengthBounds { min: 10, max: 500 }
+    }
+}
+
+/// Whose calls share a direct call's idempotency key. The key is derived from this scope, the
+/// tool and the identity fields, never from a session or a run, so the same operation retried
+/// from any connection replays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyScope {
+    /// The calling principal's own (the default).
+    #[default]
+    Principal,
+    /// The principal's whole tree: it and every principal under the same root ancestor.
+    Tree,
+    /// Everyone's: "one invoice is paid once, whichever agent asks".
+    Registry,
+}
+
+/// A tool's idempotency settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolIdempotency {
+    #[serde(default)]
+    pub scope: KeyScope,
+    /// Whether a repeated call returns the first call's stored outcome. Always for a tool that
+    /// changes state; for a read only when set (a read replayed would answer from before a
+    /// write that changed the data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<bool>,
+    /// How long a completed call's outcome is kept for replay (hours); default the registry's
+    /// `idempotency.retention_hours`, and never shorter than the approval expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_hours: Option<i64>,
+}
+
+impl ToolIdempotency {
+    fn is_default(&self) -> bool {
+        *self == ToolIdempotency::default()
+    }
 }
 
 /// How a tool's previews behave.
@@ -440,6 +559,10 @@ pub struct RoleConfig {
     /// People in this role may approve gated calls.
     #[serde(default)]
     pub approver: bool,
+    /// The purpose of a call that states none, for principals of this role (see
+    /// `PrincipalConfig::default_purpose`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_purpose: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -461,6 +584,12 @@ pub struct PrincipalConfig {
     /// The principal whose budget this one also draws from.
     #[serde(default)]
     pub parent: Option<String>,
+    /// The purpose of a call that states none (no `_meta.purpose`, no `purpose` argument), when
+    /// the tool may be used for it. A credential's default comes first, then this, then the
+    /// role's; without any, a caller whose grants allow the tool for exactly one purpose uses
+    /// that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_purpose: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -473,6 +602,9 @@ pub struct CredentialConfig {
     /// The subject of an OAuth access token that maps to this principal.
     #[serde(default)]
     pub oauth_subject: Option<String>,
+    /// The purpose of calls made with this key that state none (before the principal's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_purpose: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -261,10 +261,23 @@ pub enum IdempotencyState {
     Fresh,
     /// Done before: the stored outcome will be replayed.
     Done,
-    /// Another attempt holds the key now.
+    /// An earlier attempt holds the key and has not settled (it is running, or its outcome is
+    /// unknown until reconciliation): nothing runs again, and its state is reported.
     InFlight,
     /// The key was used with different canonical inputs.
     InputsDiffer,
+    /// The key is shared beyond the caller (a tool scoped to a tree or the registry) and
+    /// another principal made this operation already: refused, never answered with the other
+    /// principal's outcome. [`CallRequest::elsewhere`] says who and when.
+    Elsewhere,
+}
+
+impl IdempotencyState {
+    /// Whether an earlier attempt of this very call ran or is running, so this one runs
+    /// nothing: only the checks of who may ask (1–6) apply to it.
+    pub fn ran_before(self) -> bool {
+        matches!(self, IdempotencyState::Done | IdempotencyState::InFlight)
+    }
 }
 
 /// Allowed destination values looked up at call time, by input field.
@@ -350,12 +363,23 @@ pub struct CallRequest<'a> {
     pub tool: &'a str,
     pub purpose: Option<&'a str>,
     pub reason: Option<&'a str>,
+    /// Where the purpose came from (`_meta`, an argument, a default), named in the purpose
+    /// check's detail so the record says who stated it. `None`: the caller stated it.
+    pub purpose_from: Option<crate::why::PurposeSource>,
     pub inputs: &'a Value,
     /// The step id (planned) or call id (direct) an approval binds to.
     pub subject: &'a str,
     pub run: &'a RunHistory,
     pub budgets: &'a BudgetView,
     pub idempotency: IdempotencyState,
+    /// For [`IdempotencyState::Elsewhere`]: who made the operation, and when (for the message).
+    pub elsewhere: Option<&'a str>,
+    /// Governance arguments (`purpose`, `reason` given as arguments) that do not pass: refused
+    /// by the schema check with the inputs' own errors.
+    pub argument_errors: &'a [crate::schema::FieldError],
+    /// A person rejected this exact call (same subject, same inputs) within the retention:
+    /// who and their note. A gated call is then refused with it instead of parked again.
+    pub rejection: Option<&'a str>,
     pub approvals: &'a [ApprovalToken],
     pub destinations: &'a DestinationFacts,
     /// The pinned upstream definition hash of the tool, when it has one.
@@ -377,11 +401,15 @@ impl<'a> CallRequest<'a> {
             tool,
             purpose: None,
             reason: None,
+            purpose_from: None,
             inputs,
             subject: "",
             run: &EMPTY_RUN,
             budgets: &EMPTY_BUDGETS,
             idempotency: IdempotencyState::Fresh,
+            elsewhere: None,
+            argument_errors: &[],
+            rejection: None,
             approvals: &[],
             destinations: &EMPTY_FACTS,
             definition_hash: None,
@@ -495,8 +523,16 @@ impl<'r> Engine<'r> {
         );
         let cfg = &tool.config;
 
-        // 3. inputs against the closed schema.
-        let inputs_valid = match tool.schema.validate(req.inputs) {
+        // 3. inputs against the closed schema, and the governance arguments given with them.
+        let checked = match tool.schema.validate(req.inputs) {
+            Ok(()) if req.argument_errors.is_empty() => Ok(()),
+            Ok(()) => Err(req.argument_errors.to_vec()),
+            Err(mut errors) => {
+                errors.extend(req.argument_errors.iter().cloned());
+                Err(errors)
+            }
+        };
+        let inputs_valid = match checked {
             Ok(()) => {
                 rec.pass(CheckName::Schema, "inputs match the schema".into());
                 true
@@ -561,7 +597,13 @@ impl<'r> Engine<'r> {
 
         // 7. per-run rate limit.
         let counts = req.run.counts(tool.name());
+        let ran_before = req.idempotency.ran_before();
         match cfg.rate_limit {
+            Some(_) if ran_before => rec.pass(
+                CheckName::RateLimit,
+                "this call ran before: nothing runs again, so it uses none of the run's allowance"
+                    .into(),
+            ),
             Some(limit) if counts.tool_calls >= limit as i64 => rec.fail(
                 CheckName::RateLimit,
                 "rate_limit",
@@ -593,12 +635,16 @@ impl<'r> Engine<'r> {
         };
 
         // 8. policies, over the call and the run so far.
-        let verdict = if inputs_valid {
+        let verdict = if inputs_valid && !ran_before {
             Some(self.evaluate_policies(principal, tool, req, counts, windows.as_ref()))
         } else {
             None
         };
         match &verdict {
+            None if ran_before => rec.pass(
+                CheckName::Policy,
+                "this call ran before: nothing runs again, so no policy is asked".into(),
+            ),
             None => rec.skip(CheckName::Policy, "not evaluated: the inputs are not valid"),
             Some(v) if !v.errors.is_empty() => rec.fail(
                 CheckName::Policy,
@@ -645,10 +691,10 @@ impl<'r> Engine<'r> {
         // 9. daily budget and window budgets, for the principal and every ancestor it draws from.
         // A replay runs nothing and reserves nothing (its first run was charged), so it is not
         // refused for a budget its own first run filled.
-        if req.idempotency == IdempotencyState::Done {
+        if ran_before {
             rec.pass(
                 CheckName::Budget,
-                "this key is done: nothing runs again, so no budget is reserved".into(),
+                "this call ran before: nothing runs again, so no budget is reserved".into(),
             );
         } else {
             self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
@@ -661,10 +707,20 @@ impl<'r> Engine<'r> {
                 CheckName::Idempotency,
                 "this key is done: the stored outcome is replayed, nothing runs again".into(),
             ),
-            IdempotencyState::InFlight => rec.fail(
+            IdempotencyState::InFlight => rec.pass(
                 CheckName::Idempotency,
-                "idempotency.in_progress",
-                "the same call is in progress; check its status instead of retrying".into(),
+                "an earlier attempt of this call has not settled: nothing runs again, its state is \
+                 reported"
+                    .into(),
+            ),
+            IdempotencyState::Elsewhere => rec.fail(
+                CheckName::Idempotency,
+                "idempotency.elsewhere",
+                format!(
+                    "this operation was already made {}; it is done once, whoever asks, and its \
+                     outcome is not yours to read",
+                    req.elsewhere.unwrap_or("by another principal")
+                ),
             ),
             IdempotencyState::InputsDiffer => rec.fail(
                 CheckName::Idempotency,
@@ -866,11 +922,17 @@ impl<'r> Engine<'r> {
     ) -> Vec<&'g GrantConfig> {
         let cfg = &tool.config;
         let Some(purpose) = req.purpose.filter(|p| !p.is_empty()) else {
+            let how = if tool.accepts(crate::config::CallField::Purpose) {
+                "give it as the `purpose` argument (or in _meta.purpose)"
+            } else {
+                "give it in _meta.purpose, or ask the operator for a default purpose on your key, \
+                 principal or role"
+            };
             rec.fail(
                 CheckName::Purpose,
                 "purpose.missing",
                 format!(
-                    "no purpose given; '{}' may be used for: {} (send it as _meta.purpose)",
+                    "no purpose given; '{}' may be used for: {}; {how}",
                     cfg.name,
                     cfg.purposes.join(", ")
                 ),
@@ -919,19 +981,34 @@ impl<'r> Engine<'r> {
         } else if cfg.effect != crate::model::Effect::Read
             && req.reason.is_none_or(|r| r.trim().is_empty())
         {
+            let how = match &cfg.reason_from {
+                Some(field) => format!("its '{field}' input is the reason"),
+                None if tool.accepts(crate::config::CallField::Reason) => {
+                    "give one as the `reason` argument (or in _meta.reason)".to_string()
+                }
+                None => "give one in _meta.reason".to_string(),
+            };
             rec.fail(
                 CheckName::Purpose,
                 "reason.missing",
-                format!(
-                    "'{}' changes state, so it needs a reason: send one as _meta.reason",
-                    cfg.name
-                ),
+                format!("'{}' changes state, so it needs a reason: {how}", cfg.name),
             );
         } else {
+            use crate::why::PurposeSource as S;
+            let from = match req.purpose_from {
+                None | Some(S::Meta) => "",
+                Some(S::Argument) => " (given as an argument)",
+                Some(S::Credential) => " (the default of the caller's key)",
+                Some(S::Principal) => " (the caller's default purpose)",
+                Some(S::Role) => " (the default purpose of the caller's role)",
+                Some(S::OnlyGranted) => {
+                    " (the only purpose the caller's grants allow for this tool)"
+                }
+            };
             rec.pass(
                 CheckName::Purpose,
                 format!(
-                    "scopes {} granted for purpose '{purpose}'",
+                    "scopes {} granted for purpose '{purpose}'{from}",
                     quoted(&cfg.scopes)
                 ),
             );
@@ -1069,12 +1146,12 @@ impl<'r> Engine<'r> {
             rec.pass(CheckName::Gate, "no approval needed".into());
             return (Vec::new(), true);
         };
-        if req.idempotency == IdempotencyState::Done {
+        if req.idempotency.ran_before() {
             // A replay executes nothing: the approved call already ran once under its approval.
             rec.push(
                 CheckName::Gate,
                 Outcome::Pass,
-                format!("gated by {rule}, but this call already ran: its outcome is replayed and nothing runs again"),
+                format!("gated by {rule}, but this call ran before: nothing runs again"),
                 Some(rule.to_string()),
             );
             return (Vec::new(), true);
@@ -1131,6 +1208,19 @@ impl<'r> Engine<'r> {
                 Some(rule.to_string()),
             );
             return (valid, true);
+        }
+        if let Some(rejection) = req.rejection {
+            // A person already said no to this exact call: the retry hears it, and no new
+            // request is raised for the same thing.
+            rec.fail(
+                CheckName::Gate,
+                "approval.rejected",
+                format!(
+                    "a person rejected this exact call under rule {rule} ({rejection}); it will not \
+                     run, and asking again with the same inputs gets the same answer"
+                ),
+            );
+            return (Vec::new(), false);
         }
         let why = if rule == "gate.always" {
             format!(": '{}' always needs a person's approval", cfg.name)

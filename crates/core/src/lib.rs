@@ -12,6 +12,7 @@ pub mod policy;
 pub mod registry;
 pub mod schema;
 pub mod token;
+pub mod why;
 
 pub use budget::{Held, WindowBudget, WindowView};
 pub use canon::{IdempotencyKey, InputHash, Redactor, canonical};

@@ -493,6 +493,7 @@ impl Registry {
                     );
                 }
             }
+            check_call_fields(t, &path, &mut finding);
             if !(1..=2).contains(&c.approvers) {
                 finding(
                     &t.file,
@@ -588,6 +589,38 @@ impl Registry {
                     );
                 }
             }
+            let granted: HashSet<&str> = p
+                .grants
+                .iter()
+                .flat_map(|g| g.purposes.iter().map(String::as_str))
+                .collect();
+            let defaults = std::iter::once((
+                format!("principals[{i}].default_purpose"),
+                &p.default_purpose,
+            ))
+            .chain(p.credentials.iter().enumerate().map(|(j, c)| {
+                (
+                    format!("principals[{i}].credentials[{j}].default_purpose"),
+                    &c.default_purpose,
+                )
+            }));
+            for (at, purpose) in defaults {
+                if let Some(purpose) = purpose
+                    && !granted.contains(purpose.as_str())
+                {
+                    finding(
+                        "principals.yaml",
+                        at,
+                        "config.default-purpose",
+                        format!("'{}' has no grant for purpose '{purpose}'", p.id),
+                        format!("name one of its granted purposes: {:?}", {
+                            let mut v: Vec<_> = granted.iter().collect();
+                            v.sort();
+                            v
+                        }),
+                    );
+                }
+            }
             if p.kind == PrincipalKind::Agent && roles.get(&p.role).is_some_and(|r| r.approver) {
                 finding(
                     "principals.yaml",
@@ -597,6 +630,34 @@ impl Registry {
                     "only people (kind: human) approve; a model reviewer uses step.approve".into(),
                 );
             }
+        }
+
+        for (name, r) in &roles {
+            if let Some(purpose) = &r.default_purpose {
+                let held = pfile.principals.iter().any(|p| {
+                    &p.role == name && p.grants.iter().any(|g| g.purposes.contains(purpose))
+                });
+                if !held {
+                    finding(
+                        "principals.yaml",
+                        format!("roles.{name}.default_purpose"),
+                        "config.default-purpose",
+                        format!(
+                            "no principal of role '{name}' has a grant for purpose '{purpose}'"
+                        ),
+                        "name a purpose the role's principals are granted".into(),
+                    );
+                }
+            }
+        }
+        if !(1..=10_080).contains(&gateway.runs.idle_minutes) {
+            finding(
+                "toolgate.yaml",
+                "runs.idle_minutes".into(),
+                "config.bounds",
+                format!("idle_minutes is {}", gateway.runs.idle_minutes),
+                "between 1 and 10080 (a week); the default is 30".into(),
+            );
         }
 
         // Window budgets: fields and keys exist, limits parse, ids are unique.
@@ -696,6 +757,20 @@ impl Registry {
             .map(|&i| &self.principals[i])
     }
 
+    /// The id of the credential an API key is, within its principal.
+    pub fn credential_id_of_key(&self, api_key: &str) -> Option<&str> {
+        let hash = api_key_hash(api_key);
+        let p = self
+            .credential_index
+            .get(&hash)
+            .map(|&i| &self.principals[i])?;
+        p.config
+            .credentials
+            .iter()
+            .find(|c| c.sha256.eq_ignore_ascii_case(&hash))
+            .map(|c| c.id.as_str())
+    }
+
     /// The principal an OAuth subject maps to.
     pub fn principal_by_subject(&self, subject: &str) -> Option<&Principal> {
         self.principals.iter().find(|p| {
@@ -713,6 +788,92 @@ impl Registry {
 
     pub fn role(&self, name: &str) -> Option<&RoleConfig> {
         self.roles.get(name)
+    }
+}
+
+/// The checks of a tool's `ask`, `reason_from`, `reason_length` and `idempotency`.
+fn check_call_fields(
+    t: &Tool,
+    path: &str,
+    finding: &mut impl FnMut(&str, String, &str, String, String),
+) {
+    use crate::config::CallField;
+    let c = &t.config;
+    let own = |name: &str| c.input_schema.pointer(&format!("/properties/{name}"));
+    for field in c.ask.iter().flatten() {
+        if own(field.as_str()).is_some() {
+            finding(
+                &t.file,
+                format!("{path}.ask"),
+                "config.ask-conflict",
+                format!(
+                    "'{}' is an input of the tool's own, so toolgate cannot ask for it as its own argument",
+                    field.as_str()
+                ),
+                match field {
+                    CallField::Reason => "drop it from `ask`; to use that input as the call's reason, write `reason_from: reason`".into(),
+                    CallField::Purpose => "drop it from `ask`; callers then give the purpose in _meta or through a default".into(),
+                },
+            );
+        }
+    }
+    if let Some(f) = &c.reason_from {
+        let is_string =
+            own(f).is_some_and(|p| p.get("type").and_then(Value::as_str) == Some("string"));
+        if !is_string {
+            finding(
+                &t.file,
+                format!("{path}.reason_from"),
+                "ref.unknown-field",
+                format!(
+                    "reason_from names '{f}', which is not a string property of the tool's inputs"
+                ),
+                "name a top-level `type: string` property of input_schema".into(),
+            );
+        }
+        if c.ask.iter().flatten().any(|x| *x == CallField::Reason) {
+            finding(
+                &t.file,
+                format!("{path}.ask"),
+                "config.ask-conflict",
+                "the reason is asked for as an argument and also read from an input".into(),
+                "keep one: `reason_from` or `ask: [reason]`".into(),
+            );
+        }
+    }
+    if let Some(b) = c.reason_length
+        && (b.min == 0 || b.min > b.max || b.max > 10_000)
+    {
+        finding(
+            &t.file,
+            format!("{path}.reason_length"),
+            "config.bounds",
+            format!("reason_length is {}..{}", b.min, b.max),
+            "1 <= min <= max <= 10000 characters; the default is {min: 10, max: 500}".into(),
+        );
+    }
+    if c.idempotency.replay == Some(false) && c.effect != crate::model::Effect::Read {
+        finding(
+            &t.file,
+            format!("{path}.idempotency.replay"),
+            "config.replay",
+            format!(
+                "'{}' changes state, so a repeated call must replay the first one's outcome",
+                c.name
+            ),
+            "remove `replay: false`; only reads may be run again".into(),
+        );
+    }
+    if let Some(h) = c.idempotency.retention_hours
+        && !(1..=24 * 366).contains(&h)
+    {
+        finding(
+            &t.file,
+            format!("{path}.idempotency.retention_hours"),
+            "config.bounds",
+            format!("retention_hours is {h}"),
+            "between 1 and 8784 (a year)".into(),
+        );
     }
 }
 

@@ -575,15 +575,54 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             Allow,
         )
         .idem(I::Done),
+        // An unsettled earlier attempt of the same call: nothing runs, its state is reported,
+        // and it is not a denial (a retry after a crash must not poison the run).
         row(
-            "in-flight key reported",
+            "in-flight key reported, not refused",
             "fin-worker",
             "note.draft",
             note(),
-            Deny(Idempotency, "idempotency.in_progress"),
+            Allow,
         )
-        .idem(I::InFlight)
-        .keyword("in progress"),
+        .idem(I::InFlight),
+        row(
+            "a replay is not refused by the run's spent allowance",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Allow,
+        )
+        .idem(I::Done)
+        .run(history(&[
+            ("note.draft", Tier::Act, Allowed),
+            ("note.draft", Tier::Act, Allowed),
+        ])),
+        row(
+            "a replay of a payment is not refused by a later denial",
+            "fin-worker",
+            "payment.schedule",
+            payment(10.0),
+            Allow,
+        )
+        .idem(I::Done)
+        .run(history(&[("invoice.search", Tier::Read, Denied)])),
+        row(
+            "a gated call in flight does not park again",
+            "fin-worker",
+            "payment.priority",
+            prio.clone(),
+            Allow,
+        )
+        .idem(I::InFlight),
+        row(
+            "an operation another principal made is refused",
+            "fin-worker",
+            "note.draft",
+            note(),
+            Deny(Idempotency, "idempotency.elsewhere"),
+        )
+        .idem(I::Elsewhere)
+        .keyword("already made"),
         row(
             "same key, different inputs",
             "fin-worker",

@@ -33,6 +33,8 @@ pub struct Caller {
     pub principal: String,
     pub role: String,
     pub credential: CredentialKind,
+    /// The id of the credential (`principals.yaml` `credentials[].id`), for its default purpose.
+    pub credential_id: Option<String>,
 }
 
 /// Why a request was not authenticated.
@@ -69,10 +71,12 @@ impl Authenticator {
 
     /// The caller holding an API key (used for stdio, where the key comes from the environment).
     pub fn by_api_key(&self, key: &str) -> Option<Caller> {
-        self.registry.load().principal_by_key(key).map(|p| Caller {
+        let registry = self.registry.load();
+        registry.principal_by_key(key).map(|p| Caller {
             principal: p.id().to_string(),
             role: p.role().to_string(),
             credential: CredentialKind::ApiKey,
+            credential_id: registry.credential_id_of_key(key).map(str::to_string),
         })
     }
 
@@ -107,10 +111,17 @@ impl Authenticator {
                         "the access token's subject is not mapped to any principal".into(),
                     )
                 })?;
+                let credential_id = p
+                    .config
+                    .credentials
+                    .iter()
+                    .find(|c| c.oauth_subject.as_deref() == Some(subject.as_str()))
+                    .map(|c| c.id.clone());
                 Ok(Caller {
                     principal: p.id().to_string(),
                     role: p.role().to_string(),
                     credential: CredentialKind::OAuth { subject },
+                    credential_id,
                 })
             }
             _ => Err(AuthFailure::Invalid("the credential is not valid".into())),

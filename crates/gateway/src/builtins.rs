@@ -102,6 +102,45 @@ fn structured(v: Value) -> CallToolResult {
     render::from_stored(&v)
 }
 
+/// The answer to a call whose `_meta.run_id` names another principal's run: refused and
+/// recorded outside that run (a refusal caused by one principal never counts against
+/// another's run), without running anything.
+pub(crate) async fn foreign_run(
+    state: &GatewayState,
+    caller: &crate::auth::Caller,
+    tool: &str,
+    split: &toolgate_core::why::Split,
+    run: &str,
+) -> Result<CallToolResult, ErrorData> {
+    let ex = state.executor();
+    let detail = format!(
+        "run '{run}' is not one of yours, so this call cannot join it; leave _meta.run_id out \
+         (your calls then belong to your current run) or name a run you started"
+    );
+    let seq = ex
+        .store
+        .record_refusal(
+            &ex.registry,
+            &caller.principal,
+            tool,
+            &split.inputs,
+            None,
+            split.why.purpose.as_deref(),
+            split.why.reason.as_deref(),
+            "run.foreign",
+            &detail,
+            ex.clock.now(),
+        )
+        .await
+        .map_err(internal)?;
+    tracing::info!(principal = %caller.principal, tool, run, audit_seq = seq, "a call named another principal's run");
+    Ok(readable_error(
+        format!("'{tool}' was refused (rule run.foreign): {detail}."),
+        json!({"status": "refused", "tool": tool, "check": "run", "rule": "run.foreign",
+               "reason": detail, "audit_seq": seq}),
+    ))
+}
+
 // ---------------------------------------------------------------- plan-bound calls
 
 async fn planned_call(
@@ -131,7 +170,7 @@ async fn planned_call(
                 &call.principal,
                 &call.tool,
                 &call.inputs,
-                &call.run_id,
+                Some(&call.run_id),
                 call.purpose.as_deref(),
                 call.reason.as_deref(),
                 "plan.unplanned",
@@ -257,7 +296,7 @@ async fn refuse_plan(
             &call.principal,
             &call.tool,
             &redact_steps(ex, reg, &call.inputs),
-            &call.run_id,
+            Some(&call.run_id),
             call.purpose.as_deref(),
             call.reason.as_deref(),
             &rule,

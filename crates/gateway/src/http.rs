@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticator, require_caller};
 use crate::server::{GatewayServer, GatewayState};
+use crate::sessions::SessionOwners;
 
 /// What the HTTP routes need.
 #[derive(Clone)]
@@ -39,15 +40,21 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
     // less per call at one call at a time.
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts)
-        .with_cancellation_token(shutdown)
         .with_json_response(true);
+    let sessions = Arc::new(LocalSessionManager::default());
+    let owners = SessionOwners::new(sessions.clone(), shutdown.clone());
     let mcp = StreamableHttpService::new(
         move || Ok(GatewayServer::new(gateway.clone(), None)),
-        Arc::new(LocalSessionManager::default()),
-        config,
+        sessions,
+        config.with_cancellation_token(shutdown),
     );
+    // The credential check runs first (the outer layer), then the session's owner is checked.
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(
+            owners,
+            crate::sessions::bind,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
             require_caller,

@@ -26,6 +26,7 @@ pub mod reload;
 mod render;
 mod serve;
 mod server;
+pub mod sessions;
 pub mod upstream;
 mod worker;
 

@@ -33,7 +33,8 @@ use toolgate_store::previews::Preview;
 
 use crate::auth::Caller;
 use crate::meta::CallContext;
-use crate::server::{GatewayServer, mcp_tool};
+use crate::server::{GatewayServer, mcp_tool, mcp_tool_with, split_arguments};
+use toolgate_core::why::Split;
 
 /// The suffix of a preview tool's name.
 pub const SUFFIX: &str = ".preview";
@@ -52,11 +53,12 @@ pub enum Route<'a> {
     Commit(&'a RegistryTool),
 }
 
-/// The MCP tools a registry tool is listed as: itself, or (when it declares a preview) its
-/// commit form and its preview tool.
-pub fn listed(tool: &RegistryTool) -> Vec<Tool> {
+/// The MCP tools a registry tool is listed as, given the input schema it is listed with to
+/// this caller: itself, or (when it declares a preview) its commit form and its preview tool
+/// (which takes the inputs, and the governance arguments with them).
+pub fn listed(tool: &RegistryTool, schema: &Value) -> Vec<Tool> {
     if tool.config.preview.is_none() {
-        return vec![mcp_tool(tool)];
+        return vec![mcp_tool_with(tool, schema)];
     }
     let name = tool.name();
     let mut commit = mcp_tool(tool);
@@ -75,7 +77,7 @@ pub fn listed(tool: &RegistryTool) -> Vec<Tool> {
         "properties": {"plan_id": {"type": "string", "pattern": "^pln_[0-9a-f]{32}$"}}
     })));
     commit.output_schema = None;
-    let mut preview = mcp_tool(tool);
+    let mut preview = mcp_tool_with(tool, schema);
     preview.name = format!("{name}{SUFFIX}").into();
     preview.description = Some(
         format!(
@@ -156,8 +158,29 @@ async fn preview(
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let cfg = &tool.config;
-    let inputs = Value::Object(arguments.unwrap_or_default());
-    let decision = static_decision(server, caller, tool, &inputs, meta);
+    let ctx = CallContext::from_meta(meta);
+    let split = split_arguments(
+        &server.state().registry(),
+        caller,
+        tool.name(),
+        arguments.unwrap_or_default(),
+        &ctx,
+    );
+    let inputs = split.inputs.clone();
+    // The commit runs with the purpose and reason stated now, wherever they came from.
+    let mut meta = meta.clone();
+    if ctx.purpose.is_none()
+        && let Some(p) = &split.why.purpose
+    {
+        meta.insert("purpose".into(), json!(p));
+    }
+    if ctx.reason.is_none()
+        && let Some(r) = &split.why.reason
+    {
+        meta.insert("reason".into(), json!(r));
+    }
+    let meta = &meta;
+    let decision = static_decision(server, caller, tool, &inputs, &split);
     if let Some(refused) = static_refusal(tool, &decision) {
         let r = Recorded {
             name: format!("{}{SUFFIX}", tool.name()),
@@ -240,14 +263,15 @@ fn static_decision(
     caller: &Caller,
     tool: &RegistryTool,
     inputs: &Value,
-    meta: &JsonObject,
+    split: &Split,
 ) -> Decision {
-    let ctx = CallContext::from_meta(meta);
     let surface = server.state().surface();
     let engine = Engine::new(&surface.registry, &surface.executor.keys);
     let req = CallRequest {
-        purpose: ctx.purpose.as_deref(),
-        reason: ctx.reason.as_deref(),
+        purpose: split.why.purpose.as_deref(),
+        reason: split.why.reason.as_deref(),
+        purpose_from: split.why.purpose_from,
+        argument_errors: &split.errors,
         ..CallRequest::new(&caller.principal, tool.name(), inputs)
     };
     engine.decide(&req, SystemClock.now())
@@ -305,11 +329,13 @@ async fn record(
     r: Recorded<'_>,
 ) -> Result<(), ErrorData> {
     let ctx = CallContext::from_meta(meta);
+    // A run named that is not the caller's is not joined: the record names no run.
+    let run_id = server.run_for(caller, ctx.run_id.clone()).await?.ok();
     let store = &server.state().store;
     let (inputs, redacted) = store.config().redactor.redact(inputs, &tool.config.redact);
     let draft = AuditDraft {
         ts: SystemClock.now(),
-        run_id: Some(ctx.run_id.unwrap_or_else(|| server.session_run.clone())),
+        run_id,
         step_id: None,
         who: AuditWho {
             principal: caller.principal.clone(),

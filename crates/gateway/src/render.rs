@@ -80,9 +80,10 @@ fn next_moves(check: CheckName) -> &'static str {
              among them, stop and ask a person to verify it — it cannot be added from here"
         }
         CheckName::Purpose => {
-            "state the purpose and reason in the request's _meta (`purpose`, `reason`) if they were \
-             missing; if the purpose is not granted for this tool, this call is not yours to make — \
-             report it instead of retrying"
+            "if the purpose or the reason was missing, call again with them (as the `purpose` and \
+             `reason` arguments where the tool lists them, otherwise in _meta); if the purpose is \
+             not granted for this tool, this call is not yours to make — report it instead of \
+             retrying"
         }
         CheckName::TierSensitivity => {
             "this tool is beyond your grant; do not retry — hand the step to a role that holds the \
@@ -101,9 +102,13 @@ fn next_moves(check: CheckName) -> &'static str {
              to act"
         }
         CheckName::Idempotency => {
-            "wait for the earlier call with the same key, then ask for its result"
+            "this operation cannot be made again as it is: report the earlier call named above \
+             instead of retrying with other inputs"
         }
-        CheckName::Gate => "wait for a person's approval",
+        CheckName::Gate => {
+            "a person decided against this exact call: do not retry it or work around it; report \
+             the rejection and its note"
+        }
         CheckName::Credential | CheckName::Listed => "stop",
     }
 }
@@ -126,19 +131,21 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
         CallStatus::Failed => Ok(handler_failed(tool, key, r.outcome.as_ref())),
         CallStatus::Unknown => Ok(readable_error(
             format!(
-                "The outcome of '{tool}' is unknown: the target did not answer in time, and this kind \
-                 of call is never retried blind. It is being reconciled with the target by its \
-                 idempotency key. Do not call it again with other inputs; calling it again with the \
-                 same inputs returns the reconciled outcome once known."
+                "The outcome of '{tool}' is unknown for now: the call may have happened (the target did \
+                 not answer, or toolgate stopped before recording its answer), and this kind of call \
+                 is never retried blind. toolgate is settling it with the target by its idempotency \
+                 key. Retry the same call later (same inputs) to get the settled outcome; do not \
+                 change the inputs to get around this."
             ),
-            json!({"status": "unknown", "tool": tool, "idempotency_key": key}),
+            json!({"status": "unknown", "tool": tool, "idempotency_key": key, "retry": "later, same inputs"}),
         )),
         CallStatus::InProgress => Ok(readable_error(
             format!(
-                "The same '{tool}' call (same idempotency key) is already in progress. Wait, then call \
-                 again with the same inputs to get its result; do not change the inputs to get around this."
+                "This '{tool}' call is already in progress (an earlier attempt of the same operation \
+                 has not finished). Nothing was done twice. Retry the same call in a few seconds \
+                 (same inputs) to get its result; do not change the inputs to get around this."
             ),
-            json!({"status": "in_progress", "tool": tool, "idempotency_key": key}),
+            json!({"status": "in_progress", "tool": tool, "idempotency_key": key, "retry": "in a few seconds, same inputs"}),
         )),
         CallStatus::InputsDiffer => Ok(readable_error(
             format!(
@@ -161,11 +168,10 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
             let id = r.approval_id.clone().unwrap_or_default();
             Ok(readable_error(
                 format!(
-                    "'{tool}' was NOT executed: it needs a person's approval ({reason}; rule {rule}). \
-                     Approval request {id} is waiting for {needed} approver(s). Check on it with \
-                     `toolgate approvals list` or ask the operator; once approved, call '{tool}' again \
-                     with exactly the same inputs and the approval token in _meta.approval_token. \
-                     Changed inputs need a new approval."
+                    "'{tool}' was NOT done yet: a person must approve it first ({reason}; rule \
+                     {rule}). Approval request {id} is waiting for {needed} approver(s). Retry the \
+                     same call later, with exactly the same inputs: once approved it runs (once); if \
+                     it was rejected, the retry says so and why. Changed inputs are a new request."
                 ),
                 json!({
                     "status": "needs_approval",

@@ -421,19 +421,34 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
             s.cancel();
         });
     }
-    // The reconciler for direct calls left `unknown` (an irreversible call that timed out or
-    // whose upstream failed after it may have committed): asks the target by key, read tools
-    // only, under the current registry version.
+    // Recovery and the reconciler, for direct calls (and planned steps, alongside any
+    // `toolgate worker`): a call whose process died mid-call is settled once its lease has run
+    // out (for a direct call, its timeout plus a few seconds) — its allow decision goes into the
+    // chain, and a write or irreversible call becomes `unknown` — and each `unknown` call is
+    // settled by asking the target by key, read tools only, under the current registry. An
+    // agent retrying the same call meanwhile hears "in progress" or "not known yet", then the
+    // settled outcome.
     {
         let (state, s) = (gw.state.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let every = std::time::Duration::from_secs(30);
+            let every = std::time::Duration::from_secs(5);
             loop {
                 tokio::select! {
                     _ = s.cancelled() => break,
                     _ = tokio::time::sleep(every) => {}
                 }
-                match state.executor().reconcile().await {
+                let ex = state.executor();
+                match ex.recover_stale().await {
+                    Ok(r) if !r.is_empty() => {
+                        tracing::warn!(
+                            settled = r.len(),
+                            "recovered calls whose process stopped mid-call"
+                        )
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "recovering stale calls failed"),
+                }
+                match ex.reconcile().await {
                     Ok(r) if !r.is_empty() => {
                         tracing::info!(settled = r.len(), "reconciled unknown steps")
                     }

@@ -19,6 +19,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolgate_core::registry::Tool as RegistryTool;
+use toolgate_core::why::{PurposeSource, Split, Why};
 use toolgate_core::{Effect, Registry};
 use toolgate_store::{DirectCall, Executor, Store};
 use tracing::Instrument;
@@ -112,14 +113,14 @@ impl GatewayState {
 }
 
 /// One MCP server instance: one per HTTP session (or per stateless request), or the single
-/// stdio connection.
+/// stdio connection. It holds nothing a call depends on: who calls comes from the request's
+/// credential, and the run, the key and any approval from the store, so a retry on another
+/// session, after a reconnect or from a stateless client is the same call.
 #[derive(Clone)]
 pub struct GatewayServer {
     state: Arc<GatewayState>,
     /// The stdio caller, fixed at start. Over HTTP the caller comes from each request.
     fixed: Option<Caller>,
-    /// The run id of calls whose `_meta` names none: one per connection.
-    pub(crate) session_run: String,
 }
 
 /// MCP annotations from the registry's effect class and handler (never from the upstream):
@@ -145,8 +146,14 @@ pub fn derive_annotations(tool: &RegistryTool) -> ToolAnnotations {
 /// The MCP definition of a registry tool: its name, description and input schema exactly as
 /// declared, its output schema if declared, and derived annotations.
 pub fn mcp_tool(tool: &RegistryTool) -> Tool {
+    mcp_tool_with(tool, &tool.config.input_schema)
+}
+
+/// As [`mcp_tool`], listed with `schema` (the declared one with the governance arguments this
+/// caller is asked for; see `Registry::listed_schema`).
+pub fn mcp_tool_with(tool: &RegistryTool, schema: &Value) -> Tool {
     let cfg = &tool.config;
-    let schema: JsonObject = match &cfg.input_schema {
+    let schema: JsonObject = match schema {
         Value::Object(m) => m.clone(),
         _ => JsonObject::new(),
     };
@@ -160,11 +167,7 @@ pub fn mcp_tool(tool: &RegistryTool) -> Tool {
 
 impl GatewayServer {
     pub fn new(state: Arc<GatewayState>, fixed: Option<Caller>) -> Self {
-        GatewayServer {
-            state,
-            fixed,
-            session_run: format!("session-{}", uuid::Uuid::now_v7()),
-        }
+        GatewayServer { state, fixed }
     }
 
     /// What every connection shares.
@@ -196,21 +199,32 @@ impl GatewayServer {
         meta: &JsonObject,
     ) -> Result<rmcp::model::CallToolResult, ErrorData> {
         let ctx = CallContext::from_meta(meta);
+        let registry = self.state.registry();
+        let split = split_arguments(&registry, caller, tool, arguments.unwrap_or_default(), &ctx);
+        let run_named = ctx.run_id.is_some();
+        let run_id = match self.run_for(caller, ctx.run_id).await? {
+            Ok(run) => run,
+            Err(named) => {
+                return crate::builtins::foreign_run(&self.state, caller, tool, &split, &named)
+                    .await;
+            }
+        };
         let call = DirectCall {
             principal: caller.principal.clone(),
             tool: tool.to_string(),
-            inputs: Value::Object(arguments.unwrap_or_default()),
-            run_id: ctx.run_id.unwrap_or_else(|| self.session_run.clone()),
-            purpose: ctx.purpose,
-            reason: ctx.reason,
+            inputs: split.inputs,
+            run_id,
+            purpose: split.why.purpose,
+            reason: split.why.reason,
+            purpose_from: split.why.purpose_from,
+            argument_errors: split.errors,
             evidence: ctx.evidence,
             approvals: ctx.approvals,
             actor: ctx.actor,
         };
         let started = std::time::Instant::now();
         let started_at = std::time::SystemTime::now();
-        let named = call.run_id != self.session_run;
-        if let Some(answer) = crate::builtins::intercept(&self.state, &call, named).await {
+        if let Some(answer) = crate::builtins::intercept(&self.state, &call, run_named).await {
             return answer;
         }
         if let Some(refused) = crate::pins::refusal(&self.state, caller, &call).await {
@@ -246,6 +260,93 @@ impl GatewayServer {
     }
 }
 
+impl GatewayServer {
+    /// The run a call belongs to: the one `_meta.run_id` names, if the caller may use it
+    /// (`Err` with the name when it is another principal's), or the caller's current run.
+    pub(crate) async fn run_for(
+        &self,
+        caller: &Caller,
+        named: Option<String>,
+    ) -> Result<Result<String, String>, ErrorData> {
+        let store = &self.state.store;
+        let unrecorded = |e: toolgate_store::StoreError| {
+            ErrorData::internal_error(
+                format!("toolgate could not read this call's run, so nothing was done: {e}"),
+                None,
+            )
+        };
+        match named {
+            Some(run) => {
+                let ok = store
+                    .may_join_run(
+                        &run,
+                        &caller.principal,
+                        reviews_plans(&self.state.registry(), caller),
+                    )
+                    .await
+                    .map_err(unrecorded)?;
+                Ok(if ok { Ok(run) } else { Err(run) })
+            }
+            None => {
+                let idle = self.state.registry().gateway.runs.idle_minutes;
+                let now = toolgate_core::Clock::now(self.state.executor().clock.as_ref());
+                store
+                    .current_run(
+                        &caller.principal,
+                        now,
+                        std::time::Duration::from_secs(u64::from(idle) * 60),
+                    )
+                    .await
+                    .map(Ok)
+                    .map_err(unrecorded)
+            }
+        }
+    }
+}
+
+/// Whether the caller's role reviews planned steps (lists `step.approve` or `step.reject`):
+/// such a caller works in other principals' plan runs.
+pub(crate) fn reviews_plans(registry: &Registry, caller: &Caller) -> bool {
+    registry.tools_for_role(&caller.role).any(|t| {
+        matches!(
+            t.config.handler.builtin.as_deref(),
+            Some("step.approve" | "step.reject")
+        )
+    })
+}
+
+/// A call's arguments split into the tool's inputs and its purpose and reason (from `_meta`,
+/// the arguments the tool lists, or the caller's defaults). A tool the caller may not use is
+/// left whole: it is refused as unknown whatever its arguments.
+pub(crate) fn split_arguments(
+    registry: &Registry,
+    caller: &Caller,
+    tool: &str,
+    arguments: JsonObject,
+    ctx: &CallContext,
+) -> Split {
+    match (registry.principal(&caller.principal), registry.tool(tool)) {
+        (Some(p), Some(t)) if t.is_listed_for(p.role()) => registry.split_call(
+            p,
+            caller.credential_id.as_deref(),
+            t,
+            arguments,
+            ctx.purpose.as_deref(),
+            ctx.reason.as_deref(),
+        ),
+        _ => Split {
+            inputs: Value::Object(arguments),
+            why: Why {
+                purpose: ctx.purpose.clone(),
+                purpose_from: ctx.purpose.as_ref().map(|_| PurposeSource::Meta),
+                reason: ctx.reason.clone(),
+                reason_from: None,
+            },
+            errors: Vec::new(),
+        },
+    }
+}
+
 #[allow(deprecated)]
 impl ServerHandler for GatewayServer {
     fn get_info(&self) -> ServerConfig {
@@ -265,9 +366,12 @@ impl ServerHandler for GatewayServer {
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "toolgate governs every tool call. Say why in each call's _meta: `purpose` (e.g. \
-                 billing) and `reason`; optionally `run_id`, `evidence`, `approval_token`. Refusals \
-                 come back as results with isError: true that say what to change.",
+                "toolgate governs every tool call. Fill in each tool's arguments as its schema \
+                 asks, including `purpose` and `reason` where a tool lists them (they are recorded \
+                 and checked). A refusal comes back as a result with isError: true that says what \
+                 to change. A call that needs a person's approval says so; retry the same call \
+                 later and it runs once approved. Clients may also send `purpose`, `reason`, \
+                 `run_id` and `evidence` in _meta.",
             )
     }
 
@@ -296,10 +400,17 @@ impl ServerHandler for GatewayServer {
         let caller = self.caller(&context)?;
         crate::pins::refresh(&self.state).await;
         let registry = self.state.registry();
+        let principal = registry.principal(&caller.principal);
         let tools: Vec<Tool> = registry
             .tools_for_role(&caller.role)
             .filter(|t| crate::pins::listed(&self.state, t))
-            .flat_map(crate::preview::listed)
+            .flat_map(|t| {
+                let schema = match principal {
+                    Some(p) => registry.listed_schema(p, caller.credential_id.as_deref(), t),
+                    None => t.config.input_schema.clone(),
+                };
+                crate::preview::listed(t, &schema)
+            })
             .collect();
         tracing::debug!(principal = %caller.principal, role = %caller.role, tools = tools.len(), "tools/list");
         Ok(ListToolsResult::with_all_items(tools).with_cache_scope(CacheScope::Private))

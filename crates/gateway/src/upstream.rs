@@ -1,7 +1,11 @@
 //! The upstream side: one rmcp client per upstream server declared in `toolgate.yaml`, a child
 //! process over stdio or a streamable-HTTP URL. This is the store's [`Handler`]: the executor
-//! calls it only after a call was decided and reserved, with the derived idempotency key, the
-//! run and step ids and the approval tokens, which travel to the upstream in `_meta`.
+//! calls it only after a call was decided and reserved. The upstream's `_meta` is built here,
+//! never copied from the agent's: it carries exactly `idempotency_key` (derived by toolgate),
+//! `run_id`, `step_id` and, when spans are exported or the caller sent one, `traceparent`.
+//! Approval tokens stay in toolgate (they were verified and consumed here; the upstream cannot
+//! verify them and must not be able to replay them), as does every other `_meta` field the agent
+//! sent (`purpose`, `reason`, `evidence`, `model`…: they are in the audit record).
 //!
 //! An upstream that does not answer within its `timeout_secs` is a [`HandlerError::Timeout`];
 //! an error that may follow a committed effect (HTTP 5xx, a JSON-RPC internal error, a
@@ -267,11 +271,6 @@ impl Upstream {
         );
         m.insert("run_id".into(), json!(meta.run_id));
         m.insert("step_id".into(), json!(meta.step_id));
-        if let Some(first) = meta.approval_tokens.first() {
-            m.insert("approval_token".into(), json!(first.as_str()));
-            let all: Vec<&str> = meta.approval_tokens.iter().map(|t| t.as_str()).collect();
-            m.insert("approval_tokens".into(), json!(all));
-        }
         if let Some(tp) = crate::relay::traceparent() {
             m.insert("traceparent".into(), json!(tp));
         }

@@ -187,9 +187,17 @@ async fn two_roles_a_call_a_refusal_and_an_approval(client: Client) {
     assert_eq!(w_names, role_tools("worker.finance"));
     assert_eq!(p_names, role_tools("planner"));
     assert_ne!(w_names, p_names);
+    // Each schema as the registry lists it to this caller: the declared one, plus the
+    // governance arguments it is asked for.
+    let worker_principal = registry.principal("test-worker").unwrap();
     for t in worker["results"][0]["tools"].as_array().unwrap() {
-        let declared = &registry.tool(t["name"].as_str().unwrap()).unwrap().config;
-        assert_eq!(t["inputSchema"], declared.input_schema, "{}", t["name"]);
+        let tool = registry.tool(t["name"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            t["inputSchema"],
+            registry.listed_schema(worker_principal, Some("test"), tool),
+            "{}",
+            t["name"]
+        );
     }
 
     // A listed call: delivered once, with the key the audit record holds.

@@ -41,13 +41,46 @@ async fn two_role_credentials_see_two_tool_lists_with_registry_schemas_and_deriv
     assert!(!names(&p).contains("payment.schedule"));
 
     let reg: &Registry = &h.gateway.state.registry();
+    let worker_principal = reg.principal("test-worker").unwrap();
     for t in &w {
         let declared = &reg.tool(&t.name).unwrap().config;
-        // The schema exactly as declared: never loosened on the way.
+        // The schema as declared, never loosened on the way: the declared properties, required
+        // fields and additionalProperties unchanged; added only the governance arguments this
+        // caller is asked for (a state-changing tool asks for `reason`).
+        let listed = Value::Object((*t.input_schema).clone());
         assert_eq!(
-            Value::Object((*t.input_schema).clone()),
-            declared.input_schema,
+            listed,
+            reg.listed_schema(worker_principal, Some("test"), reg.tool(&t.name).unwrap()),
             "{}",
+            t.name
+        );
+        let mut without = listed.clone();
+        let asked: Vec<String> = ["purpose", "reason"]
+            .into_iter()
+            .filter(|f| declared.input_schema["properties"].get(*f).is_none())
+            .filter(|f| listed["properties"].get(*f).is_some())
+            .map(str::to_string)
+            .collect();
+        for f in &asked {
+            without["properties"].as_object_mut().unwrap().remove(f);
+            if let Some(req) = without.get_mut("required").and_then(Value::as_array_mut) {
+                req.retain(|r| r.as_str() != Some(f.as_str()));
+            }
+        }
+        if declared.input_schema.get("required").is_none()
+            && without.get("required").is_some_and(|r| r == &json!([]))
+        {
+            without.as_object_mut().unwrap().remove("required");
+        }
+        assert_eq!(without, declared.input_schema, "{}", t.name);
+        assert_eq!(
+            asked.contains(&"reason".to_string()),
+            declared.effect != toolgate_core::Effect::Read
+                && reg
+                    .tool(&t.name)
+                    .unwrap()
+                    .accepts(toolgate_core::config::CallField::Reason),
+            "{}: a tool that changes state asks for a reason",
             t.name
         );
         let a = t.annotations.as_ref().expect("annotations");
@@ -113,7 +146,7 @@ async fn a_listed_call_reaches_the_upstream_with_the_derived_idempotency_key() {
     let r = call(
         &worker,
         "note.draft",
-        json!({"invoice_id": "INV-20260615", "kind": "query", "text": "Please confirm the price."}),
+        json!({"invoice_id": "INV-20260615", "kind": "hold", "text": "Hold until the price is confirmed."}),
         traced,
     )
     .await

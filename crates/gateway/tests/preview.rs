@@ -75,19 +75,15 @@ async fn a_preview_does_nothing_and_the_commit_does_exactly_the_plan() {
         .iter()
         .find(|t| t.name == "note.draft.preview")
         .unwrap();
-    let declared = h
-        .gateway
-        .state
-        .registry()
-        .tool("note.draft")
-        .unwrap()
-        .config
-        .input_schema
-        .clone();
-    assert_eq!(
-        Value::Object((*preview_tool.input_schema).clone()),
-        declared
+    // The preview takes the tool's inputs as listed to this caller (with the reason it asks for).
+    let registry = h.gateway.state.registry();
+    let listed = registry.listed_schema(
+        registry.principal("test-worker").unwrap(),
+        Some("test"),
+        registry.tool("note.draft").unwrap(),
     );
+    assert_eq!(Value::Object((*preview_tool.input_schema).clone()), listed);
+    assert!(listed["properties"].get("reason").is_some());
 
     let args = json!({"invoice_id": "INV-20260615", "kind": "query", "text": "Please confirm the delivery date."});
     let meta = billing(

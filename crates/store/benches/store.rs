@@ -196,6 +196,8 @@ async fn bench_direct(t: &Target_, reg: &Arc<Registry>, n: usize, callers: usize
                     run_id: format!("direct-{c}-{i}"),
                     purpose: Some("ops".into()),
                     reason: Some("bench".into()),
+                    purpose_from: None,
+                    argument_errors: Vec::new(),
                     evidence: vec![],
                     approvals: vec![],
                     actor: Actor::default(),

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use toolgate_core::schema::FieldError;
+use toolgate_core::why::{PurposeSource, replays};
 use toolgate_core::{
     ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName, Clock,
     Decision, DestinationFacts, DestinationLookupCall, Effect, Engine, IdempotencyKey,
@@ -96,15 +98,21 @@ pub trait Handler: Send + Sync {
 }
 
 /// A direct call (a `tools/call` outside a plan), as the gateway sees it after authentication.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct DirectCall {
     pub principal: String,
     pub tool: String,
+    /// The tool's inputs, without toolgate's own arguments (see `toolgate_core::why`).
     pub inputs: Value,
-    /// The run id from `_meta` (the gateway mints one per session when the client sends none).
+    /// The run: the one `_meta.run_id` names, or the principal's current run
+    /// ([`Store::current_run`]). Never the connection's: keys and approvals do not depend on it.
     pub run_id: String,
     pub purpose: Option<String>,
     pub reason: Option<String>,
+    /// Where the purpose came from (`_meta`, an argument, a default); the record names it.
+    pub purpose_from: Option<PurposeSource>,
+    /// Governance arguments that did not pass (the schema check refuses the call with them).
+    pub argument_errors: Vec<FieldError>,
     pub evidence: Vec<String>,
     pub approvals: Vec<ApprovalToken>,
     pub actor: Actor,
@@ -158,6 +166,8 @@ pub(crate) struct Pending {
     idem_key: IdempotencyKey,
     purpose: Option<String>,
     reason: Option<String>,
+    purpose_from: Option<PurposeSource>,
+    argument_errors: Vec<FieldError>,
     evidence: Vec<String>,
     actor: Actor,
     presented: Vec<ApprovalToken>,
@@ -185,6 +195,8 @@ impl Pending {
             idem_key: s.idem_key.clone(),
             purpose: s.purpose.clone(),
             reason: s.reason.clone(),
+            purpose_from: None,
+            argument_errors: Vec::new(),
             evidence: s.evidence.clone(),
             actor: s.actor.clone(),
             presented: Vec::new(),
@@ -295,6 +307,19 @@ pub(crate) struct RunEntry {
     status: StepStatus,
 }
 
+/// A key's record, as the decision needs it: the first call's inputs, whether it settled and
+/// with what, and whose call it was (a key a tool shares across principals is never replayed
+/// to another).
+pub(crate) struct HeldKey {
+    input_hash: String,
+    done: bool,
+    outcome: Option<String>,
+    step_id: String,
+    principal: Option<String>,
+    created_at: Option<Timestamp>,
+    step_status: Option<StepStatus>,
+}
+
 /// What one claim transaction has read already: each run's steps and each principal's budget
 /// use, kept current by the batch's own decisions. On SQLite the transaction holds the only
 /// write lock, so this is exact; on PostgreSQL the conditional updates stay authoritative.
@@ -400,6 +425,29 @@ fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {
         Verdict::Allow => {}
     }
     o
+}
+
+/// What recovery needs to put a call's allow decision in the chain if the process dies before
+/// the call's own record: its checks, shadow rules and registry version (the approval is kept
+/// in the step's `approval` column).
+fn decision_json(d: &Decision) -> String {
+    json!({
+        "checks": d.checks,
+        "shadow": d.shadow,
+        "registry_version": d.registry_version,
+    })
+    .to_string()
+}
+
+/// Frees a key held by a settled step row (steps keep their key unique): the step keeps it
+/// as `KEY/STEP`, so the record of what it did stays and a new step may take the key.
+async fn archive_key(tx: &mut Tx, key: &str) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET idem_key = idem_key || '/' || step_id WHERE idem_key = $1",
+        args![key],
+    )
+    .await?;
+    Ok(())
 }
 
 /// The schema check (3) for toolgate's own calls — destination lookups, reconciliation and
@@ -643,38 +691,48 @@ impl Executor {
             budgets.windows = crate::window::load(tx, t, &chain, &p.inputs, now).await?;
         }
 
-        // The key's state.
+        // The key's state. A direct read that does not replay has no key record to look up:
+        // it runs every time. A planned step's key is its own (run, seq, inputs): on its first
+        // attempt no record can exist yet either.
         let input_hash = InputHash::of(&p.inputs);
+        let replay = tool.is_none_or(replays);
         let mut idem = IdempotencyState::Fresh;
         let mut stored_outcome = None;
-        // A planned step's key is its own (run, seq, inputs): on its first attempt no record
-        // can exist yet, so there is nothing to look up.
+        let mut held: Option<HeldKey> = None;
         let first_attempt = p.kind == StepKind::Planned && p.attempts <= 1;
-        if first_attempt {
-        } else if let Some(r) = tx
-            .opt(
-                "SELECT input_hash, state, outcome, expires_at FROM idempotency WHERE idem_key = $1",
-                args![p.idem_key.as_str()],
-            )
-            .await?
-        {
-            if r.i64(3)? <= now.millis() && r.text(1)? == "done" {
-                tx.exec(
-                    "DELETE FROM idempotency WHERE idem_key = $1",
-                    args![p.idem_key.as_str()],
-                )
-                .await?;
-            } else if r.text(0)? != input_hash.as_str() {
-                idem = IdempotencyState::InputsDiffer;
-            } else if r.text(1)? == "done" {
-                idem = IdempotencyState::Done;
-                stored_outcome = r.opt_text(2)?;
-            } else {
-                if self.toggles.get().reserve_before_call {
-                    idem = IdempotencyState::InFlight;
+        if !first_attempt && (p.kind != StepKind::Direct || replay) {
+            match self.key_state(tx, &p, now).await? {
+                None => {}
+                Some(h) => {
+                    idem = if p.kind == StepKind::Direct
+                        && h.principal.as_deref().is_some_and(|o| o != p.principal)
+                    {
+                        IdempotencyState::Elsewhere
+                    } else if h.input_hash != input_hash.as_str() {
+                        IdempotencyState::InputsDiffer
+                    } else if h.done {
+                        stored_outcome = h.outcome.clone();
+                        IdempotencyState::Done
+                    } else if self.toggles.get().reserve_before_call {
+                        IdempotencyState::InFlight
+                    } else {
+                        IdempotencyState::Fresh
+                    };
+                    held = Some(h);
                 }
             }
         }
+        let elsewhere = held
+            .as_ref()
+            .filter(|_| idem == IdempotencyState::Elsewhere)
+            .map(|h| {
+                format!(
+                    "by '{}' at {}",
+                    h.principal.as_deref().unwrap_or("another principal"),
+                    h.created_at
+                        .map_or_else(|| "an earlier time".into(), |t| t.to_rfc3339())
+                )
+            });
 
         // Approvals: what the caller presented, plus what people granted for this subject.
         let subject = self.subject(&p);
@@ -708,18 +766,22 @@ impl Executor {
             .clone()
             .unwrap_or_else(|| self.destinations.clone());
         // Decided in its own scope: the request borrows a non-`Send` closure.
-        let decision = {
+        let decide = |rejection: Option<&str>| {
             let nonce_used = |n: &str| used.contains(n);
             let req = CallRequest {
                 principal: &p.principal,
                 tool: &p.tool,
                 purpose: p.purpose.as_deref(),
                 reason: p.reason.as_deref(),
+                purpose_from: p.purpose_from,
                 inputs: &p.inputs,
                 subject: &subject,
                 run: &run,
                 budgets: &budgets,
                 idempotency: idem,
+                elsewhere: elsewhere.as_deref(),
+                argument_errors: &p.argument_errors,
+                rejection,
                 approvals: &tokens,
                 destinations: &destinations,
                 definition_hash: definition.as_deref(),
@@ -732,6 +794,12 @@ impl Executor {
                 Engine::new(&self.registry, &unbound).decide(&req, now)
             }
         };
+        let mut decision = decide(None);
+        if matches!(decision.verdict, Verdict::NeedsApproval { .. })
+            && let Some(rejection) = self.rejection(tx, &subject, &input_hash, now).await?
+        {
+            decision = decide(Some(&rejection));
+        }
 
         match decision.verdict.clone() {
             Verdict::Allow if idem == IdempotencyState::Done => {
@@ -767,6 +835,50 @@ impl Executor {
                     audit_seq: seq,
                 })
             }
+            Verdict::Allow if idem == IdempotencyState::InFlight => {
+                // An earlier attempt has not settled (still running, or its outcome unknown
+                // until reconciliation): nothing runs, the retry hears its state. Not a denial:
+                // a retry after a crash must not count against the run.
+                let h = held.expect("an in-flight key was read");
+                let unknown = h.step_status == Some(StepStatus::Unknown);
+                let mut outcome = StepOutcome::status(if unknown {
+                    StepStatus::Unknown
+                } else {
+                    StepStatus::Running
+                });
+                outcome.rule = Some(
+                    if unknown {
+                        "idempotency.unknown"
+                    } else {
+                        "idempotency.in_progress"
+                    }
+                    .into(),
+                );
+                if p.kind == StepKind::Direct {
+                    p.step_id = h.step_id;
+                }
+                let d = self.draft(
+                    &p,
+                    &decision,
+                    AuditDecision::Replay,
+                    &outcome,
+                    &[],
+                    &[],
+                    now,
+                );
+                let seq = audit::append(tx, vec![d]).await?[0];
+                Ok(Prepared::Settled {
+                    p,
+                    status: if unknown {
+                        CallStatus::Unknown
+                    } else {
+                        CallStatus::InProgress
+                    },
+                    decision,
+                    outcome,
+                    audit_seq: seq,
+                })
+            }
             Verdict::Allow => {
                 let tool = tool.expect("an allowed call names a registry tool");
                 match self
@@ -790,14 +902,19 @@ impl Executor {
                     }),
                     Some((status, rule, reason)) => {
                         // A race lost after the engine allowed: the record says which check
-                        // ended up failing, not "allow".
+                        // ended up failing, not "allow" — except that another attempt of the
+                        // same call taking the key first is no failure: nothing runs, and the
+                        // retry hears that it is in progress (not a denial of the run).
                         let mut decision = decision;
-                        let check = if rule.starts_with("budget.") {
-                            CheckName::Budget
-                        } else {
-                            CheckName::Idempotency
-                        };
-                        overrule(&mut decision, check, &rule, &reason);
+                        let in_progress = status == CallStatus::InProgress;
+                        if !in_progress {
+                            let check = if rule.starts_with("budget.") {
+                                CheckName::Budget
+                            } else {
+                                CheckName::Idempotency
+                            };
+                            overrule(&mut decision, check, &rule, &reason);
+                        }
                         let mut outcome = StepOutcome::status(match status {
                             CallStatus::InProgress => StepStatus::Running,
                             _ => StepStatus::Refused,
@@ -807,8 +924,12 @@ impl Executor {
                         if p.kind != StepKind::Direct && status == CallStatus::Refused {
                             self.settle_inline(tx, &p, &outcome, now).await?;
                         }
-                        let d =
-                            self.draft(&p, &decision, AuditDecision::Deny, &outcome, &[], &[], now);
+                        let kind = if in_progress {
+                            AuditDecision::Replay
+                        } else {
+                            AuditDecision::Deny
+                        };
+                        let d = self.draft(&p, &decision, kind, &outcome, &[], &[], now);
                         let seq = audit::append(tx, vec![d]).await?[0];
                         Ok(Prepared::Settled {
                             p,
@@ -822,7 +943,6 @@ impl Executor {
             }
             Verdict::Deny { check, .. } => {
                 let status = match (check, idem) {
-                    (CheckName::Idempotency, IdempotencyState::InFlight) => CallStatus::InProgress,
                     (CheckName::Idempotency, IdempotencyState::InputsDiffer) => {
                         CallStatus::InputsDiffer
                     }
@@ -924,10 +1044,93 @@ impl Executor {
         }
     }
 
-    /// The subject an approval binds to: the step id, or for a direct call its key.
+    /// How long a completed call of `tool` is replayed (ms): the tool's own retention or the
+    /// registry's, never shorter than the approval expiry.
+    fn retention_ms(&self, tool: &str) -> i64 {
+        let cfg = self.store.config();
+        match self
+            .registry
+            .tool(tool)
+            .and_then(|t| t.config.idempotency.retention_hours)
+        {
+            Some(h) => h.max(cfg.approval_expiry_hours) * 3_600_000,
+            None => cfg.retention_ms(),
+        }
+    }
+
+    /// A person's rejection of this exact call (subject and inputs), within the key retention:
+    /// "rejected by WHO at WHEN: NOTE".
+    async fn rejection(
+        &self,
+        tx: &mut Tx,
+        subject: &str,
+        input_hash: &InputHash,
+        now: Timestamp,
+    ) -> Result<Option<String>> {
+        let since = now.millis() - self.store.config().retention_ms();
+        let row = tx
+            .opt(
+                "SELECT approval_id, decided_by, note, decided_at FROM approval_requests \
+                 WHERE subject = $1 AND input_hash = $2 AND status = 'rejected' AND decided_at > $3 \
+                 ORDER BY decided_at DESC LIMIT 1",
+                args![subject, input_hash.as_str(), since],
+            )
+            .await?;
+        let Some(r) = row else { return Ok(None) };
+        let at = r.opt_i64(3)?.map_or_else(String::new, |t| {
+            format!(" at {}", Timestamp::from_millis(t).to_rfc3339())
+        });
+        let by = r.opt_text(1)?.unwrap_or_else(|| "a person".into());
+        let note = r.opt_text(2)?.filter(|n| !n.trim().is_empty());
+        Ok(Some(format!(
+            "request {}, rejected by {by}{at}{}",
+            r.text(0)?,
+            note.map(|n| format!(": {n}")).unwrap_or_default()
+        )))
+    }
+
+    /// The record of `p`'s key, if it holds one. A completed key past its retention is
+    /// forgotten here (its record deleted, its step's key archived as `KEY/STEP`), so the
+    /// operation may be made again.
+    async fn key_state(&self, tx: &mut Tx, p: &Pending, now: Timestamp) -> Result<Option<HeldKey>> {
+        let Some(r) = tx
+            .opt(
+                "SELECT i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, s.principal, \
+                 s.created_at, s.status FROM idempotency i LEFT JOIN steps s ON s.step_id = i.step_id \
+                 WHERE i.idem_key = $1",
+                args![p.idem_key.as_str()],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let done = r.text(1)? == "done";
+        if done && r.i64(3)? <= now.millis() {
+            tx.exec(
+                "DELETE FROM idempotency WHERE idem_key = $1",
+                args![p.idem_key.as_str()],
+            )
+            .await?;
+            archive_key(tx, p.idem_key.as_str()).await?;
+            return Ok(None);
+        }
+        Ok(Some(HeldKey {
+            input_hash: r.text(0)?,
+            done,
+            outcome: r.opt_text(2)?,
+            step_id: r.text(4)?,
+            principal: r.opt_text(5)?,
+            created_at: r.opt_i64(6)?.map(Timestamp::from_millis),
+            step_status: r.opt_text(7)?.map(|t| parse_status(&t)).transpose()?,
+        }))
+    }
+
+    /// The subject an approval binds to: the step id, or for a direct call the caller and its
+    /// key, so an approval lets only the principal that asked run the call, also when the
+    /// tool's key is shared across principals.
     fn subject(&self, p: &Pending) -> String {
         match p.kind {
-            StepKind::Direct => p.idem_key.to_string(),
+            StepKind::Direct => format!("{}/{}", p.principal, p.idem_key),
             _ => p.step_id.clone(),
         }
     }
@@ -969,32 +1172,53 @@ impl Executor {
     ) -> Result<Option<(CallStatus, String, String)>> {
         let reg: &Registry = &self.registry;
         let input_hash = InputHash::of(&p.inputs);
-        let expires = now.millis() + self.store.config().retention_ms();
-        // A direct call's step: the one an earlier attempt with this key left, or a new one.
-        // Known before the key is taken, so the key row names it from the start.
-        let existing = if p.kind == StepKind::Direct {
+        let retention = self.retention_ms(&p.tool);
+        let expires = now.millis() + retention;
+        // A direct read that does not replay takes no key: a new step every time, whose key
+        // column is made unique with its id. Anything else takes the key.
+        let keyed = p.kind != StepKind::Direct || reg.tool(&p.tool).is_none_or(replays);
+        // A direct call's step: the one an earlier attempt of this operation left (to be
+        // retried: it failed retryably), or a new one. Known before the key is taken, so the key
+        // row names it from the start. An earlier step of another principal (a key shared
+        // across principals), or one settled longer ago than the retention, is not this call's:
+        // its key is archived and a new step made.
+        let existing = if p.kind == StepKind::Direct && keyed {
             let found = match tx
                 .opt(
-                    "SELECT step_id, attempts FROM steps WHERE idem_key = $1",
+                    "SELECT step_id, attempts, principal, updated_at, run_id FROM steps WHERE idem_key = $1",
                     args![p.idem_key.as_str()],
                 )
                 .await?
             {
-                Some(r) => Some((r.text(0)?, r.i64(1)?)),
+                Some(r) if r.text(2)? == p.principal && r.i64(3)? + retention > now.millis() => {
+                    // The retry is recorded in the run of the step it retries.
+                    p.run_id = r.text(4)?;
+                    Some((r.text(0)?, r.i64(1)?))
+                }
+                Some(_) => {
+                    archive_key(tx, p.idem_key.as_str()).await?;
+                    None
+                }
                 None => None,
             };
             p.step_id = found.as_ref().map_or_else(new_id, |(id, _)| id.clone());
             found
         } else {
+            if p.kind == StepKind::Direct {
+                p.step_id = new_id();
+            }
             None
         };
-        let won = tx
-            .exec(
+        let won = if keyed {
+            tx.exec(
                 "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, expires_at) \
                  VALUES ($1, $2, 'in_flight', NULL, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING",
                 args![p.idem_key.as_str(), input_hash.as_str(), &p.step_id, now.millis(), expires],
             )
-            .await?;
+            .await?
+        } else {
+            1
+        };
         if won == 0 {
             if self.toggles.get().reserve_before_call {
                 return Ok(Some((
@@ -1019,7 +1243,15 @@ impl Executor {
                 .map(|x| x.role().to_string())
                 .unwrap_or_default();
             Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
-            let lease = now.millis() + self.store.config().lease.as_millis() as i64;
+            // A direct call cannot outlast its timeout: once that has passed with the step still
+            // running, whoever made it is gone and recovery may settle it.
+            let cfg = self.store.config();
+            let lease = now.millis()
+                + cfg
+                    .lease
+                    .min(cfg.call_timeout + Duration::from_secs(5))
+                    .as_millis() as i64;
+            let allowed = decision_json(decision);
             match existing {
                 Some((id, attempts)) => {
                     if attempts >= 4 {
@@ -1036,8 +1268,9 @@ impl Executor {
                     }
                     tx.exec(
                         "UPDATE steps SET status = 'running', attempts = attempts + 1, \
-                         lease_until = $1, updated_at = $2, outcome = NULL WHERE step_id = $3",
-                        args![lease, now.millis(), &id],
+                         lease_until = $1, updated_at = $2, outcome = NULL, decision = $4 \
+                         WHERE step_id = $3",
+                        args![lease, now.millis(), &id, &allowed],
                     )
                     .await?;
                     p.step_id = id;
@@ -1080,17 +1313,31 @@ impl Executor {
                             evidence: &p.evidence,
                             actor: &p.actor,
                             inputs: &p.inputs,
-                            idem_key: p.idem_key.as_str(),
+                            idem_key: &if keyed {
+                                p.idem_key.to_string()
+                            } else {
+                                format!("{}/{}", p.idem_key, p.step_id)
+                            },
                             status: StepStatus::Running,
                             attempts: 1,
                             compensates: None,
                             lease_until: Some(lease),
+                            decision: Some(&allowed),
                             now,
                         },
                     )
                     .await?;
                 }
             }
+        }
+
+        if p.kind != StepKind::Direct {
+            // A claimed planned step keeps its decision too, for recovery (see `decision_json`).
+            tx.exec(
+                "UPDATE steps SET decision = $1 WHERE step_id = $2",
+                args![decision_json(decision), &p.step_id],
+            )
+            .await?;
         }
 
         // Window budgets first (`window`), so a refusal there leaves no counter to undo.
@@ -1382,6 +1629,11 @@ impl Executor {
                 )
             }
         };
+        // A direct read that does not replay took no key record: nothing to settle there.
+        let idem = match tool {
+            Some(t) if p.kind == StepKind::Direct && !replays(t) => IdemAction::Keep,
+            _ => idem,
+        };
         let settle = Settle {
             step_id: p.step_id.clone(),
             outcome: outcome.clone(),
@@ -1417,13 +1669,17 @@ impl Executor {
     /// a key reused with other inputs is refused.
     pub async fn governed_call(&self, call: DirectCall) -> Result<CallResult> {
         let now = self.clock.now();
-        let identity = self
-            .registry
-            .tool(&call.tool)
-            .map(|t| t.config.identity.clone())
-            .unwrap_or_default();
         let key = if self.toggles.get().derived_keys {
-            IdempotencyKey::for_call(&call.run_id, &call.tool, &identity, &call.inputs)
+            match self.registry.tool(&call.tool) {
+                Some(t) => self.registry.call_key(&call.principal, t, &call.inputs),
+                // Refused as unknown; the key only labels the record.
+                None => IdempotencyKey::for_call(
+                    &format!("principal:{}", call.principal),
+                    &call.tool,
+                    &[],
+                    &call.inputs,
+                ),
+            }
         } else {
             IdempotencyKey::from_stored(format!("minted:{}", new_id()))
         };
@@ -1439,6 +1695,8 @@ impl Executor {
             idem_key: key.clone(),
             purpose: call.purpose,
             reason: call.reason,
+            purpose_from: call.purpose_from,
+            argument_errors: call.argument_errors,
             evidence: call.evidence,
             actor: call.actor,
             presented: call.approvals,
@@ -1860,6 +2118,79 @@ impl Executor {
         d
     }
 
+    /// The allow record of a step whose call was reserved but never recorded, from the decision
+    /// the reservation kept with the step (`None` for a step reserved before that was kept).
+    async fn allowed_draft(
+        &self,
+        tx: &mut Tx,
+        s: &Step,
+        now: Timestamp,
+    ) -> Result<Option<AuditDraft>> {
+        let Some(text) = tx
+            .opt(
+                "SELECT decision FROM steps WHERE step_id = $1",
+                args![&s.step_id],
+            )
+            .await?
+            .map(|r| r.opt_text(0))
+            .transpose()?
+            .flatten()
+        else {
+            return Ok(None);
+        };
+        #[derive(serde::Deserialize)]
+        struct Kept {
+            checks: Vec<toolgate_core::Check>,
+            #[serde(default)]
+            shadow: Vec<toolgate_core::ShadowRule>,
+            registry_version: String,
+        }
+        let kept: Kept = serde_json::from_str(&text).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "the decision kept with step {} does not parse: {e}",
+                s.step_id
+            ))
+        })?;
+        let decision = Decision {
+            verdict: Verdict::Allow,
+            checks: kept.checks,
+            input_hash: s.input_hash.clone(),
+            approvals: Vec::new(),
+            shadow: kept.shadow,
+            registry_version: kept.registry_version,
+        };
+        let mut outcome = StepOutcome::status(StepStatus::Running);
+        outcome.error = Some(
+            "recorded by recovery: the call was let through, and the process stopped before its \
+             outcome was recorded"
+                .into(),
+        );
+        let mut d = self.draft(
+            &Pending::from_step(s),
+            &decision,
+            AuditDecision::Allow,
+            &outcome,
+            &[],
+            &[],
+            now,
+        );
+        d.approval = s
+            .approval
+            .as_ref()
+            .and_then(|a| a.get("by"))
+            .and_then(Value::as_array)
+            .map(|by| AuditApproval {
+                approvers: by
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect(),
+                token_fingerprints: Vec::new(),
+            });
+        d.outcome.governance_us = None;
+        Ok(Some(d))
+    }
+
     /// Settles steps whose worker died mid-call (lease expired while `running`). Nothing is
     /// re-run blind: a read goes back to the queue; a write or irreversible call may have
     /// happened, so it becomes `unknown` and waits for reconciliation by key.
@@ -1880,6 +2211,11 @@ impl Executor {
         let mut drafts = Vec::new();
         let mut reports = Vec::new();
         for s in &stale {
+            // The call was let through and may have reached the target; its own record (with
+            // the decision) was never written. Put the decision in the chain first.
+            if let Some(allowed) = self.allowed_draft(&mut tx, s, now).await? {
+                drafts.push(allowed);
+            }
             let (outcome, rule) = if s.effect == Effect::Read {
                 let mut o = StepOutcome::status(StepStatus::Failed);
                 o.error =
@@ -2153,6 +2489,7 @@ impl Executor {
                     attempts: 1,
                     compensates: Some(&s.step_id),
                     lease_until: Some(lease),
+                    decision: None,
                     now,
                 },
             )

@@ -520,7 +520,7 @@ impl Store {
         principal: &str,
         tool: &str,
         inputs: &Value,
-        run_id: &str,
+        run_id: Option<&str>,
         purpose: Option<&str>,
         reason: Option<&str>,
         rule: &str,
@@ -534,7 +534,7 @@ impl Store {
         };
         let draft = AuditDraft {
             ts: now,
-            run_id: Some(run_id.to_string()),
+            run_id: run_id.map(str::to_string),
             step_id: None,
             who: AuditWho {
                 principal: principal.to_string(),

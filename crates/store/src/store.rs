@@ -3,7 +3,7 @@
 //! writer task per process that folds concurrent outcome records into group commits, so an
 //! fsync is shared by every call that finished while the previous commit was in flight.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,6 +98,9 @@ pub(crate) struct Inner {
     reserver: mpsc::UnboundedSender<ReserveJob>,
     /// Becomes true when the background WAL preallocation has finished (or was not asked for).
     wal_ready: tokio::sync::watch::Receiver<bool>,
+    /// Each principal's current run (calls that name none), and when this process last told
+    /// the store it was used: the store is written at most once a minute per principal.
+    current_runs: std::sync::Mutex<HashMap<String, (String, i64)>>,
 }
 
 /// What happens to the idempotency record when a call settles.
@@ -272,6 +275,7 @@ impl Store {
                 writer: tx,
                 reserver,
                 wal_ready,
+                current_runs: Default::default(),
             }),
         })
     }
@@ -285,6 +289,80 @@ impl Store {
 
     pub fn config(&self) -> &StoreConfig {
         &self.inner.cfg
+    }
+
+    /// The run a call of `principal` that names none belongs to: its current run if its last
+    /// such call was less than `idle` ago, else a new one. Kept in the store (one row per
+    /// principal), so every gateway of a fleet, any session and a stateless client agree on
+    /// it, and reconnecting does not start a new run. To the minute: this process writes a
+    /// principal's row at most once a minute.
+    pub async fn current_run(
+        &self,
+        principal: &str,
+        now: Timestamp,
+        idle: Duration,
+    ) -> Result<String> {
+        const TOUCH_MS: i64 = 60_000;
+        let idle_ms = idle.as_millis() as i64;
+        if let Some((run, touched)) = self.inner.current_runs.lock().expect("runs").get(principal)
+            && now.millis() - touched < TOUCH_MS.min(idle_ms)
+        {
+            return Ok(run.clone());
+        }
+        let fresh = format!("auto-{}", new_id());
+        let mut tx = self.begin().await?;
+        let run = tx
+            .opt(
+                "INSERT INTO principal_runs (principal, run_id, last_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (principal) DO UPDATE SET \
+                 run_id = CASE WHEN principal_runs.last_at < $4 THEN excluded.run_id \
+                 ELSE principal_runs.run_id END, last_at = excluded.last_at \
+                 RETURNING run_id",
+                args![principal, &fresh, now.millis(), now.millis() - idle_ms],
+            )
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("the current-run upsert returned no row".into()))?
+            .text(0)?;
+        tx.commit().await?;
+        self.inner
+            .current_runs
+            .lock()
+            .expect("runs")
+            .insert(principal.to_string(), (run.clone(), now.millis()));
+        Ok(run)
+    }
+
+    /// Whether `principal` may put calls in run `run_id`: a run nobody made yet (it becomes
+    /// theirs), their own, a plan's run with a step assigned to them, or — for a `reviewer`
+    /// (a role that reviews planned steps) — any plan's run.
+    pub async fn may_join_run(
+        &self,
+        run_id: &str,
+        principal: &str,
+        reviewer: bool,
+    ) -> Result<bool> {
+        let mut c = self.inner.pool.conn().await?;
+        let owner = c
+            .opt(
+                "SELECT r.principal, p.run_id FROM runs r LEFT JOIN plans p ON p.run_id = r.run_id \
+                 WHERE r.run_id = $1",
+                args![run_id],
+            )
+            .await?
+            .map(|r| Ok::<_, StoreError>((r.text(0)?, r.opt_text(1)?.is_some())))
+            .transpose()?;
+        match owner {
+            None => Ok(true),
+            Some((o, _)) if o == principal => Ok(true),
+            Some((_, true)) if reviewer => Ok(true),
+            Some(_) => Ok(c
+                .opt(
+                    "SELECT 1 FROM steps WHERE run_id = $1 AND principal = $2 LIMIT 1",
+                    args![run_id, principal],
+                )
+                .await?
+                .is_some()),
+        }
     }
 
     pub fn is_postgres(&self) -> bool {
@@ -745,9 +823,9 @@ impl Store {
         let mut tx = self.begin().await?;
         let n = tx
             .exec(
-                "UPDATE approval_requests SET status = 'rejected', decided_at = $1 \
-                 WHERE approval_id = $2 AND status = 'pending'",
-                args![now.millis(), approval_id],
+                "UPDATE approval_requests SET status = 'rejected', decided_at = $1, decided_by = $3, \
+                 note = $4 WHERE approval_id = $2 AND status = 'pending'",
+                args![now.millis(), approval_id, approver, note],
             )
             .await?;
         if n == 0 {
@@ -1098,6 +1176,8 @@ pub(crate) struct NewStep<'a> {
     pub attempts: i64,
     pub compensates: Option<&'a str>,
     pub lease_until: Option<i64>,
+    /// The decision that let a direct call through (see `exec::decision_json`).
+    pub decision: Option<&'a str>,
     pub now: Timestamp,
 }
 
@@ -1135,6 +1215,7 @@ impl<'a> NewStep<'a> {
             attempts: 0,
             compensates: None,
             lease_until: None,
+            decision: None,
             now,
         }
     }
@@ -1144,9 +1225,9 @@ pub(crate) async fn insert_step(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {
     tx.exec(
         "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
          purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
-         compensates, lease_until, created_at, updated_at) \
+         compensates, lease_until, created_at, updated_at, decision) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-         $19, $20, $21, $21)",
+         $19, $20, $21, $21, $22)",
         args![
             s.step_id,
             s.run_id,
@@ -1168,7 +1249,8 @@ pub(crate) async fn insert_step(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {
             s.attempts,
             s.compensates,
             s.lease_until,
-            s.now.millis()
+            s.now.millis(),
+            s.decision
         ],
     )
     .await?;

@@ -152,6 +152,8 @@ fn mail_to(to: &str, run: &str) -> DirectCall {
         run_id: run.into(),
         purpose: Some("ops".into()),
         reason: Some("tell the customer the invoice is paid".into()),
+        purpose_from: None,
+        argument_errors: Vec::new(),
         evidence: Vec::new(),
         approvals: Vec::new(),
         actor: Actor::default(),
@@ -341,12 +343,12 @@ async fn error_after_commit_is_unknown_then_reconciled(db: &TestDb) {
     let outcome = r.outcome.unwrap();
     assert_eq!(outcome.rule.as_deref(), Some("unanswered.irreversible"));
     assert_eq!(mail.sent(), 1);
-    // A retry is told it is in progress; nothing is sent twice.
+    // A retry is told the outcome is not known yet; nothing is sent twice.
     let again = ex
         .governed_call(mail_to("billing@example-shop.de", "run-a"))
         .await
         .unwrap();
-    assert_eq!(again.status, CallStatus::InProgress);
+    assert_eq!(again.status, CallStatus::Unknown);
     assert_eq!(mail.count("send"), 1);
     // Reconciled by key: it landed, so the step is done.
     let settled = ex.reconcile().await.unwrap();
@@ -421,6 +423,8 @@ async fn approval_keeps_the_time_it_was_decided(db: &TestDb) {
         run_id: "run-gated".into(),
         purpose: Some("ops".into()),
         reason: Some("settle invoice per contract".into()),
+        purpose_from: None,
+        argument_errors: Vec::new(),
         evidence: Vec::new(),
         approvals: Vec::new(),
         actor: Actor::default(),

@@ -39,6 +39,8 @@ fn direct(tool: &str, inputs: Value) -> DirectCall {
         run_id: "run-direct-1".into(),
         purpose: Some("ops".into()),
         reason: Some("settle invoice per contract".into()),
+        purpose_from: None,
+        argument_errors: Vec::new(),
         evidence: vec!["doc-1".into()],
         approvals: Vec::new(),
         actor: Actor {
@@ -234,7 +236,17 @@ async fn same_key_other_inputs_and_in_flight(db: &TestDb) {
     entered.notified().await;
     let r = ex.governed_call(call.clone()).await.unwrap();
     assert_eq!(r.status, CallStatus::InProgress, "{r:?}");
-    assert_eq!(r.decision.rule(), Some("idempotency.in_progress"));
+    // Not a refusal: nothing runs, the state of the first attempt is reported.
+    assert!(r.decision.is_allow(), "{r:?}");
+    assert_eq!(
+        r.outcome.as_ref().unwrap().rule.as_deref(),
+        Some("idempotency.in_progress")
+    );
+    let rec = store.audit_records(None, None).await.unwrap();
+    assert_eq!(
+        rec.last().unwrap().body.why.decision,
+        toolgate_store::audit::AuditDecision::Replay
+    );
     gate.notify_one();
     let done = first.await.unwrap();
     assert_eq!(done.status, CallStatus::Done);
@@ -338,7 +350,8 @@ async fn irreversible_timeout_is_unknown_then_reconciled(db: &TestDb) {
         .governed_call(direct("payment.send", payment(700.0)))
         .await
         .unwrap();
-    assert_eq!(d2.status, CallStatus::InProgress);
+    // The retry hears that the first call's outcome is not known yet; nothing is sent again.
+    assert_eq!(d2.status, CallStatus::Unknown);
     assert_eq!(fake.count("payment.send"), 2);
 
     // The reconciler asks the target by key: both landed, both settle done.
@@ -507,20 +520,43 @@ async fn approval_for_other_amount_is_refused(db: &TestDb) {
         vec![token.fingerprint()]
     );
 
-    // Reusing the spent token on another call (different run, same inputs) fails closed.
-    let mut reuse = direct("payment.send", payment(12000.00));
-    reuse.run_id = "run-direct-2".into();
-    reuse.approvals = vec![token];
-    let again = ex.governed_call(reuse).await.unwrap();
-    assert_eq!(again.status, CallStatus::NeedsApproval);
+    // The same call again from another run (a retry after a reconnect), token or not: the
+    // payment was made, so its outcome is replayed and nothing is sent twice; no new request.
+    for approvals in [vec![token.clone()], vec![]] {
+        let mut retry = direct("payment.send", payment(12000.00));
+        retry.run_id = "run-direct-2".into();
+        retry.approvals = approvals;
+        let again = ex.governed_call(retry).await.unwrap();
+        assert_eq!(again.status, CallStatus::Replayed, "{again:?}");
+        assert_eq!(again.idem_key, ok.idem_key);
+    }
     assert_eq!(fake.count("payment.send"), 1);
+    // The only open request is the one-cent-changed call's own: none was raised by the retries.
+    let open = store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].inputs["amount"], json!(12000.01));
 
-    // A forged token is refused too.
-    let mut forged = direct("payment.send", payment(12000.00));
-    forged.run_id = "run-direct-3".into();
-    forged.approvals = vec![ApprovalToken::from_wire("tg1.k1.e30.AAAA")];
-    let f = ex.governed_call(forged).await.unwrap();
-    assert_eq!(f.status, CallStatus::NeedsApproval);
+    // The spent token on another payment fails closed; so does a forged one.
+    for token in [token, ApprovalToken::from_wire("tg1.k1.e30.AAAA")] {
+        let mut other = direct(
+            "payment.send",
+            json!({"invoice_id": "INV-2001", "amount": 12000.0, "currency": "EUR", "iban": "DE89370400440532013000"}),
+        );
+        other.approvals = vec![token];
+        let f = ex.governed_call(other).await.unwrap();
+        assert_eq!(f.status, CallStatus::NeedsApproval, "{f:?}");
+        assert!(
+            f.decision
+                .check(CheckName::Gate)
+                .detail
+                .contains("approval refused"),
+            "{}",
+            f.decision.check(CheckName::Gate).detail
+        );
+    }
     assert_eq!(fake.count("payment.send"), 1);
 }
 

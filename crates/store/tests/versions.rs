@@ -61,6 +61,8 @@ fn direct(run: &str, inputs: Value) -> DirectCall {
         run_id: run.into(),
         purpose: Some("ops".into()),
         reason: Some("settle invoice per contract".into()),
+        purpose_from: None,
+        argument_errors: Vec::new(),
         evidence: vec![],
         approvals: Vec::new(),
         actor: Actor::default(),

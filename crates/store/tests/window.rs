@@ -78,6 +78,8 @@ fn pay(who: &str, invoice: u32, supplier: &str, amount: f64) -> DirectCall {
         run_id: format!("run-{who}"),
         purpose: Some("ops".into()),
         reason: Some("pay the matched invoice".into()),
+        purpose_from: None,
+        argument_errors: Vec::new(),
         evidence: vec![],
         approvals: Vec::new(),
         actor: Actor::default(),

@@ -64,6 +64,25 @@ struct State {
     iban_changes: Vec<Value>,
     ledger: KeyLedger,
     note_seq: u32,
+    /// Whether `INV-9xxxxxxx` invoices exist (see [`Finance::with_bulk_invoices`]).
+    bulk: bool,
+}
+
+/// The first digit of a bulk invoice's number.
+const BULK_PREFIX: &str = "INV-9";
+
+impl State {
+    /// An invoice by id: a seeded one, or (with bulk invoices) a copy of the first seeded
+    /// invoice under a bulk number.
+    fn invoice(&self, id: &str) -> Option<&Invoice> {
+        self.invoices.get(id).or_else(|| {
+            let bulk = self.bulk
+                && id.len() == 12
+                && id.starts_with(BULK_PREFIX)
+                && id[4..].bytes().all(|b| b.is_ascii_digit());
+            bulk.then(|| &self.invoices[INJECTED_INVOICE])
+        })
+    }
 }
 
 /// The finance fake's data and behaviour.
@@ -178,8 +197,18 @@ impl Finance {
                 iban_changes: Vec::new(),
                 ledger: KeyLedger::default(),
                 note_seq: 0,
+                bulk: false,
             }),
         }
+    }
+
+    /// As [`Finance::seeded`], where every `INV-9xxxxxxx` (ten million numbers) is also an
+    /// approved invoice: a copy of `INV-20260611` (4,180.00 EUR, SUP-0001, PO-77812). For
+    /// benchmarks in which each payment is a distinct operation: toolgate pays one invoice once.
+    pub fn with_bulk_invoices() -> Finance {
+        let f = Finance::seeded();
+        f.state.lock().expect("finance state").bulk = true;
+        f
     }
 
     /// Payments booked so far (for tests).
@@ -478,7 +507,7 @@ fn draft_note(st: &mut State, args: &JsonObject) -> Outcome {
     let invoice = str_arg(args, "invoice_id")?;
     let kind = str_arg(args, "kind")?;
     let text = str_arg(args, "text")?;
-    if !st.invoices.contains_key(invoice) {
+    if st.invoice(invoice).is_none() {
         return Err(refuse(format!("no invoice '{invoice}'")));
     }
     let slot = (invoice.to_string(), kind.to_string());
@@ -529,8 +558,7 @@ fn schedule_payment(st: &mut State, args: &JsonObject) -> Result<Value, Refusal>
         .ok_or_else(|| refuse("missing or non-numeric argument 'amount'"))?;
     let value_date = str_arg(args, "value_date")?;
     let inv = st
-        .invoices
-        .get(invoice_id)
+        .invoice(invoice_id)
         .ok_or_else(|| refuse(format!("no invoice '{invoice_id}'")))?;
     if inv.status != "approved" {
         return Err(refuse(format!(
