@@ -594,8 +594,14 @@ pub(crate) async fn walk(c: &mut Conn, from: &ChainPoint, watch: &BTreeSet<i64>)
         hash: prev,
     };
     if last != head {
+        // The first record missing from the end, or the head itself if it names another hash.
+        let at = if head.seq > last.seq {
+            last.seq + 1
+        } else {
+            head.seq
+        };
         let link = BrokenLink::at(
-            head.seq.max(expected),
+            at,
             LinkFault::Head {
                 head_seq: head.seq,
                 head_hash: head.hash,
