@@ -7,14 +7,13 @@ use std::collections::BTreeMap;
 
 use crate::common::*;
 use toolgate_core::canon::sha256_tagged;
+use toolgate_core::{StepStatus, Timestamp};
+use toolgate_store::audit::{AuditOutcome, AuditWho, AuditWhy};
 use toolgate_store::{
-    AuditColumn, AuditDraft, AuditRecord, ChainReport, CheckpointFault, CheckpointOutcome,
-    CheckpointPublicKey, CheckpointRefusal, CheckpointSigner, LinkFault, SignedCheckpoint, Store,
-    StoreConfig, StoreError, read_checkpoints,
+    Actor, AuditColumn, AuditDecision, AuditDraft, AuditRecord, ChainReport, CheckpointFault,
+    CheckpointOutcome, CheckpointPublicKey, CheckpointRefusal, CheckpointSigner, LinkFault,
+    SignedCheckpoint, Store, StoreConfig, StoreError, read_checkpoints,
 };
-
-#[path = "shared/draft.rs"]
-mod shared;
 
 both_backends!(
     every_stored_column_is_covered_by_verify,
@@ -31,9 +30,41 @@ both_backends!(
 
 /// Record `i` (from 1) is `ticket.read` of `T-i` by `worker` in `run-a`, step `step-i`.
 fn draft(i: i64) -> AuditDraft {
-    let mut d = shared::draft("run-a", i);
-    d.step_id = Some(format!("step-{i}"));
-    d
+    AuditDraft {
+        ts: Timestamp::from_millis(1_780_000_000_000 + i),
+        run_id: Some("run-a".into()),
+        step_id: Some(format!("step-{i}")),
+        who: AuditWho {
+            principal: "worker".into(),
+            role: "worker".into(),
+            actor: Actor::default(),
+        },
+        tool: "ticket.read".into(),
+        tool_version: Some("1.0.0".into()),
+        effect: None,
+        tier: None,
+        inputs: serde_json::json!({"ticket_id": format!("T-{i}")}),
+        redacted: vec![],
+        idem_key: None,
+        why: AuditWhy {
+            purpose: Some("ops".into()),
+            reason: None,
+            evidence: vec![],
+            decision: AuditDecision::Allow,
+            rule: None,
+            checks: vec![],
+            shadow: vec![],
+        },
+        approval: None,
+        outcome: AuditOutcome {
+            status: StepStatus::Done,
+            target_ref: None,
+            latency_ms: Some(1),
+            governance_us: None,
+            error: None,
+        },
+        registry_version: "v1".into(),
+    }
 }
 
 async fn store_with(db: &TestDb, records: i64) -> Store {
@@ -341,7 +372,7 @@ async fn truncation_is_caught_only_with_a_checkpoint(db: &TestDb) {
     let cp = signed(store.checkpoint(&signer, T0, None).await.unwrap());
     assert_eq!(cp.seq, 8);
     let report = store
-        .verify_checkpoints(&[cp.clone()], &keys)
+        .verify_checkpoints(std::slice::from_ref(&cp), &keys)
         .await
         .unwrap();
     assert!(report.is_intact(), "{report:?}");
@@ -360,7 +391,7 @@ async fn truncation_is_caught_only_with_a_checkpoint(db: &TestDb) {
     intact(&store, 5).await;
     // ...with it, the truncation does.
     let report = store
-        .verify_checkpoints(&[cp.clone()], &keys)
+        .verify_checkpoints(std::slice::from_ref(&cp), &keys)
         .await
         .unwrap();
     assert!(report.chain.is_intact());
@@ -430,7 +461,7 @@ async fn a_rewritten_history_is_caught_only_with_a_checkpoint(db: &TestDb) {
     intact(&store, 8).await;
     // ...with it, the rewrite does.
     let report = store
-        .verify_checkpoints(&[cp.clone()], &keys)
+        .verify_checkpoints(std::slice::from_ref(&cp), &keys)
         .await
         .unwrap();
     assert!(report.chain.is_intact());
@@ -546,7 +577,10 @@ async fn a_checkpoint_of_another_store_is_named_as_such(db: &TestDb) {
     let signer = CheckpointSigner::generate().unwrap();
     let theirs = signed(other.checkpoint(&signer, T0, None).await.unwrap());
     let report = store
-        .verify_checkpoints(&[theirs.clone()], &[signer.public_key().clone()])
+        .verify_checkpoints(
+            std::slice::from_ref(&theirs),
+            &[signer.public_key().clone()],
+        )
         .await
         .unwrap();
     assert_eq!(
