@@ -158,7 +158,7 @@ impl CheckpointSigner {
     /// A new key from the operating system's random source.
     pub fn generate() -> Result<CheckpointSigner> {
         let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| StoreError::Random(e.to_string()))?;
+        getrandom::fill(&mut secret).map_err(StoreError::Random)?;
         Ok(CheckpointSigner::from_key(SigningKey::from_bytes(&secret)))
     }
 

@@ -67,7 +67,7 @@ pub enum StoreError {
         known: String,
     },
     #[error("making a checkpoint signing key: the system's random source failed: {0}")]
-    Random(String),
+    Random(#[source] getrandom::Error),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
