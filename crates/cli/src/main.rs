@@ -47,7 +47,8 @@ enum Command {
     Ontology(cmd::ontology::Args),
     /// Make and hash API keys for principals.yaml.
     Key(cmd::key::Args),
-    /// Verify the audit chain, or export one principal's records as JSON Lines.
+    /// Verify the audit chain (and that it still reaches signed checkpoints), export one
+    /// principal's records as JSON Lines, or sign checkpoints of its head to keep elsewhere.
     Log(cmd::log::Args),
     /// Print a run with every step and, with --verbose, every check of every step.
     Trace(cmd::trace::Args),

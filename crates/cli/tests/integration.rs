@@ -3,4 +3,5 @@
 
 mod contract_commands;
 mod lock_serve;
+mod log_checkpoint;
 mod reload_commands;

@@ -1,15 +1,20 @@
 //! The audit chain: one record per decided call attempt, allowed or refused. Each record holds
 //! `prev`, the hash of the previous record's canonical JSON, so any edit, insertion or deletion
 //! breaks a link that [`verify_chain`](crate::Store::verify_chain) names by sequence number.
-//! The database refuses UPDATE and DELETE on the table (triggers); appends are serialised on a
-//! single chain-head row so many processes still write one chain.
+//! The columns rows are selected by (`ts`, `principal`, `run_id`, `step_id`) repeat fields of
+//! the hashed record, and the walk checks each against it. The database refuses UPDATE and
+//! DELETE on the table (triggers); appends are serialised on a single chain-head row so many
+//! processes still write one chain. What the chain cannot show alone (its own end) signed
+//! checkpoints show: [`crate::checkpoint`], `docs/audit-chain.md`.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::canon::sha256_tagged;
 use toolgate_core::{Check, Effect, ShadowRule, StepStatus, Tier, Timestamp, canonical};
 
-use crate::db::{Tx, args};
+use crate::db::{Conn, Row, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::Actor;
 
@@ -250,6 +255,23 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
     Ok(seqs)
 }
 
+/// A point on the chain: a record's number and hash (`0` and [`GENESIS`] before the first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainPoint {
+    pub seq: i64,
+    pub hash: String,
+}
+
+impl ChainPoint {
+    /// Before the first record.
+    pub fn genesis() -> ChainPoint {
+        ChainPoint {
+            seq: 0,
+            hash: GENESIS.to_string(),
+        }
+    }
+}
+
 /// The result of walking the chain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChainReport {
@@ -269,7 +291,19 @@ impl ChainReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BrokenLink {
     pub seq: i64,
+    /// [`BrokenLink::fault`] in words.
     pub reason: String,
+    pub fault: LinkFault,
+}
+
+impl BrokenLink {
+    fn at(seq: i64, fault: LinkFault) -> BrokenLink {
+        BrokenLink {
+            seq,
+            reason: fault.to_string(),
+            fault,
+        }
+    }
 }
 
 impl std::fmt::Display for ChainReport {
@@ -279,51 +313,341 @@ impl std::fmt::Display for ChainReport {
             Some(b) => write!(
                 f,
                 "audit chain BROKEN at record {}: {} ({} record(s) before it verified)",
-                b.seq,
-                b.reason,
-                b.seq - 1
+                b.seq, b.reason, self.records
             ),
         }
     }
+}
+
+/// A column of the `audit` table that repeats a field of the hashed record, so that rows can
+/// be selected by it (`log export --principal` by `principal`, `trace` by `run_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditColumn {
+    Ts,
+    Principal,
+    RunId,
+    StepId,
+}
+
+impl AuditColumn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditColumn::Ts => "ts",
+            AuditColumn::Principal => "principal",
+            AuditColumn::RunId => "run_id",
+            AuditColumn::StepId => "step_id",
+        }
+    }
+}
+
+impl std::fmt::Display for AuditColumn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is wrong with one link of the chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LinkFault {
+    #[error("expected record {expected} next, found {found} (a record is missing)")]
+    Missing { expected: i64, found: i64 },
+    #[error(
+        "the row is numbered {stored} but its record says it is number {record} (the seq \
+         column was edited)"
+    )]
+    Renumbered { stored: i64, record: i64 },
+    #[error("the record is not a valid audit record: {error}")]
+    Unreadable { error: String },
+    #[error("its prev is {prev} but the record before it hashes to {expected}")]
+    Prev { prev: String, expected: String },
+    #[error("the stored text is not the canonical form of the record (it was edited)")]
+    NotCanonical,
+    #[error("its content hashes to {computed} but {stored} was recorded (it was edited)")]
+    Hash { computed: String, stored: String },
+    #[error(
+        "its {column} column is {stored} but the record says {record} (the column was edited; \
+         commands that select rows by it see the wrong rows)"
+    )]
+    Column {
+        column: AuditColumn,
+        stored: String,
+        record: String,
+    },
+    #[error(
+        "the chain head says record {head_seq} ({head_hash}) is last, but the table ends at \
+         {last_seq} ({last_hash}): records were removed or added"
+    )]
+    Head {
+        head_seq: i64,
+        head_hash: String,
+        last_seq: i64,
+        last_hash: String,
+    },
+    #[error(
+        "record {seq} is stored past the chain head (record {head_seq}): it was added outside \
+         the chain, or the head was moved back"
+    )]
+    PastHead { seq: i64, head_seq: i64 },
+}
+
+/// One row of the `audit` table as read back.
+pub(crate) struct StoredRow {
+    pub seq: i64,
+    pub ts: i64,
+    pub principal: String,
+    pub run_id: Option<String>,
+    pub step_id: Option<String>,
+    pub record: String,
+    pub hash: String,
+}
+
+impl StoredRow {
+    /// From `SELECT seq, ts, principal, run_id, step_id, record, hash`.
+    fn read(r: &Row) -> Result<StoredRow> {
+        Ok(StoredRow {
+            seq: r.i64(0)?,
+            ts: r.i64(1)?,
+            principal: r.text(2)?,
+            run_id: r.opt_text(3)?,
+            step_id: r.opt_text(4)?,
+            record: r.text(5)?,
+            hash: r.text(6)?,
+        })
+    }
+}
+
+/// A column value as the fault message shows it.
+fn shown(v: Option<&str>) -> String {
+    v.map_or_else(|| "null".to_string(), |s| format!("'{s}'"))
 }
 
 /// Checks one stored row against the link before it; returns the row's true hash.
 pub(crate) fn check_link(
     expected_seq: i64,
     expected_prev: &str,
-    seq: i64,
-    text: &str,
-    stored_hash: &str,
-) -> std::result::Result<String, String> {
-    if seq != expected_seq {
-        return Err(format!(
-            "expected record {expected_seq} next, found {seq} (a record is missing)"
-        ));
+    row: &StoredRow,
+) -> std::result::Result<String, LinkFault> {
+    let parsed = serde_json::from_str::<AuditRecord>(&row.record);
+    if row.seq != expected_seq {
+        return Err(match &parsed {
+            Ok(record) if record.seq != row.seq => LinkFault::Renumbered {
+                stored: row.seq,
+                record: record.seq,
+            },
+            _ => LinkFault::Missing {
+                expected: expected_seq,
+                found: row.seq,
+            },
+        });
     }
-    let record: AuditRecord = serde_json::from_str(text)
-        .map_err(|e| format!("the record is not a valid audit record: {e}"))?;
-    if record.seq != seq {
-        return Err(format!(
-            "the record says it is number {}, but is stored as {seq}",
-            record.seq
-        ));
+    let record = parsed.map_err(|e| LinkFault::Unreadable {
+        error: e.to_string(),
+    })?;
+    if record.seq != row.seq {
+        return Err(LinkFault::Renumbered {
+            stored: row.seq,
+            record: record.seq,
+        });
     }
     if record.prev != expected_prev {
-        return Err(format!(
-            "its prev is {} but the record before it hashes to {expected_prev}",
-            record.prev
-        ));
+        return Err(LinkFault::Prev {
+            prev: record.prev,
+            expected: expected_prev.to_string(),
+        });
     }
-    if record.canonical() != text {
-        return Err(
-            "the stored text is not the canonical form of the record (it was edited)".into(),
+    if record.canonical() != row.record {
+        return Err(LinkFault::NotCanonical);
+    }
+    let hash = sha256_tagged(row.record.as_bytes());
+    if hash != row.hash {
+        return Err(LinkFault::Hash {
+            computed: hash,
+            stored: row.hash.clone(),
+        });
+    }
+    check_columns(&record, row)?;
+    Ok(hash)
+}
+
+/// The derived columns must say what the hashed record says.
+fn check_columns(record: &AuditRecord, row: &StoredRow) -> std::result::Result<(), LinkFault> {
+    let b = &record.body;
+    let column = |column, stored: String, record: String| {
+        Err(LinkFault::Column {
+            column,
+            stored,
+            record,
+        })
+    };
+    if row.ts != b.ts.millis() {
+        return column(
+            AuditColumn::Ts,
+            row.ts.to_string(),
+            b.ts.millis().to_string(),
         );
     }
-    let hash = sha256_tagged(text.as_bytes());
-    if hash != stored_hash {
-        return Err(format!(
-            "its content hashes to {hash} but {stored_hash} was recorded (it was edited)"
-        ));
+    if row.principal != b.who.principal {
+        return column(
+            AuditColumn::Principal,
+            shown(Some(&row.principal)),
+            shown(Some(&b.who.principal)),
+        );
     }
-    Ok(hash)
+    if row.run_id != b.run_id {
+        return column(
+            AuditColumn::RunId,
+            shown(row.run_id.as_deref()),
+            shown(b.run_id.as_deref()),
+        );
+    }
+    if row.step_id != b.step_id {
+        return column(
+            AuditColumn::StepId,
+            shown(row.step_id.as_deref()),
+            shown(b.step_id.as_deref()),
+        );
+    }
+    Ok(())
+}
+
+/// The chain head row: the last record's number and hash, as the appenders left them.
+pub(crate) async fn read_head(c: &mut Conn) -> Result<ChainPoint> {
+    let head = c
+        .opt("SELECT seq, hash FROM audit_head WHERE id = 1", args![])
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
+    Ok(ChainPoint {
+        seq: head.i64(0)?,
+        hash: head.text(1)?,
+    })
+}
+
+/// What a walk of the chain found.
+pub(crate) struct Walk {
+    pub report: ChainReport,
+    /// The last record verified (the head, when the chain is intact).
+    pub last: ChainPoint,
+    /// The verified hash of each watched record the walk reached.
+    pub watched: BTreeMap<i64, String>,
+}
+
+/// Walks the rows after `from` (whose hash the first row's `prev` must be) up to the chain
+/// head as it was when the walk began, so records appended meanwhile by a running gateway are
+/// neither checked nor mistaken for tampering. Then the head must be the last record, and no
+/// row may lie past it unless an append has since moved the head over it.
+pub(crate) async fn walk(c: &mut Conn, from: &ChainPoint, watch: &BTreeSet<i64>) -> Result<Walk> {
+    let head = read_head(c).await?;
+    let mut prev = from.hash.clone();
+    let mut expected = from.seq + 1;
+    let mut watched = BTreeMap::new();
+    let broken = |expected: i64,
+                  prev: String,
+                  watched: BTreeMap<i64, String>,
+                  link: BrokenLink|
+     -> Result<Walk> {
+        Ok(Walk {
+            report: ChainReport {
+                records: expected - from.seq - 1,
+                broken: Some(link),
+            },
+            last: ChainPoint {
+                seq: expected - 1,
+                hash: prev,
+            },
+            watched,
+        })
+    };
+    let mut after = from.seq;
+    loop {
+        let rows = c
+            .rows(
+                "SELECT seq, ts, principal, run_id, step_id, record, hash FROM audit \
+                 WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT 2000",
+                args![after, head.seq],
+            )
+            .await?;
+        if rows.is_empty() {
+            break;
+        }
+        for r in &rows {
+            let row = StoredRow::read(r)?;
+            match check_link(expected, &prev, &row) {
+                Ok(hash) => {
+                    if watch.contains(&row.seq) {
+                        watched.insert(row.seq, hash.clone());
+                    }
+                    prev = hash;
+                }
+                Err(fault) => {
+                    let link = BrokenLink::at(expected.min(row.seq), fault);
+                    return broken(expected, prev, watched, link);
+                }
+            }
+            expected += 1;
+            after = row.seq;
+        }
+    }
+    let last = ChainPoint {
+        seq: expected - 1,
+        hash: prev,
+    };
+    if last != head {
+        // The first record missing from the end, or the head itself if it names another hash.
+        let at = if head.seq > last.seq {
+            last.seq + 1
+        } else {
+            head.seq
+        };
+        let link = BrokenLink::at(
+            at,
+            LinkFault::Head {
+                head_seq: head.seq,
+                head_hash: head.hash,
+                last_seq: last.seq,
+                last_hash: last.hash.clone(),
+            },
+        );
+        return broken(expected, last.hash, watched, link);
+    }
+    let beyond = c
+        .opt(
+            "SELECT seq FROM audit WHERE seq > $1 ORDER BY seq LIMIT 1",
+            args![head.seq],
+        )
+        .await?;
+    if let Some(beyond) = beyond {
+        let beyond = beyond.i64(0)?;
+        let now = read_head(c).await?;
+        if now.seq < beyond {
+            let link = BrokenLink::at(
+                beyond,
+                LinkFault::PastHead {
+                    seq: beyond,
+                    head_seq: now.seq,
+                },
+            );
+            return broken(expected, last.hash, watched, link);
+        }
+    }
+    Ok(Walk {
+        report: ChainReport {
+            records: expected - from.seq - 1,
+            broken: None,
+        },
+        last,
+        watched,
+    })
+}
+
+/// The stored text of record `seq`, if there is a row with that number.
+pub(crate) async fn record_text_at(c: &mut Conn, seq: i64) -> Result<Option<String>> {
+    match c
+        .opt("SELECT record FROM audit WHERE seq = $1", args![seq])
+        .await?
+    {
+        Some(row) => Ok(Some(row.text(0)?)),
+        None => Ok(None),
+    }
 }

@@ -44,6 +44,30 @@ pub enum StoreError {
     AlreadyReviewed { step: String, verdict: String },
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "{origin}: not a usable checkpoint signing key: {problem}; make one with \
+         `toolgate log key new --out FILE`"
+    )]
+    CheckpointKey { origin: String, problem: String },
+    #[error(
+        "{origin}: not a usable checkpoint public key: {problem}; `toolgate log key public` \
+         prints the public key of a signing key"
+    )]
+    CheckpointPublicKey { origin: String, problem: String },
+    #[error("{origin}: not a toolgate audit checkpoint: {problem}")]
+    CheckpointUnreadable { origin: String, problem: String },
+    #[error(
+        "the checkpoint of record {seq} was signed by key {key_id}, which is not among the \
+         public keys given ({known}): give its public key too (an old key still verifies \
+         what it signed)"
+    )]
+    CheckpointKeyUnknown {
+        seq: i64,
+        key_id: String,
+        known: String,
+    },
+    #[error("making a checkpoint signing key: the system's random source failed: {0}")]
+    Random(#[source] getrandom::Error),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -4,12 +4,13 @@
 //! gateway and worker processes), chosen by URL, with one set of semantics and one test suite.
 //!
 //! - [`Store`]: connect, create runs, approvals, budgets, `verify_chain`, `export_principal`,
-//!   `trace`.
+//!   `trace`, and signed checkpoints of the audit chain (`checkpoint`, `verify_checkpoints`).
 //! - [`Executor`]: the planned-step queue (`run_batch`, `execute_step`), the direct governed
 //!   call path (`governed_call`), `recover_stale`, `reconcile` and `abort_run`.
 //! - [`Handler`]: what performs a call (an upstream MCP server in the gateway, a fake in tests).
 
 pub mod audit;
+pub mod checkpoint;
 mod db;
 pub mod error;
 pub mod exec;
@@ -24,7 +25,14 @@ pub mod toggles;
 mod window;
 pub mod worker;
 
-pub use audit::{AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainReport};
+pub use audit::{
+    AuditColumn, AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainPoint, ChainReport,
+    LinkFault,
+};
+pub use checkpoint::{
+    CheckpointCheck, CheckpointFault, CheckpointOutcome, CheckpointPublicKey, CheckpointRefusal,
+    CheckpointReport, CheckpointSigner, KeyId, SignedCheckpoint, read_checkpoints,
+};
 pub use db::ConnectOptions;
 pub use error::{Result, StoreError};
 pub use exec::{

@@ -3,7 +3,7 @@
 //! writer task per process that folds concurrent outcome records into group commits, so an
 //! fsync is shared by every call that finished while the previous commit was in flight.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +16,8 @@ use toolgate_core::{
 };
 
 use crate::audit::{
-    self, AuditDecision, AuditDraft, AuditOutcome, AuditRecord, AuditWho, AuditWhy, ChainReport,
-    GENESIS,
+    self, AuditDecision, AuditDraft, AuditOutcome, AuditRecord, AuditWho, AuditWhy, ChainPoint,
+    ChainReport,
 };
 use crate::db::{ConnectOptions, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
@@ -933,65 +933,19 @@ impl Store {
 
     // ---------------------------------------------------------------- the audit chain
 
-    /// Walks the whole chain and names the first broken link by sequence number.
+    /// Walks the whole chain and names the first broken link by sequence number: each
+    /// record's link to the one before it, its hash, and each column rows are selected by
+    /// against the record; then that the chain head is the last record.
     pub async fn verify_chain(&self) -> Result<ChainReport> {
         let mut c = self.inner.pool.conn().await?;
-        let mut prev = GENESIS.to_string();
-        let mut expected = 1i64;
-        let mut after = 0i64;
-        loop {
-            let rows = c
-                .rows(
-                    "SELECT seq, record, hash FROM audit WHERE seq > $1 ORDER BY seq LIMIT 2000",
-                    args![after],
-                )
-                .await?;
-            if rows.is_empty() {
-                break;
-            }
-            for r in &rows {
-                let (seq, text, hash) = (r.i64(0)?, r.text(1)?, r.text(2)?);
-                match audit::check_link(expected, &prev, seq, &text, &hash) {
-                    Ok(h) => prev = h,
-                    Err(reason) => {
-                        return Ok(ChainReport {
-                            records: expected - 1,
-                            broken: Some(audit::BrokenLink {
-                                seq: expected.min(seq),
-                                reason,
-                            }),
-                        });
-                    }
-                }
-                expected += 1;
-                after = seq;
-            }
-        }
-        let head = c
-            .opt("SELECT seq, hash FROM audit_head WHERE id = 1", args![])
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
-        let (head_seq, head_hash) = (head.i64(0)?, head.text(1)?);
-        if head_seq != expected - 1 || head_hash != prev {
-            return Ok(ChainReport {
-                records: expected - 1,
-                broken: Some(audit::BrokenLink {
-                    seq: head_seq.max(expected),
-                    reason: format!(
-                        "the chain head says record {head_seq} ({head_hash}) is last, but the \
-                         table ends at {} ({prev}): records were removed or added",
-                        expected - 1
-                    ),
-                }),
-            });
-        }
-        Ok(ChainReport {
-            records: expected - 1,
-            broken: None,
-        })
+        let walk = audit::walk(&mut c, &ChainPoint::genesis(), &BTreeSet::new()).await?;
+        Ok(walk.report)
     }
 
-    /// Audit records, in chain order; filters by principal or run.
+    /// Audit records, in chain order; filters by principal or run. Rows are selected by their
+    /// `principal` or `run_id` column; a row whose record says otherwise is an error (run
+    /// `toolgate log verify`), but a row whose column was moved away is not seen here: only
+    /// [`Store::verify_chain`] finds it.
     pub async fn audit_records(
         &self,
         principal: Option<&str>,
@@ -1001,33 +955,42 @@ impl Store {
         let rows = match (principal, run_id) {
             (Some(p), _) => {
                 c.rows(
-                    "SELECT record FROM audit WHERE principal = $1 ORDER BY seq",
+                    "SELECT seq, record FROM audit WHERE principal = $1 ORDER BY seq",
                     args![p],
                 )
                 .await?
             }
             (None, Some(r)) => {
                 c.rows(
-                    "SELECT record FROM audit WHERE run_id = $1 ORDER BY seq",
+                    "SELECT seq, record FROM audit WHERE run_id = $1 ORDER BY seq",
                     args![r],
                 )
                 .await?
             }
             (None, None) => {
-                c.rows("SELECT record FROM audit ORDER BY seq", args![])
+                c.rows("SELECT seq, record FROM audit ORDER BY seq", args![])
                     .await?
             }
         };
         rows.iter()
             .map(|r| {
-                serde_json::from_str(&r.text(0)?)
-                    .map_err(|e| StoreError::Corrupt(format!("audit record: {e}")))
+                let (seq, text) = (r.i64(0)?, r.text(1)?);
+                let record: AuditRecord = serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
+                selected_as_stored(
+                    seq,
+                    &record,
+                    principal,
+                    run_id.filter(|_| principal.is_none()),
+                )?;
+                Ok(record)
             })
             .collect()
     }
 
     /// Writes one principal's audit records as JSON lines (the stored canonical text, so each
-    /// line can be re-hashed against the chain). Returns how many were written.
+    /// line can be re-hashed against the chain). Returns how many were written. Rows are
+    /// selected by the `principal` column, with the caveat of [`Store::audit_records`].
     pub async fn export_principal(
         &self,
         principal: &str,
@@ -1036,12 +999,16 @@ impl Store {
         let mut c = self.inner.pool.conn().await?;
         let rows = c
             .rows(
-                "SELECT record FROM audit WHERE principal = $1 ORDER BY seq",
+                "SELECT seq, record FROM audit WHERE principal = $1 ORDER BY seq",
                 args![principal],
             )
             .await?;
         for r in &rows {
-            out.write_all(r.text(0)?.as_bytes())?;
+            let (seq, text) = (r.i64(0)?, r.text(1)?);
+            let record: AuditRecord = serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
+            selected_as_stored(seq, &record, Some(principal), None)?;
+            out.write_all(text.as_bytes())?;
             out.write_all(b"\n")?;
         }
         out.flush()?;
@@ -1100,6 +1067,40 @@ impl Store {
         }
         Ok(s)
     }
+}
+
+/// A row selected by its `principal` or `run_id` column must say the same in its record (and
+/// be stored under its own number); otherwise the column was edited.
+fn selected_as_stored(
+    seq: i64,
+    record: &AuditRecord,
+    principal: Option<&str>,
+    run_id: Option<&str>,
+) -> Result<()> {
+    let mismatch = |column: &str, asked: &str, says: Option<&str>| {
+        StoreError::Corrupt(format!(
+            "audit row {seq} was selected by its {column} column ('{asked}') but its record \
+             says {}: the column was edited; run `toolgate log verify`",
+            says.map_or_else(|| "none".to_string(), |s| format!("'{s}'"))
+        ))
+    };
+    if record.seq != seq {
+        return Err(StoreError::Corrupt(format!(
+            "audit row {seq} holds record {}: the seq column was edited; run `toolgate log verify`",
+            record.seq
+        )));
+    }
+    if let Some(p) = principal
+        && record.body.who.principal != p
+    {
+        return Err(mismatch("principal", p, Some(&record.body.who.principal)));
+    }
+    if let Some(r) = run_id
+        && record.body.run_id.as_deref() != Some(r)
+    {
+        return Err(mismatch("run_id", r, record.body.run_id.as_deref()));
+    }
+    Ok(())
 }
 
 fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {

@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod common;
+mod audit_chain;
 mod conflicts;
 mod faults;
 mod lookups;
