@@ -640,10 +640,13 @@ impl Registry {
                         p.policy.unwrap_or_else(|| "(file)".into()),
                         "policy.invalid",
                         p.message,
-                        "policies see context.purpose, context.reason, context.inputs.<field> \
-                         (typed from the tool's schema) and context.run.{steps,denials,act_steps,\
-                         spend_steps,tool_calls}; `toolgate check --cedar-schema` prints the schema"
-                            .into(),
+                        p.fix.unwrap_or_else(|| {
+                            "policies see context.purpose, context.reason, context.inputs.<field> \
+                             (typed from the tool's schema) and context.run.{steps,denials,\
+                             act_steps,spend_steps,tool_calls}; `toolgate check --cedar-schema` \
+                             prints the schema"
+                                .into()
+                        }),
                     );
                 }
                 None
