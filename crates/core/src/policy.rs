@@ -1021,3 +1021,7 @@ fn build_entities(
     }
     Entities::from_entities(out, Some(schema)).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;
