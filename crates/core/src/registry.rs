@@ -301,7 +301,7 @@ impl Registry {
             principals: pfile,
             policies: policy_files,
         } = sources;
-        let mut findings = Vec::new();
+        let mut findings = crate::bounds::check(&gateway, &tool_decls, &pfile);
         let mut finding = |file: &str, path: String, rule: &str, message: String, fix: String| {
             findings.push(Finding {
                 file: file.to_string(),
