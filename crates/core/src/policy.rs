@@ -180,13 +180,14 @@ impl PolicyProblem {
     }
 }
 
-/// Why a call's request could not be put to Cedar.
+/// Why a call's request could not be put to Cedar (boxed: Cedar's errors are large, and this
+/// is the rare path).
 #[derive(Debug, thiserror::Error)]
 enum RequestError {
     #[error("the policy context cannot be built: {0}")]
-    Context(#[from] cedar_policy::ContextCreationError),
+    Context(#[from] Box<cedar_policy::ContextCreationError>),
     #[error("the policy request is invalid: {0}")]
-    Request(#[from] cedar_policy::RequestValidationError),
+    Request(#[from] Box<cedar_policy::RequestValidationError>),
 }
 
 pub fn uid(ty: &str, id: &str) -> EntityUid {
@@ -436,14 +437,15 @@ impl Policies {
         resource: &EntityUid,
         context: Vec<(String, RestrictedExpression)>,
     ) -> Result<Response, RequestError> {
-        let context = Context::from_pairs(context)?;
+        let context = Context::from_pairs(context).map_err(Box::new)?;
         let request = Request::new(
             principal.clone(),
             action.clone(),
             resource.clone(),
             context,
             None,
-        )?;
+        )
+        .map_err(Box::new)?;
         Ok(self
             .authorizer
             .is_authorized(&request, self.slice(action), &self.entities))
@@ -947,15 +949,10 @@ fn unguarded_optional(
         .as_deref()
         .and_then(|t| tools.iter().find(|(c, _)| c.name == t))
         .map(|(c, _)| {
-            let nullable = optional_because_nullable(&c.input_schema, &path);
             format!(
                 "input `{path}` of '{}' is optional ({})",
                 c.name,
-                if nullable {
-                    "its schema allows null, which policies see as absent"
-                } else {
-                    "not in its schema's `required`"
-                }
+                why_optional(&c.input_schema, &path)
             )
         })
         .unwrap_or_else(|| format!("input `{path}` is optional"));
@@ -969,14 +966,20 @@ fn unguarded_optional(
     ))
 }
 
-/// Whether a top-level input is optional for allowing null, rather than for not being required.
-fn optional_because_nullable(schema: &Value, path: &str) -> bool {
-    let first = path.split('.').next().unwrap_or(path);
+/// Why an input is optional, in the schema's terms.
+fn why_optional(schema: &Value, path: &str) -> &'static str {
+    if path.contains('.') {
+        return "it, or an object it is in, is not required or allows null";
+    }
     let required = schema
         .get("required")
         .and_then(Value::as_array)
-        .is_some_and(|r| r.iter().any(|v| v.as_str() == Some(first)));
-    required && !path.contains('.')
+        .is_some_and(|r| r.iter().any(|v| v.as_str() == Some(path)));
+    if required {
+        "its schema allows null, which policies see as absent"
+    } else {
+        "not in its schema's `required`"
+    }
 }
 
 fn build_entities(

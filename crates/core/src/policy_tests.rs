@@ -91,6 +91,18 @@ fn an_optional_input_read_with_has_loads_and_without_it_is_refused_with_the_guar
         "{message}"
     );
     assert!(fix.contains("`context.inputs has recipient && …`"), "{fix}");
+    // Required but nullable (pydantic's `to: Optional[str]` without a default): still
+    // optional to policies, because null is passed as absent.
+    let mut required = mail();
+    required.input_schema["required"] = json!(["subject", "recipient"]);
+    let (message, _) = refused(
+        &[required],
+        &format!("{SEND} when {{ context.inputs.recipient like \"*@x.com\" }};"),
+    );
+    assert!(
+        message.contains("is optional (its schema allows null, which policies see as absent)"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -298,7 +310,7 @@ fn each_policy_of_the_calls_tool_is_matched_not_matched_or_errored() {
 fn a_shadow_policy_that_errors_is_recorded_and_does_not_refuse() {
     let mail = mail();
     let p = load(
-        &[mail.clone()],
+        std::slice::from_ref(&mail),
         r#"@id("trial") @shadow forbid (principal, action == Action::"mail.send", resource)
            when { context.inputs has count && context.inputs.count + 9223372036854775807 > 0 };"#,
     )
