@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use cedar_policy::RestrictedExpression;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -1024,42 +1023,21 @@ impl<'r> Engine<'r> {
         counts: RunCounts,
         windows: Option<&WindowCheck>,
     ) -> PolicyVerdict {
-        let inputs = match tool.schema.cedar_type().to_cedar(req.inputs) {
-            Ok(i) => i,
-            Err(e) => {
-                return PolicyVerdict {
-                    errors: vec![format!("inputs cannot be given to policies: {e}")],
-                    ..PolicyVerdict::default()
-                };
-            }
-        };
-        let long = RestrictedExpression::new_long;
-        let run = RestrictedExpression::new_record([
-            ("steps".to_string(), long(counts.steps)),
-            ("denials".to_string(), long(counts.denials)),
-            ("act_steps".to_string(), long(counts.act_steps)),
-            ("spend_steps".to_string(), long(counts.spend_steps)),
-            ("tool_calls".to_string(), long(counts.tool_calls)),
-        ])
-        .expect("distinct keys");
-        let mut context = vec![
-            (
-                "purpose".to_string(),
-                RestrictedExpression::new_string(req.purpose.unwrap_or_default().to_string()),
-            ),
-            (
-                "reason".to_string(),
-                RestrictedExpression::new_string(req.reason.unwrap_or_default().to_string()),
-            ),
-            ("inputs".to_string(), inputs),
-            ("run".to_string(), run),
-        ];
-        if let Some(w) = windows {
-            context.push(("budgets".to_string(), budget::context(w)));
+        let policies = &self.registry.policies;
+        // No policy reads this tool's inputs, so none need converting: a value Cedar cannot
+        // hold exactly only matters to a rule that could read it.
+        if !policies.apply_to(&tool.action) {
+            return PolicyVerdict::default();
         }
-        self.registry
-            .policies
-            .evaluate(&principal.entity, &tool.action, &tool.resource, context)
+        match crate::policy::call_context(tool, req, counts, windows) {
+            Ok(context) => {
+                policies.evaluate(&principal.entity, &tool.action, &tool.resource, context)
+            }
+            Err(e) => PolicyVerdict {
+                errors: vec![format!("inputs cannot be given to policies: {e}")],
+                ..PolicyVerdict::default()
+            },
+        }
     }
 
     fn check_budget(

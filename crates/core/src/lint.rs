@@ -1,6 +1,11 @@
 //! `toolgate check`: the registry lint. A surface is unsafe when a schema is open or unbounded,
 //! when a destination can be any string, when a write cannot be deduplicated or undone, or when
 //! an irreversible call can neither be reconciled nor stopped. Each finding says how to fix it.
+//!
+//! Schemas are judged as real servers publish them: an optional field as `anyOf: [T, null]` is
+//! judged by its alternatives (not as a free string of its own), and a `$ref` into `$defs` is
+//! followed, with findings at the definition where the fix goes. Policies are checked at load
+//! (a rule that cannot work does not load); what Cedar only warns about is reported here.
 
 use serde_json::Value;
 
@@ -100,6 +105,17 @@ pub fn lint(registry: &Registry) -> Vec<Finding> {
     for (i, p) in registry.principals().iter().enumerate() {
         lint_principal(i, &p.config, &mut out);
     }
+    for w in registry.policies.warnings() {
+        push(
+            &mut out,
+            &w.file,
+            w.policy.clone().unwrap_or_else(|| "(file)".into()),
+            "policy.confusable-text",
+            w.message.clone(),
+            "write the policy's strings and names in one script, without bidirectional control \
+             characters: a reviewer must read what Cedar evaluates",
+        );
+    }
     out
 }
 
@@ -134,7 +150,19 @@ pub fn lint_tool(
             "MCP tool inputs are an object: `type: object` with `properties`",
         );
     }
-    lint_schema(file, &schema_path, &t.input_schema, None, t, out);
+    let mut schema_findings = Vec::new();
+    SchemaLint {
+        file,
+        base: &schema_path,
+        root: &t.input_schema,
+        tool: t,
+        out: &mut schema_findings,
+    }
+    .node(&schema_path, &t.input_schema, None, &mut Vec::new());
+    // A definition used by several properties is judged once per use; report it once.
+    let mut seen = std::collections::HashSet::new();
+    schema_findings.retain(|f| seen.insert((f.path.clone(), f.rule.clone(), f.message.clone())));
+    out.append(&mut schema_findings);
 
     let writes = matches!(t.effect, Effect::Write | Effect::Irreversible);
     if writes && t.identity.is_empty() {
@@ -280,131 +308,138 @@ fn has_any(m: &serde_json::Map<String, Value>, keys: &[&str]) -> bool {
     keys.iter().any(|k| m.contains_key(*k))
 }
 
-fn lint_schema(
-    file: &str,
-    path: &str,
-    schema: &Value,
-    prop_name: Option<&str>,
-    tool: &ToolConfig,
-    out: &mut Vec<Finding>,
-) {
-    let Some(m) = schema.as_object() else { return };
-    let types: Vec<&str> = match m.get("type") {
-        Some(Value::String(s)) => vec![s.as_str()],
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
-        _ => vec![],
-    };
-    let constrained = has_any(m, &["enum", "const"]);
-    for ty in &types {
-        match *ty {
-            "object"
-                if m.get("additionalProperties") != Some(&Value::Bool(false))
-                    && !open_by_design(tool, path) =>
-            {
-                push(
-                    out,
-                    file,
-                    path.to_string(),
-                    "schema.open-object",
-                    "object schema without `additionalProperties: false`".into(),
-                    "close it: extra fields are how unreviewed parameters slip through",
-                );
-            }
-            "number" | "integer" if !constrained => {
-                let low = has_any(m, &["minimum", "exclusiveMinimum"]);
-                let high = has_any(m, &["maximum", "exclusiveMaximum"]);
-                if !(low && high) {
+/// One input schema being linted: the root `$ref`s resolve against and where findings go.
+struct SchemaLint<'a> {
+    file: &'a str,
+    /// The path of the schema's root (`tools[0].input_schema`).
+    base: &'a str,
+    root: &'a Value,
+    tool: &'a ToolConfig,
+    out: &'a mut Vec<Finding>,
+}
+
+impl<'a> SchemaLint<'a> {
+    /// Lints one subschema at `path`; `refs` are the `$ref`s being followed (a recursion stops).
+    fn node(
+        &mut self,
+        path: &str,
+        schema: &'a Value,
+        prop_name: Option<&str>,
+        refs: &mut Vec<&'a str>,
+    ) {
+        let Some(m) = schema.as_object() else { return };
+        let (file, tool) = (self.file, self.tool);
+        let types: Vec<&str> = match m.get("type") {
+            Some(Value::String(s)) => vec![s.as_str()],
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let constrained = has_any(m, &["enum", "const"]);
+        for ty in &types {
+            match *ty {
+                "object"
+                    if m.get("additionalProperties") != Some(&Value::Bool(false))
+                        && !open_by_design(tool, path) =>
+                {
                     push(
-                        out,
+                        self.out,
                         file,
                         path.to_string(),
-                        "schema.unbounded-number",
-                        format!(
-                            "number without {} bound",
-                            match (low, high) {
-                                (false, false) => "a lower or an upper",
-                                (true, false) => "an upper",
-                                _ => "a lower",
-                            }
-                        ),
-                        "set `minimum`/`exclusiveMinimum` and `maximum`/`exclusiveMaximum`",
+                        "schema.open-object",
+                        "object schema without `additionalProperties: false`".into(),
+                        "close it: extra fields are how unreviewed parameters slip through",
                     );
                 }
+                "number" | "integer" if !constrained => {
+                    let low = has_any(m, &["minimum", "exclusiveMinimum"]);
+                    let high = has_any(m, &["maximum", "exclusiveMaximum"]);
+                    if !(low && high) {
+                        push(
+                            self.out,
+                            file,
+                            path.to_string(),
+                            "schema.unbounded-number",
+                            format!(
+                                "number without {} bound",
+                                match (low, high) {
+                                    (false, false) => "a lower or an upper",
+                                    (true, false) => "an upper",
+                                    _ => "a lower",
+                                }
+                            ),
+                            "set `minimum`/`exclusiveMinimum` and `maximum`/`exclusiveMaximum`",
+                        );
+                    }
+                }
+                "string" if !has_any(m, &["maxLength", "enum", "const", "pattern", "format"]) => {
+                    push(
+                        self.out,
+                        file,
+                        path.to_string(),
+                        "schema.unbounded-string",
+                        "string without `maxLength`, `enum`, `const`, `pattern` or `format`".into(),
+                        "bound it: `maxLength`, or better a `pattern` or `enum`",
+                    );
+                }
+                "array" if !m.contains_key("maxItems") => {
+                    push(
+                        self.out,
+                        file,
+                        path.to_string(),
+                        "schema.unbounded-array",
+                        "array without `maxItems`".into(),
+                        "set `maxItems`",
+                    );
+                }
+                _ => {}
             }
-            "string" if !has_any(m, &["maxLength", "enum", "const", "pattern", "format"]) => {
-                push(
-                    out,
-                    file,
-                    path.to_string(),
-                    "schema.unbounded-string",
-                    "string without `maxLength`, `enum`, `const`, `pattern` or `format`".into(),
-                    "bound it: `maxLength`, or better a `pattern` or `enum`",
-                );
-            }
-            "array" if !m.contains_key("maxItems") => {
-                push(
-                    out,
-                    file,
-                    path.to_string(),
-                    "schema.unbounded-array",
-                    "array without `maxItems`".into(),
-                    "set `maxItems`",
-                );
-            }
-            _ => {}
         }
-    }
-    if let Some(name) = prop_name
-        && is_destination_name(name)
-        && !types.contains(&"object")
-        && !types.contains(&"array")
-        && !has_any(m, &["enum", "const", "pattern"])
-        && !tool.destinations.iter().any(|d| d.field == name)
-    {
-        push(
-            out,
-            file,
-            path.to_string(),
-            "destination.free-string",
-            format!("destination-like parameter '{name}' accepts any value"),
-            "constrain it with `enum`/`const`/`pattern`, or declare a `destinations:` allowlist or lookup for it",
-        );
-    }
-    if let Some(props) = m.get("properties").and_then(Value::as_object) {
-        for (k, v) in props {
-            lint_schema(
+        // A node without a type of its own whose alternatives or reference decide what it is
+        // is judged there; `null` alone sends nothing anywhere.
+        let composed = types.is_empty() && has_any(m, &["anyOf", "oneOf", "allOf", "$ref"]);
+        let only_null = !types.is_empty() && types.iter().all(|t| *t == "null");
+        if let Some(name) = prop_name
+            && is_destination_name(name)
+            && !composed
+            && !only_null
+            && !types.contains(&"object")
+            && !types.contains(&"array")
+            && !has_any(m, &["enum", "const", "pattern"])
+            && !tool.destinations.iter().any(|d| d.field == name)
+        {
+            push(
+                self.out,
                 file,
-                &format!("{path}.properties.{k}"),
-                v,
-                Some(k),
-                tool,
-                out,
+                path.to_string(),
+                "destination.free-string",
+                format!("destination-like parameter '{name}' accepts any value"),
+                "constrain it with `enum`/`const`/`pattern`, or declare a `destinations:` allowlist or lookup for it",
             );
         }
-    }
-    if let Some(items) = m.get("items") {
-        let name = prop_name.map(|n| n.to_string());
-        lint_schema(
-            file,
-            &format!("{path}.items"),
-            items,
-            name.as_deref(),
-            tool,
-            out,
-        );
-    }
-    for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(Value::Array(alts)) = m.get(key) {
-            for (i, alt) in alts.iter().enumerate() {
-                lint_schema(
-                    file,
-                    &format!("{path}.{key}[{i}]"),
-                    alt,
-                    prop_name,
-                    tool,
-                    out,
-                );
+        if let Some(props) = m.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                self.node(&format!("{path}.properties.{k}"), v, Some(k), refs);
             }
+        }
+        if let Some(items) = m.get("items") {
+            self.node(&format!("{path}.items"), items, prop_name, refs);
+        }
+        for key in ["anyOf", "oneOf", "allOf"] {
+            if let Some(Value::Array(alts)) = m.get(key) {
+                for (i, alt) in alts.iter().enumerate() {
+                    self.node(&format!("{path}.{key}[{i}]"), alt, prop_name, refs);
+                }
+            }
+        }
+        if let Some(Value::String(r)) = m.get("$ref")
+            && !refs.contains(&r.as_str())
+            && let Some(pointer) = r.strip_prefix("#/")
+            && let Some(target) = self.root.pointer(&format!("/{pointer}"))
+        {
+            let at = format!("{}.{}", self.base, pointer.replace('/', "."));
+            refs.push(r);
+            self.node(&at, target, prop_name, refs);
+            refs.pop();
         }
     }
 }

@@ -201,3 +201,91 @@ fn only_plan_submits_step_inputs_may_be_open_and_only_record_writing_builtins_sk
         "a read built-in declared as a write is still asked for compensation: {found:?}"
     );
 }
+
+#[test]
+fn an_optional_field_published_as_any_of_null_is_judged_by_its_alternatives() {
+    // pydantic's `recipient: Optional[str]`, constrained: clean; the null alternative and the
+    // type-less node around them are not free strings of their own.
+    let constrained = tool(json!({"type": "object", "additionalProperties": false,
+        "properties": {"to": {"anyOf": [
+            {"type": "string", "pattern": "^[^@]+@northwind\\.com$", "maxLength": 254},
+            {"type": "null"}], "default": null}}}));
+    assert_eq!(rules(&constrained), Vec::<String>::new());
+    // Unconstrained, it is found once, where the string is.
+    let free = tool(json!({"type": "object", "additionalProperties": false,
+        "properties": {"to": {"anyOf": [{"type": "string", "maxLength": 254}, {"type": "null"}]},
+                       "cc": {"type": ["string", "null"], "maxLength": 254}}}));
+    assert_eq!(
+        rules(&free),
+        [
+            "destination.free-string @ tools[0].input_schema.properties.to.anyOf[0]",
+            "destination.free-string @ tools[0].input_schema.properties.cc",
+        ]
+    );
+}
+
+#[test]
+fn refs_are_followed_to_their_definition_once_and_recursion_stops() {
+    let t = tool(json!({
+        "type": "object", "additionalProperties": false,
+        "properties": {
+            "to": {"$ref": "#/$defs/Address"},
+            "reply_to": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}]},
+            "tree": {"$ref": "#/$defs/Node"}
+        },
+        "$defs": {
+            "Address": {"type": "string", "maxLength": 254},
+            "Node": {"type": "object", "additionalProperties": false, "properties": {
+                "children": {"type": "array", "maxItems": 9, "items": {"$ref": "#/$defs/Node"}}}}
+        }
+    }));
+    // The fix goes in the definition: both names that use it are reported there, once each
+    // (not once per path to it), and the recursive `Node` is linted without looping.
+    assert_eq!(
+        rules(&t),
+        [
+            "destination.free-string @ tools[0].input_schema.$defs.Address",
+            "destination.free-string @ tools[0].input_schema.$defs.Address"
+        ],
+    );
+    let mut out = Vec::new();
+    lint_tool("tools/t.yaml", 0, &t, false, &mut out);
+    let messages: Vec<&str> = out.iter().map(|f| f.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "destination-like parameter 'to' accepts any value",
+            "destination-like parameter 'reply_to' accepts any value"
+        ]
+    );
+}
+
+#[test]
+fn what_cedar_only_warns_about_in_a_policy_is_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/acme");
+    for sub in ["", "tools", "policies"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        for e in std::fs::read_dir(src.join(sub)).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                std::fs::copy(e.path(), dir.path().join(sub).join(e.file_name())).unwrap();
+            }
+        }
+    }
+    // A Cyrillic "а" among Latin letters: the string a reviewer reads is not the one compared.
+    std::fs::write(
+        dir.path().join("policies/mixed.cedar"),
+        "@id(\"no-paypаl\")\nforbid (principal, action == Action::\"payment.schedule\", resource)\n\
+         when { context.inputs.reason like \"*paypаl*\" };\n",
+    )
+    .unwrap();
+    let r = Registry::load(dir.path()).expect("a warning does not stop the registry loading");
+    let f = lint(&r);
+    assert!(
+        f.iter().any(|f| f.rule == "policy.confusable-text"
+            && f.file == "policies/mixed.cedar"
+            && f.path == "no-paypаl"),
+        "{f:#?}"
+    );
+}

@@ -301,7 +301,7 @@ impl Registry {
             principals: pfile,
             policies: policy_files,
         } = sources;
-        let mut findings = Vec::new();
+        let mut findings = crate::bounds::check(&gateway, &tool_decls, &pfile);
         let mut finding = |file: &str, path: String, rule: &str, message: String, fix: String| {
             findings.push(Finding {
                 file: file.to_string(),
@@ -701,10 +701,13 @@ impl Registry {
                         p.policy.unwrap_or_else(|| "(file)".into()),
                         "policy.invalid",
                         p.message,
-                        "policies see context.purpose, context.reason, context.inputs.<field> \
-                         (typed from the tool's schema) and context.run.{steps,denials,act_steps,\
-                         spend_steps,tool_calls}; `toolgate check --cedar-schema` prints the schema"
-                            .into(),
+                        p.fix.unwrap_or_else(|| {
+                            "policies see context.purpose, context.reason, context.inputs.<field> \
+                             (typed from the tool's schema) and context.run.{steps,denials,\
+                             act_steps,spend_steps,tool_calls}; `toolgate check --cedar-schema` \
+                             prints the schema"
+                                .into()
+                        }),
                     );
                 }
                 None

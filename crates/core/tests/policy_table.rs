@@ -978,3 +978,86 @@ fn an_expired_or_reused_approval_sends_the_call_back_to_the_gate() {
             .contains("already used")
     );
 }
+
+/// A registry over a Python MCP server whose optional fields are `anyOf: [T, {type: null}]`
+/// (fixtures/optional-inputs): the policies written over them gate and refuse the calls they
+/// were written for, through the engine, and let the others through.
+#[test]
+fn policies_over_inputs_published_as_any_of_null_decide_the_calls_they_were_written_for() {
+    let reg = Registry::load(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/optional-inputs"
+    ))
+    .expect("fixture loads");
+    let k = keys();
+    let engine = Engine::new(&reg, &k);
+    let mail = |extra: Value| {
+        let mut v = json!({"invoice_id": "INV-20260611", "subject": "Your invoice"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let table: Vec<(&str, Value, Want)> = vec![
+        (
+            "an external recipient is gated",
+            mail(json!({"recipient": "ap@evil.example"})),
+            Want::Parked("external-recipient-needs-approval"),
+        ),
+        (
+            "an acme recipient passes",
+            mail(json!({"recipient": "ap@acme.com"})),
+            Want::Allow,
+        ),
+        (
+            "a null recipient is an absent one, not an error",
+            mail(json!({"recipient": null})),
+            Want::Allow,
+        ),
+        ("no recipient at all passes", mail(json!({})), Want::Allow),
+        (
+            "a forbidden copy is refused",
+            mail(json!({"cc": ["me@acme.com", "all@partner.example"]})),
+            Want::Deny(CheckName::Policy, "no-external-cc"),
+        ),
+        (
+            "a null cc list passes",
+            mail(json!({"cc": null})),
+            Want::Allow,
+        ),
+        (
+            "an external reply address, inside a nullable $ref model, is gated",
+            mail(json!({"reply": {"email": "x@evil.example", "name": null}})),
+            Want::Parked("external-reply-needs-approval"),
+        ),
+        (
+            "an acme reply address passes",
+            mail(json!({"reply": {"email": "desk@acme.com"}})),
+            Want::Allow,
+        ),
+    ];
+    for (name, inputs, want) in table {
+        let req = CallRequest {
+            purpose: Some("billing"),
+            reason: Some("Send the invoice the customer asked for."),
+            subject: "call-1",
+            ..CallRequest::new("mail-agent", "mail.send", &inputs)
+        };
+        let d = engine.decide(&req, NOW);
+        let got = match &d.verdict {
+            Verdict::Allow => Want::Allow,
+            Verdict::Deny { check, rule, .. } => {
+                Want::Deny(*check, Box::leak(rule.clone().into_boxed_str()))
+            }
+            Verdict::NeedsApproval { rule, .. } => {
+                Want::Parked(Box::leak(rule.clone().into_boxed_str()))
+            }
+        };
+        assert_eq!(got, want, "{name}: {:#?}", d.checks);
+        assert_ne!(
+            d.check(CheckName::Policy).rule.as_deref(),
+            Some("policy.error"),
+            "{name}: no policy errors on an absent optional input"
+        );
+    }
+}

@@ -1,5 +1,7 @@
 //! `toolgate decide`: a dry run of one call, printing every check, so a policy author can see
-//! why a call would be allowed, refused or parked. Nothing is reserved, called or recorded.
+//! why a call would be allowed, refused or parked, and then each policy of the tool and whether
+//! it matched, did not match or errored: a rule that did not fire is as visible as one that
+//! did. Nothing is reserved, called or recorded.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -8,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::Deserialize;
 use serde_json::Value;
+use toolgate_core::policy::{self, PolicyEffect, PolicyOutcome, PolicyResult};
 use toolgate_core::{
     ApprovalKeys, ApprovalToken, BudgetView, CallRequest, DestinationFacts, Engine,
     IdempotencyState, Outcome, PriorCall, RunHistory, Tier, Timestamp, Verdict,
@@ -109,8 +112,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         .map(Timestamp::from_millis)
         .unwrap_or_else(|| toolgate_core::Clock::now(&toolgate_core::SystemClock));
     let d = engine.decide(&req, now);
+    let policies = policy::explain(&registry, &req, now);
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?;
+        // The decision as the engine returns it, with each policy's outcome beside it.
+        let mut doc = serde_json::to_value(&d)?;
+        doc["policies"] = serde_json::to_value(&policies)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         match &d.verdict {
             Verdict::Allow => writeln!(out, "decision: ALLOW")?,
@@ -170,12 +177,69 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
             ]);
         }
         t.write(out)?;
+        writeln!(out)?;
+        write_policies(out, &input.tool, policies.as_deref())?;
     }
     Ok(match d.verdict {
         Verdict::Allow => 0,
         Verdict::Deny { .. } => 1,
         Verdict::NeedsApproval { .. } => 3,
     })
+}
+
+/// Each policy of the call's tool: matched (and what that does), no match, or the error.
+fn write_policies(
+    out: &mut dyn Write,
+    tool: &str,
+    policies: Option<&[PolicyResult]>,
+) -> std::io::Result<()> {
+    let Some(policies) = policies else {
+        return writeln!(
+            out,
+            "policies: not evaluated for this call (see the checks above)"
+        );
+    };
+    if policies.is_empty() {
+        return writeln!(out, "policies: none applies to '{tool}'");
+    }
+    writeln!(out, "policies of '{tool}': {}", policies.len())?;
+    let mut t = Table::new(&["policy", "effect", "outcome", "file", "detail"]);
+    for p in policies {
+        let shadow = matches!(
+            p.effect,
+            PolicyEffect::ShadowForbid | PolicyEffect::ShadowGate
+        );
+        let (outcome, detail) = match &p.outcome {
+            PolicyOutcome::Matched => (
+                "MATCHED",
+                match p.effect {
+                    PolicyEffect::Forbid => "refuses the call".to_string(),
+                    PolicyEffect::Gate => "asks for approval".to_string(),
+                    PolicyEffect::ShadowForbid => "would refuse (shadow, not enforced)".to_string(),
+                    PolicyEffect::ShadowGate => {
+                        "would ask for approval (shadow, not enforced)".to_string()
+                    }
+                },
+            ),
+            PolicyOutcome::NotMatched => ("no match", String::new()),
+            PolicyOutcome::Errored { error } => (
+                "ERROR",
+                if shadow {
+                    format!("{error} (shadow: recorded as would refuse)")
+                } else {
+                    format!("{error} (an error refuses the call)")
+                },
+            ),
+        };
+        t.row(vec![
+            p.id.clone(),
+            p.effect.as_str().into(),
+            outcome.into(),
+            p.file.clone(),
+            detail,
+        ]);
+    }
+    t.write(out)
 }
 
 fn read_stdin() -> anyhow::Result<String> {

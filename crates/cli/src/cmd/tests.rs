@@ -159,3 +159,82 @@ fn decide_refuses_unknown_fields_in_its_input() {
         "{err:#}"
     );
 }
+
+/// The FastMCP-style fixture, with a policy that errors on some calls and one in shadow.
+fn optional_inputs_with(extra_policy: &str) -> tempfile::TempDir {
+    let from = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../core/tests/fixtures/optional-inputs"
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    for sub in ["", "tools", "policies"] {
+        std::fs::create_dir_all(tmp.path().join(sub)).unwrap();
+        for e in std::fs::read_dir(from.join(sub)).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                std::fs::copy(e.path(), tmp.path().join(sub).join(e.file_name())).unwrap();
+            }
+        }
+    }
+    std::fs::write(tmp.path().join("policies/extra.cedar"), extra_policy).unwrap();
+    tmp
+}
+
+#[test]
+fn decide_shows_each_policy_matched_not_matched_or_errored() {
+    let dir = optional_inputs_with(
+        r#"@id("cc-count-overflows")
+forbid (principal, action == Action::"mail.send", resource)
+when { context.inputs has cc && context.run.steps + 9223372036854775807 > 0 };
+
+@id("trial-no-reply") @shadow
+forbid (principal, action == Action::"mail.send", resource)
+unless { context.inputs has reply };
+"#,
+    );
+    let tmp = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        tmp.path(),
+        r#"{"principal": "mail-agent", "tool": "mail.send", "purpose": "billing", "reason": "asked",
+            "inputs": {"invoice_id": "INV-20260611", "subject": "Your invoice",
+                       "recipient": "ap@evil.example", "cc": ["me@acme.com"]},
+            "run": [{"tool": "mail.send", "tier": "act", "outcome": "allowed"}],
+            "at_ms": 1790000000000}"#,
+    )
+    .unwrap();
+    let args = decide::Args {
+        config: ConfigArg {
+            dir: dir.path().into(),
+        },
+        file: Some(tmp.path().into()),
+        json: false,
+    };
+    let (code, text) = output(|o| decide::run(&args, o));
+    assert_eq!(code, 1, "the erroring policy refuses the call");
+    let policies = &text[text.find("policies of").expect("per-policy lines")..];
+    insta::assert_snapshot!(policies);
+
+    let args = decide::Args { json: true, ..args };
+    let (_, text) = output(|o| decide::run(&args, o));
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let outcomes: Vec<(&str, &str)> = doc["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("cc-count-overflows", "errored"),
+            ("external-recipient-needs-approval", "matched"),
+            ("external-reply-needs-approval", "not_matched"),
+            ("no-external-cc", "not_matched"),
+            ("trial-no-reply", "matched"),
+        ]
+    );
+    assert_eq!(
+        doc["verdict"]["kind"], "deny",
+        "the decision is still there"
+    );
+}
