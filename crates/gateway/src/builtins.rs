@@ -225,9 +225,10 @@ fn step_result(step: &toolgate_store::Step) -> CallToolResult {
             let id = o.and_then(|o| o.approval_id).unwrap_or_default();
             readable_error(
                 format!(
-                    "'{tool}' was NOT executed: it needs a person's approval ({error}; rule {rule}). \
-                     Approval request {id} is waiting; once people approve it, a worker runs the \
-                     step (or call it again with exactly the same inputs)."
+                    "'{tool}' was NOT done yet: a person must approve it first ({error}; rule \
+                     {rule}). Approval request {id} is waiting. Retry the same call later, with \
+                     exactly the same inputs: once approved it runs (once; a worker may run it \
+                     first); if it was rejected, the retry says so and why."
                 ),
                 with(
                     json!({"status": "needs_approval", "approval_id": id, "rule": rule, "reason": error}),

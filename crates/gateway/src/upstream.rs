@@ -2,7 +2,9 @@
 //! process over stdio or a streamable-HTTP URL. This is the store's [`Handler`]: the executor
 //! calls it only after a call was decided and reserved. The upstream's `_meta` is built here,
 //! never copied from the agent's: it carries exactly `idempotency_key` (derived by toolgate),
-//! `run_id`, `step_id` and, when spans are exported or the caller sent one, `traceparent`.
+//! `run_id`, `step_id`, the `progressToken` of toolgate's own request (progress the upstream
+//! reports is relayed under it) and, when spans are exported or the caller sent one,
+//! `traceparent`.
 //! Approval tokens stay in toolgate (they were verified and consumed here; the upstream cannot
 //! verify them and must not be able to replay them), as does every other `_meta` field the agent
 //! sent (`purpose`, `reason`, `evidence`, `model`…: they are in the audit record).

@@ -261,7 +261,7 @@ async fn typescript_sdk_client_two_roles_a_call_a_refusal_and_an_approval() {
 }
 
 /// A workspace binary in this profile's target folder (built when missing).
-fn workspace_binary(name: &str, package: &str) -> PathBuf {
+pub fn workspace_binary(name: &str, package: &str) -> PathBuf {
     // target/debug/deps/clients-… → target/debug/NAME
     let dir = std::env::current_exe()
         .unwrap()

@@ -164,7 +164,8 @@ impl ApprovalStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     pub approval_id: String,
-    /// The step id (planned) or call id (direct: its idempotency key) the approval binds to.
+    /// The step id (planned), or for a direct call `PRINCIPAL/KEY` (its caller and idempotency
+    /// key), that the approval binds to.
     pub subject: String,
     pub run_id: Option<String>,
     pub principal: String,

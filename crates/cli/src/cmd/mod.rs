@@ -29,12 +29,14 @@ use toolgate_core::{LoadError, Registry};
 /// The registry folder option shared by every command that reads one.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConfigArg {
-    /// The registry folder (toolgate.yaml, tools/, principals.yaml, policies/).
+    /// The registry folder (toolgate.yaml, tools/, principals.yaml, policies/). Accepted before
+    /// or after a subcommand (`toolgate approvals list -c DIR`).
     #[arg(
         long = "config",
         short = 'c',
         env = "TOOLGATE_CONFIG",
-        default_value = "."
+        default_value = ".",
+        global = true
     )]
     pub dir: PathBuf,
 }

@@ -29,6 +29,9 @@ use toolgate_gateway::{Gateway, OAuthOptions, ServeOptions};
 
 pub const WORKER_KEY: &str = "tg-test-worker-key-0001";
 pub const PLANNER_KEY: &str = "tg-test-planner-key-0001";
+/// A second finance worker with the same grants as the first: two principals, one tool surface.
+pub const WORKER_B_KEY: &str = "tg-test-worker-b-key-0001";
+pub const CLERK_KEY: &str = "tg-test-clerk-key-0001";
 pub const OAUTH_SUBJECT: &str = "oauth|planner-7";
 
 pub fn example_dir() -> PathBuf {
@@ -126,6 +129,17 @@ principals:
         max_tier: spend
         max_sensitivity: confidential
     budgets: {{act: 50, spend: 5}}
+  - id: test-worker-b
+    kind: agent
+    role: worker.finance
+    credentials:
+      - {{id: test, sha256: "{worker_b}"}}
+    grants:
+      - scopes: [invoices:read, purchase_orders:read, notes:write, payments:write]
+        purposes: [billing]
+        max_tier: spend
+        max_sensitivity: confidential
+    budgets: {{act: 50, spend: 5}}
   - id: test-clerk
     kind: human
     role: ap.clerk
@@ -139,7 +153,8 @@ principals:
 "#,
         planner = api_key_hash(PLANNER_KEY),
         worker = api_key_hash(WORKER_KEY),
-        clerk = api_key_hash("tg-test-clerk-key-0001"),
+        worker_b = api_key_hash(WORKER_B_KEY),
+        clerk = api_key_hash(CLERK_KEY),
         subject = OAUTH_SUBJECT,
     )
 }
