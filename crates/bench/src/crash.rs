@@ -94,18 +94,18 @@ impl Clock for Later {
     }
 }
 
-pub(crate) struct FakeHttp {
-    pub(crate) fake: FakeServer<Faulty>,
+pub(crate) struct FakeHttp<D = Faulty> {
+    pub(crate) fake: FakeServer<D>,
     pub(crate) addr: std::net::SocketAddr,
     pub(crate) stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl FakeHttp {
+impl<D: toolgate_fakes::Domain> FakeHttp<D> {
     pub(crate) async fn start(
-        fake: FakeServer<Faulty>,
+        fake: FakeServer<D>,
         addr: Option<std::net::SocketAddr>,
-    ) -> anyhow::Result<FakeHttp> {
+    ) -> anyhow::Result<FakeHttp<D>> {
         let stop = CancellationToken::new();
         let served = fake.clone();
         let service = StreamableHttpService::new(
@@ -147,7 +147,7 @@ impl FakeHttp {
     }
 
     /// Down (every session and request in flight dropped) and up again on the same port.
-    async fn restart(self) -> anyhow::Result<FakeHttp> {
+    async fn restart(self) -> anyhow::Result<FakeHttp<D>> {
         self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
         FakeHttp::start(self.fake, Some(self.addr)).await

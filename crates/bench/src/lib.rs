@@ -11,6 +11,7 @@
 
 pub mod crash;
 pub mod scale;
+pub mod storm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use toolgate_bench::crash::{CrashOptions, StoreKind, crash_table, run_crash};
 use toolgate_bench::scale::{ScaleOptions, run_scale, scale_table};
+use toolgate_bench::storm::{StormOptions, run_storm, storm_table};
 use toolgate_bench::{RunOptions, run_faults, run_toggles, table, toggle_table};
 use toolgate_core::config::Durability;
 
@@ -67,6 +68,31 @@ enum Cmd {
         /// the disk) or `process` (survives the gateway being killed, flushed later).
         #[arg(long, default_value = "fsync")]
         durability: Durability,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Agents paying distinct invoices with no `_meta` through a `toolgate serve` that is
+    /// SIGKILLed again and again while the ERP holds payments; the ERP books every delivery.
+    /// Reports payments booked, booked twice, agents told "refused" for a booked payment, and
+    /// bookings without an allow record in the audit chain.
+    Storm {
+        #[arg(long, default_value_t = 2000)]
+        payments: u64,
+        #[arg(long, default_value_t = 16)]
+        agents: usize,
+        #[arg(long, default_value_t = 20)]
+        kills: u32,
+        /// Longest the ERP holds a payment before or after booking it (ms).
+        #[arg(long, default_value_t = 300)]
+        hold_ms: u64,
+        /// Run on PostgreSQL (a server URL; the bench creates and drops its own database)
+        /// instead of SQLite.
+        #[arg(long)]
+        postgres: Option<String>,
+        #[arg(long, default_value = "fsync")]
+        durability: Durability,
+        #[arg(long)]
+        toolgate: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -150,6 +176,36 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!("{}", crash_table(&report));
+            }
+        }
+        Cmd::Storm {
+            payments,
+            agents,
+            kills,
+            hold_ms,
+            postgres,
+            durability,
+            toolgate,
+            json,
+        } => {
+            let toolgate = match toolgate {
+                Some(t) => t,
+                None => std::env::current_exe()?.with_file_name("toolgate"),
+            };
+            let report = run_storm(&StormOptions {
+                toolgate,
+                store: postgres.map_or(StoreKind::Sqlite, StoreKind::Postgres),
+                durability,
+                payments,
+                agents: agents.max(1),
+                kills,
+                hold_ms,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", storm_table(&report));
             }
         }
         Cmd::Scale {

@@ -423,31 +423,41 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
     }
     // Recovery and the reconciler, for direct calls (and planned steps, alongside any
     // `toolgate worker`): a call whose process died mid-call is settled once its lease has run
-    // out (for a direct call, its timeout plus a few seconds) — its allow decision goes into the
+    // out (for a direct call, its timeout and two seconds) — its allow decision goes into the
     // chain, and a write or irreversible call becomes `unknown` — and each `unknown` call is
     // settled by asking the target by key, read tools only, under the current registry. An
-    // agent retrying the same call meanwhile hears "in progress" or "not known yet", then the
-    // settled outcome.
+    // agent retrying the same call meanwhile hears "in progress" or "unknown for now", then the
+    // settled outcome. Recovery looks every second (an indexed query that finds nothing almost
+    // always); the reconciler asks the targets every five seconds, and at once after recovery.
     {
         let (state, s) = (gw.state.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let every = std::time::Duration::from_secs(5);
+            let mut last_reconcile = std::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = s.cancelled() => break,
-                    _ = tokio::time::sleep(every) => {}
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
                 }
                 let ex = state.executor();
-                match ex.recover_stale().await {
-                    Ok(r) if !r.is_empty() => {
-                        tracing::warn!(
-                            settled = r.len(),
-                            "recovered calls whose process stopped mid-call"
-                        )
+                let recovered = match ex.recover_stale().await {
+                    Ok(r) => {
+                        if !r.is_empty() {
+                            tracing::warn!(
+                                settled = r.len(),
+                                "recovered calls whose process stopped mid-call"
+                            );
+                        }
+                        r.len()
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "recovering stale calls failed"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "recovering stale calls failed");
+                        0
+                    }
+                };
+                if recovered == 0 && last_reconcile.elapsed() < std::time::Duration::from_secs(5) {
+                    continue;
                 }
+                last_reconcile = std::time::Instant::now();
                 match ex.reconcile().await {
                     Ok(r) if !r.is_empty() => {
                         tracing::info!(settled = r.len(), "reconciled unknown steps")

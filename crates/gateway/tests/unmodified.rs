@@ -171,14 +171,6 @@ impl Served {
         }
     }
 
-    /// SIGKILL, at once.
-    pub async fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.start_kill().unwrap();
-            c.wait().await.unwrap();
-        }
-    }
-
     /// What the upstream was asked, by its tool name.
     pub fn records(&self, upstream_tool: &str) -> Vec<Record> {
         if !self.record.exists() {
