@@ -29,6 +29,9 @@ both_backends!(
     direct_calls_are_numbered_after_the_runs_steps,
     export_and_trace,
     process_durability_records_and_replays_the_same,
+    a_key_shared_by_a_tree_is_refused_to_the_others_naming_who,
+    reads_run_again_and_a_key_past_its_retention_is_a_new_operation,
+    a_retry_that_meets_its_unsettled_call_is_not_a_denial,
 );
 
 fn direct(tool: &str, inputs: Value) -> DirectCall {
@@ -965,4 +968,137 @@ async fn export_and_trace(db: &TestDb) {
     let verbose = store.trace(&run, true).await.unwrap();
     assert!(verbose.lines().count() > trace.lines().count());
     assert!(verbose.contains("credential"));
+}
+
+/// A tool whose key is shared by a principal's tree: one child makes the operation; its sibling's
+/// same operation is refused naming who made it and when, and is never told the outcome; the
+/// maker's own retry replays. Nothing runs twice.
+async fn a_key_shared_by_a_tree_is_refused_to_the_others_naming_who(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let assign = |who: &str, team: &str| DirectCall {
+        principal: who.into(),
+        ..direct("ticket.assign", json!({"ticket_id": "T-7", "team": team}))
+    };
+    let first = ex
+        .governed_call(assign("child-a", "billing"))
+        .await
+        .unwrap();
+    assert_eq!(first.status, CallStatus::Done, "{first:?}");
+    let other = ex
+        .governed_call(assign("child-b", "billing"))
+        .await
+        .unwrap();
+    assert_eq!(other.status, CallStatus::Refused, "{other:?}");
+    assert_eq!(other.decision.rule(), Some("idempotency.elsewhere"));
+    let why = &other.decision.check(CheckName::Idempotency).detail;
+    assert!(why.contains("by 'child-a' at 2026-"), "{why}");
+    assert!(
+        other.outcome.as_ref().unwrap().result.is_none(),
+        "not the other's outcome"
+    );
+    // Other inputs for the same ticket from the sibling: the same refusal (the key is the ticket).
+    let changed = ex.governed_call(assign("child-b", "field")).await.unwrap();
+    assert_eq!(changed.decision.rule(), Some("idempotency.elsewhere"));
+    let again = ex
+        .governed_call(assign("child-a", "billing"))
+        .await
+        .unwrap();
+    assert_eq!(again.status, CallStatus::Replayed);
+    assert_eq!(fake.count("ticket.assign"), 1);
+    // A principal outside the tree has a key of its own.
+    let outside = ex.governed_call(assign("lead", "billing")).await.unwrap();
+    assert_eq!(outside.status, CallStatus::Done, "{outside:?}");
+    assert_ne!(outside.idem_key, first.idem_key);
+    assert_eq!(fake.count("ticket.assign"), 2);
+}
+
+/// A read is asked again each time (a replay would answer from before a write); a completed
+/// write past its retention is a new operation, with a new step (the old one keeps its record).
+async fn reads_run_again_and_a_key_past_its_retention_is_a_new_operation(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let clk = clock();
+    let ex = executor(&store, fake.clone(), clk.clone());
+    let read = || direct("ticket.get", json!({"ticket_id": "T-2"}));
+    let r1 = ex.governed_call(read()).await.unwrap();
+    let r2 = ex.governed_call(read()).await.unwrap();
+    assert_eq!((r1.status, r2.status), (CallStatus::Done, CallStatus::Done));
+    assert_ne!(r1.step_id, r2.step_id);
+    assert_eq!(fake.count("ticket.get"), 2);
+
+    let update = || {
+        direct(
+            "ticket.update",
+            json!({"ticket_id": "T-2", "status": "hold"}),
+        )
+    };
+    let w1 = ex.governed_call(update()).await.unwrap();
+    assert_eq!(w1.status, CallStatus::Done);
+    assert_eq!(
+        ex.governed_call(update()).await.unwrap().status,
+        CallStatus::Replayed
+    );
+    // 73 hours on (the retention is raised to the 72-hour approval expiry): a new operation.
+    clk.advance_hours(73);
+    let w2 = ex.governed_call(update()).await.unwrap();
+    assert_eq!(w2.status, CallStatus::Done, "{w2:?}");
+    assert_ne!(w2.step_id, w1.step_id);
+    assert_eq!(w2.idem_key, w1.idem_key);
+    assert_eq!(fake.count("ticket.update"), 2);
+    // The first step is still there, done, under its archived key.
+    let old = store.step(w1.step_id.as_deref().unwrap()).await.unwrap();
+    assert_eq!(old.status, StepStatus::Done);
+    assert!(
+        old.idem_key
+            .as_str()
+            .ends_with(w1.step_id.as_deref().unwrap())
+    );
+}
+
+/// A retry that meets its own call still running (a crash, a slow upstream) hears that it is in
+/// progress; that answer is not a denial of the run, so a payment in the same run afterwards is
+/// not refused by no-spend-after-denial.
+async fn a_retry_that_meets_its_unsettled_call_is_not_a_denial(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let slow = Arc::new(Recorder {
+        gate: Some(gate.clone()),
+        entered: Some(entered.clone()),
+        ..Recorder::default()
+    });
+    let ex = executor(&store, slow.clone(), clock());
+    let call = direct(
+        "ticket.update",
+        json!({"ticket_id": "T-9", "status": "closed"}),
+    );
+    let bg = {
+        let (ex, call) = (ex.clone(), call.clone());
+        tokio::spawn(async move { ex.governed_call(call).await.unwrap() })
+    };
+    entered.notified().await;
+    for _ in 0..3 {
+        let r = ex.governed_call(call.clone()).await.unwrap();
+        assert_eq!(r.status, CallStatus::InProgress, "{r:?}");
+    }
+    gate.notify_one();
+    assert_eq!(bg.await.unwrap().status, CallStatus::Done);
+    // The run saw no denial: the policy over spend after a denial does not fire.
+    let pay = executor(&store, Recorder::new(), clock())
+        .governed_call(direct("payment.send", payment(50.0)))
+        .await
+        .unwrap();
+    assert_eq!(pay.status, CallStatus::Done, "{pay:?}");
+    let records = store
+        .audit_records(None, Some("run-direct-1"))
+        .await
+        .unwrap();
+    assert!(
+        records
+            .iter()
+            .all(|r| r.body.why.decision != toolgate_store::audit::AuditDecision::Deny),
+        "no denial recorded in the run"
+    );
 }
