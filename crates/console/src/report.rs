@@ -803,7 +803,7 @@ fn opt(x: Option<i64>) -> String {
     x.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
 
-fn float(x: f64) -> String {
+pub(crate) fn float(x: f64) -> String {
     let s = format!("{x:.6}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -826,7 +826,7 @@ fn summary(p: &Percentiles, per_unit: f64) -> Vec<(String, String)> {
 }
 
 /// `k="v",…` with Prometheus escaping.
-fn labels(pairs: &[(&str, &str)]) -> String {
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()
         .map(|(k, v)| {
