@@ -294,7 +294,8 @@ async fn an_approver_sees_the_new_iban_approves_and_the_payment_runs_once() {
     // Under the pages' CSP (no 'unsafe-inline': the inline stylesheet and script are allowed
     // by their hashes) the stylesheet applies and the queue's j/k script runs.
     assert_eq!(
-        b.eval("return getComputedStyle(document.body).marginTop").await,
+        b.eval("return getComputedStyle(document.body).marginTop")
+            .await,
         "0px",
         "the stylesheet was blocked"
     );

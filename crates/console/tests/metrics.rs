@@ -105,7 +105,12 @@ async fn metrics_needs_the_scrape_token_and_a_peer_on_this_host() {
         let mut near = Http::new(metrics_router(state.clone())).from_peer(Some(peer));
         let r = near.get_bearer("/metrics", SCRAPE_TOKEN).await;
         assert_eq!(r.status, StatusCode::OK, "{peer}: {}", r.body);
-        assert!(r.headers[CONTENT_TYPE].to_str().unwrap().starts_with("text/plain"));
+        assert!(
+            r.headers[CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain")
+        );
         assert!(r.body.contains("# TYPE toolgate_calls_total counter"));
     }
 
@@ -113,6 +118,7 @@ async fn metrics_needs_the_scrape_token_and_a_peer_on_this_host() {
     let open = e.console_with("", |o| {
         o.metrics.token = Some(toolgate_console::ScrapeToken::new(SCRAPE_TOKEN).unwrap());
         o.metrics.allow_remote = true;
+        o.metrics.min_interval = std::time::Duration::ZERO;
     });
     let mut far = Http::new(metrics_router(open)).from_peer(Some("192.0.2.10:5000"));
     assert_eq!(far.get("/metrics").await.status, StatusCode::UNAUTHORIZED);
@@ -247,13 +253,21 @@ async fn an_agent_typed_tool_name_is_counted_as_unknown_and_the_page_stays_small
         draft("invoice.get", AuditDecision::Deny, Some(&weird_rule), 3),
     ];
     // Many tools an agent made up: one series, however many.
-    drafts.extend(
-        (0..200).map(|i| draft(&format!("made.up.{i}"), AuditDecision::Deny, Some("tool.unknown"), 10 + i)),
-    );
+    drafts.extend((0..200).map(|i| {
+        draft(
+            &format!("made.up.{i}"),
+            AuditDecision::Deny,
+            Some("tool.unknown"),
+            10 + i,
+        )
+    }));
     e.store.append_audit(drafts).await.unwrap();
     let page = scrape(&mut h).await;
     assert_eq!(
-        value(&page, "toolgate_calls_total{tool=\"unknown\",decision=\"deny\"}"),
+        value(
+            &page,
+            "toolgate_calls_total{tool=\"unknown\",decision=\"deny\"}"
+        ),
         Some(202.0),
         "{page}"
     );

@@ -10,7 +10,11 @@ const SCRAPE_TOKEN: &str = "tg-test-scrape-token-0001";
 /// The harness, with `metrics.token_file` in its toolgate.yaml.
 async fn start() -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("metrics-token"), format!("{SCRAPE_TOKEN}\n")).unwrap();
+    std::fs::write(
+        dir.path().join("metrics-token"),
+        format!("{SCRAPE_TOKEN}\n"),
+    )
+    .unwrap();
     let record = dir.path().join("erp-calls.jsonl");
     let (fake, fake_stop) = start_fake_finance(&record, Vec::new()).await;
     Harness::serve(
@@ -90,7 +94,10 @@ async fn serve_mounts_the_approval_page_and_metrics() {
     .unwrap();
     let after = scrape().await;
     let series = "toolgate_calls_total{tool=\"invoice.search\",decision=\"allow\"} 1";
-    assert!(!before.contains(series) && after.contains(series), "{after}");
+    assert!(
+        !before.contains(series) && after.contains(series),
+        "{after}"
+    );
     h.shutdown().await;
 }
 
@@ -107,7 +114,9 @@ async fn every_reply_of_the_http_surface_carries_nosniff_and_a_csp() {
         client.get(format!("{base}/readyz")),
         client.get(format!("{base}/.well-known/oauth-protected-resource")),
         client.get(format!("{base}/metrics")),
-        client.get(format!("{base}/metrics")).bearer_auth(SCRAPE_TOKEN),
+        client
+            .get(format!("{base}/metrics"))
+            .bearer_auth(SCRAPE_TOKEN),
         client.get(format!("{base}/approvals/login")),
         client.get(format!("{base}/approvals")),
         client.get(format!("{base}/no-such-route")),

@@ -96,6 +96,10 @@ pub struct MetricsOptions {
     /// budget counters) are reused before they are read again. Audit-derived counters are
     /// always brought up to the chain's last record.
     pub table_refresh: Duration,
+    /// Scrapes are answered one at a time, at most one per this interval: a scraper asking
+    /// faster waits (which costs nothing), so scrapers in a tight loop cannot take the CPU the
+    /// governed calls need. A refused scrape is answered after the same delay.
+    pub min_interval: Duration,
 }
 
 impl Default for MetricsOptions {
@@ -104,6 +108,7 @@ impl Default for MetricsOptions {
             token: None,
             allow_remote: false,
             table_refresh: Duration::from_secs(5),
+            min_interval: Duration::from_millis(100),
         }
     }
 }
@@ -175,6 +180,8 @@ impl IntoResponse for Refusal {
 struct State {
     tally: Tally,
     tables: Option<(Instant, Tables)>,
+    /// When the last page was rendered.
+    rendered: Option<Instant>,
 }
 
 /// The aggregate behind `/metrics`, shared by every scrape of one process.
@@ -190,6 +197,7 @@ impl Metrics {
             state: Mutex::new(State {
                 tally: Tally::default(),
                 tables: None,
+                rendered: None,
             }),
         }
     }
@@ -209,10 +217,14 @@ impl Metrics {
 
     /// Brings the counters up to the chain's last record (reading only the records after the
     /// last one folded in), re-reads the tables when they are older than `table_refresh`, and
-    /// renders the page. Concurrent scrapes wait for one another: one reads, the next finds
-    /// nothing new.
+    /// renders the page. Concurrent scrapes wait for one another (one reads, the next finds
+    /// nothing new), and each waits until `min_interval` has passed since the last page.
     pub async fn scrape(&self, exec: &Executor) -> Result<String, StoreError> {
         let mut st = self.state.lock().await;
+        if let Some(at) = st.rendered {
+            tokio::time::sleep_until((at + self.opts.min_interval).into()).await;
+        }
+        st.rendered = Some(Instant::now());
         loop {
             let page = exec.store.audit_after(st.tally.last_seq, PAGE).await?;
             for r in &page {
@@ -246,6 +258,7 @@ impl Metrics {
 /// The `/metrics` reply: the page, or why not.
 pub async fn answer(m: &Metrics, exec: &Executor, peer: Peer, headers: &HeaderMap) -> Response {
     if let Err(r) = m.admit(peer, headers) {
+        tokio::time::sleep(m.opts.min_interval).await;
         return r.into_response();
     }
     match m.scrape(exec).await {

@@ -263,6 +263,7 @@ impl Env {
         self.console_with(base, |o| {
             o.metrics.token = Some(toolgate_console::ScrapeToken::new(SCRAPE_TOKEN).unwrap());
             o.metrics.table_refresh = std::time::Duration::ZERO;
+            o.metrics.min_interval = std::time::Duration::ZERO;
         })
     }
 
