@@ -339,3 +339,23 @@ fn the_scrape_token_comes_from_a_file_or_the_environment_never_the_yaml() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn a_scraper_asking_faster_than_the_interval_waits_for_the_next_page() {
+    let e = env().await;
+    let interval = std::time::Duration::from_millis(150);
+    let state = e.console_with("", |o| {
+        o.metrics.token = Some(toolgate_console::ScrapeToken::new(SCRAPE_TOKEN).unwrap());
+        o.metrics.min_interval = interval;
+    });
+    let mut h = Http::new(metrics_router(state));
+    scrape(&mut h).await;
+    let t = std::time::Instant::now();
+    scrape(&mut h).await;
+    scrape(&mut h).await;
+    assert!(
+        t.elapsed() >= 2 * interval,
+        "two pages came {:?} after the first",
+        t.elapsed()
+    );
+}

@@ -280,3 +280,107 @@ impl Tally {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn registry() -> Registry {
+        Registry::load(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/registry"
+        ))
+        .unwrap()
+    }
+
+    fn record(seq: i64, ts: i64, body: serde_json::Value) -> AuditRecord {
+        let mut v = json!({
+            "seq": seq, "prev": "x", "ts": ts, "who": {"principal": "fin-worker", "role": "r"},
+            "tool": "invoice.get", "inputs": {}, "registry_version": "v",
+            "why": {"decision": "allow"}, "outcome": {"status": "done"},
+        });
+        for (k, x) in body.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn an_unknown_outcome_is_open_until_its_step_is_reconciled() {
+        let reg = registry();
+        let mut t = Tally::default();
+        let unknown = json!({"step_id": "s1", "outcome": {"status": "unknown"}});
+        t.fold(&reg, &record(1, 1_000, unknown.clone()));
+        t.fold(
+            &reg,
+            &record(
+                2,
+                2_000,
+                json!({"step_id": "s2", "outcome": {"status": "unknown"}}),
+            ),
+        );
+        assert_eq!((t.unknowns_open, t.unknowns_reconciled), (2, 0));
+        // A reconcile that is still unknown settles nothing; one of another step neither.
+        let still = json!({"step_id": "s1", "why": {"decision": "reconcile"}, "outcome": {"status": "unknown"}});
+        t.fold(&reg, &record(3, 3_000, still));
+        let other = json!({"step_id": "s9", "why": {"decision": "reconcile"}, "outcome": {"status": "done"}});
+        t.fold(&reg, &record(4, 4_000, other));
+        assert_eq!((t.unknowns_open, t.unknowns_reconciled), (2, 0));
+        let settled = json!({"step_id": "s1", "why": {"decision": "reconcile"}, "outcome": {"status": "done"}});
+        t.fold(&reg, &record(5, 6_000, settled));
+        assert_eq!((t.unknowns_open, t.unknowns_reconciled), (1, 1));
+        assert_eq!(t.reconcile.count, 1);
+        assert_eq!(t.reconcile.sum, 5.0, "settled 5 s after it was unknown");
+        assert_eq!((t.last_seq, t.records), (5, 5));
+    }
+
+    #[test]
+    fn rule_labels_are_toolgates_or_the_registrys_and_capped() {
+        let reg = registry();
+        let mut t = Tally::default();
+        let deny = |seq: i64, rule: &str| {
+            record(seq, seq, json!({"why": {"decision": "deny", "rule": rule}}))
+        };
+        t.fold(&reg, &deny(1, "grant.purpose"));
+        t.fold(&reg, &deny(2, "idempotency.inputs_differ"));
+        t.fold(&reg, &deny(3, "made-up rule\n"));
+        t.fold(&reg, &deny(4, &format!("budget.{}", "x".repeat(100))));
+        assert_eq!(t.refusals["grant.purpose"], 1);
+        assert_eq!(t.refusals[OTHER], 2);
+        assert_eq!(t.key_conflicts, 1);
+        for i in 0..2 * MAX_RULES as i64 {
+            t.fold(&reg, &deny(10 + i, &format!("budget.window.w{i}")));
+        }
+        assert!(t.refusals.len() <= MAX_RULES + 1, "{}", t.refusals.len());
+        assert!(t.refusals[OTHER] > MAX_RULES as u64);
+        // Known rules already counted keep their own series past the cap.
+        t.fold(&reg, &deny(10_000, "grant.purpose"));
+        assert_eq!(t.refusals["grant.purpose"], 2);
+    }
+
+    #[test]
+    fn tools_the_registry_does_not_declare_are_unknown() {
+        let reg = registry();
+        assert_eq!(tool_label(&reg, "invoice.get"), "invoice.get");
+        assert_eq!(tool_label(&reg, "registry.reload"), "registry.reload");
+        assert_eq!(
+            tool_label(&reg, "invoice.get.preview"),
+            UNKNOWN,
+            "no preview declared"
+        );
+        assert_eq!(tool_label(&reg, &"x".repeat(100_000)), UNKNOWN);
+    }
+
+    #[test]
+    fn open_unknowns_are_remembered_up_to_a_bound() {
+        let reg = registry();
+        let mut t = Tally::default();
+        for i in 0..(MAX_OPEN_UNKNOWNS as i64 + 10) {
+            let u = json!({"step_id": format!("s{i}"), "outcome": {"status": "unknown"}});
+            t.fold(&reg, &record(i + 1, i, u));
+        }
+        assert_eq!(t.open.len(), MAX_OPEN_UNKNOWNS);
+        assert_eq!(t.unknowns_open, MAX_OPEN_UNKNOWNS as u64 + 10);
+    }
+}
