@@ -154,7 +154,7 @@ impl Throttle {
     }
 
     /// Buckets held (sources, keys).
-    pub fn len(&self) -> (usize, usize) {
+    pub fn buckets(&self) -> (usize, usize) {
         let t = self.tables.lock().unwrap_or_else(|p| p.into_inner());
         (t.0.map.len(), t.1.map.len())
     }
@@ -232,7 +232,7 @@ mod tests {
                 now,
             );
         }
-        let (s, k) = t.len();
+        let (s, k) = t.buckets();
         assert!(s <= 4 && k <= 4, "{s} sources, {k} keys");
     }
 }

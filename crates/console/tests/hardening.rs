@@ -21,7 +21,7 @@ fn limited(e: &Env) -> toolgate_console::ConsoleState {
 }
 
 fn from(state: &toolgate_console::ConsoleState, peer: &str) -> Http {
-    Http::new(router(state.clone())).from_peer(Some(peer))
+    Http::new(router(state.clone())).at_peer(Some(peer))
 }
 
 #[tokio::test]

@@ -94,7 +94,7 @@ async fn metrics_needs_the_scrape_token_and_a_peer_on_this_host() {
 
     // The right token from another host, or from a peer the server did not record: refused.
     for peer in [Some("192.0.2.10:5000"), Some("[2001:db8::1]:5000"), None] {
-        let mut far = Http::new(metrics_router(state.clone())).from_peer(peer);
+        let mut far = Http::new(metrics_router(state.clone())).at_peer(peer);
         let r = far.get_bearer("/metrics", SCRAPE_TOKEN).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{peer:?}");
         assert!(r.body.contains("allow_remote"), "{}", r.body);
@@ -102,7 +102,7 @@ async fn metrics_needs_the_scrape_token_and_a_peer_on_this_host() {
 
     // On this host, IPv4 or IPv6 loopback, with the token: the page.
     for peer in [LOOPBACK, "[::1]:5000", "[::ffff:127.0.0.1]:5000"] {
-        let mut near = Http::new(metrics_router(state.clone())).from_peer(Some(peer));
+        let mut near = Http::new(metrics_router(state.clone())).at_peer(Some(peer));
         let r = near.get_bearer("/metrics", SCRAPE_TOKEN).await;
         assert_eq!(r.status, StatusCode::OK, "{peer}: {}", r.body);
         assert!(
@@ -120,7 +120,7 @@ async fn metrics_needs_the_scrape_token_and_a_peer_on_this_host() {
         o.metrics.allow_remote = true;
         o.metrics.min_interval = std::time::Duration::ZERO;
     });
-    let mut far = Http::new(metrics_router(open)).from_peer(Some("192.0.2.10:5000"));
+    let mut far = Http::new(metrics_router(open)).at_peer(Some("192.0.2.10:5000"));
     assert_eq!(far.get("/metrics").await.status, StatusCode::UNAUTHORIZED);
     assert_eq!(
         far.get_bearer("/metrics", SCRAPE_TOKEN).await.status,

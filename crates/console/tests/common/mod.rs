@@ -333,7 +333,7 @@ impl Http {
     }
 
     /// The same client, its requests coming from `peer` (None: the peer is not recorded).
-    pub fn from_peer(mut self, peer: Option<&str>) -> Self {
+    pub fn at_peer(mut self, peer: Option<&str>) -> Self {
         self.peer = peer.map(|p| p.parse().unwrap());
         self
     }
