@@ -3,7 +3,8 @@
 //! each gate's rejection rate r with its break-even cost ratio 1/r and weekly trend, approvals'
 //! age at decision, duplicates suppressed, unknowns and time to reconcile, budget use, latency,
 //! and per shadow rule the calls it would have refused or gated (the evidence for enforcing it).
-//! One [`Report`] feeds the page, `toolgate report` and `/metrics`, so they cannot disagree.
+//! One [`Report`] feeds the page and `toolgate report`, so they cannot disagree; `/metrics`
+//! folds the same records one at a time (`metrics/`), by the same rules, tested against it.
 //!
 //! Percentiles use the nearest-rank method (the smallest value with at least p % of the values
 //! at or below it), so a hand count over a small log gives the same figure.
