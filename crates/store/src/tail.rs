@@ -31,14 +31,23 @@ impl Store {
         let mut c = self.inner.pool.conn().await?;
         let rows = c
             .rows(
-                "SELECT record FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2",
+                "SELECT seq, record FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2",
                 args![after, i64::from(limit)],
             )
             .await?;
         rows.iter()
             .map(|r| {
-                serde_json::from_str(&r.text(0)?)
-                    .map_err(|e| StoreError::Corrupt(format!("audit record: {e}")))
+                let (seq, text) = (r.i64(0)?, r.text(1)?);
+                let record: AuditRecord = serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
+                // Selected by the column: it must say what the hashed record says.
+                if record.seq != seq {
+                    return Err(StoreError::Corrupt(format!(
+                        "audit row {seq} holds record {}: run `toolgate log verify`",
+                        record.seq
+                    )));
+                }
+                Ok(record)
             })
             .collect()
     }
