@@ -11,11 +11,12 @@
 //!    new records;
 //! 3. the aggregate alone (`Metrics::scrape`) with the approval and budget tables re-read on
 //!    every scrape, the worst case (the gateway reuses them for 5 s);
-//! 4. a governed call (`invoice.search`, each in its own run, one at a time) for `--secs`
-//!    without scrapers, with 8 scrapers in tight loops, and without again.
+//! 4. a governed call (`invoice.search`, each in its own run, one at a time) without scrapers,
+//!    with 8 scrapers holding the token in tight loops, and with 8 anonymous clients in tight
+//!    loops, in `--rounds` interleaved slices of `--secs` each, pooled per phase.
 //!
 //! Run: `cargo bench -p toolgate-gateway --bench metrics_scrape` (`-- --records N`,
-//! `-- --secs N` per phase of 4).
+//! `-- --secs S` per slice, `-- --rounds N`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -142,6 +143,48 @@ async fn calls(c: &RunningService<RoleClient, ()>, secs: f64, tag: &str) -> Vec<
     lat
 }
 
+/// Governed calls for `secs` while `n` clients request `/metrics` back to back (with `token`,
+/// or none); returns the calls' latencies (µs), the requests the clients made, and the time.
+async fn with_scrapers(
+    worker: &RunningService<RoleClient, ()>,
+    url: &str,
+    n: usize,
+    token: Option<&'static str>,
+    secs: f64,
+    tag: &str,
+) -> (Vec<u64>, u64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraped = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        let (stop, scraped, url) = (stop.clone(), scraped.clone(), url.to_string());
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .build()
+            .unwrap();
+        clients.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let mut req = http.get(&url);
+                if let Some(t) = token {
+                    req = req.bearer_auth(t);
+                }
+                let r = req.send().await.unwrap();
+                assert_eq!(r.status().as_u16(), if token.is_some() { 200 } else { 401 });
+                r.bytes().await.unwrap();
+                scraped.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let t = Instant::now();
+    let lat = calls(worker, secs, tag).await;
+    let took = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    (lat, scraped.load(Ordering::Relaxed), took)
+}
+
 fn pct(v: &[u64], p: f64) -> u64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -192,7 +235,8 @@ fn seeds(template: &AuditDraft, from: usize, n: usize) -> Vec<AuditDraft> {
 
 fn main() {
     let records: usize = arg("--records").unwrap_or(100_000);
-    let secs: f64 = arg("--secs").unwrap_or(5.0);
+    let secs: f64 = arg("--secs").unwrap_or(1.5);
+    let rounds: usize = arg("--rounds").unwrap_or(6);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -275,50 +319,37 @@ fn main() {
         println!("| in process, folding the whole chain | 1 | {} | | | |", ms(fold_all));
         println!("| in process, tables re-read every scrape | {} | {} | {} | {} | |", fresh.len(), ms(pct(&fresh, 0.5)), ms(pct(&fresh, 0.99)), ms(*fresh.last().unwrap()));
 
-        // A governed call's latency without scrapers, with 8 in tight loops, and without again.
-        println!("\ngoverned call (invoice.search, one at a time, {secs} s per phase)");
-        println!("| phase | calls | p50 ms | p99 ms | scrapes/s |");
+        // A governed call's latency without scrapers, with 8 scrapers holding the token, and
+        // with 8 anonymous clients, in interleaved slices (so drift in the disk's fsync time
+        // falls on every phase alike), pooled per phase.
+        println!("\ngoverned call (invoice.search, one at a time): {rounds} rounds of {secs} s per phase, interleaved");
+        println!("| phase | calls | p50 ms | p99 ms | requests to /metrics per s |");
         println!("|---|---:|---:|---:|---:|");
-        let base = calls(&worker, secs, "base").await;
-        let mut loads = Vec::new();
-        println!("| no scrapers | {} | {} | {} | |", base.len(), ms(pct(&base, 0.5)), ms(pct(&base, 0.99)));
-        for (phase, token) in [("8 scrapers with the token, back to back", Some(TOKEN)), ("8 anonymous clients, back to back (401)", None)] {
-            let stop = Arc::new(AtomicBool::new(false));
-            let scraped = Arc::new(AtomicU64::new(0));
-            let mut scrapers = Vec::new();
-            for _ in 0..8 {
-                let (stop, scraped, url) = (stop.clone(), scraped.clone(), metrics_url.clone());
-                let http = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
-                scrapers.push(tokio::spawn(async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        let mut req = http.get(&url);
-                        if let Some(t) = token {
-                            req = req.bearer_auth(t);
-                        }
-                        let r = req.send().await.unwrap();
-                        assert_eq!(r.status().as_u16(), if token.is_some() { 200 } else { 401 });
-                        r.bytes().await.unwrap();
-                        scraped.fetch_add(1, Ordering::Relaxed);
-                    }
-                }));
+        let phases: [(&str, usize, Option<&'static str>); 3] = [
+            ("no scrapers", 0, None),
+            ("8 scrapers with the token, back to back", 8, Some(TOKEN)),
+            ("8 anonymous clients, back to back (401)", 8, None),
+        ];
+        let mut pooled: Vec<(Vec<u64>, u64, f64)> = vec![(Vec::new(), 0, 0.0); phases.len()];
+        for round in 0..rounds {
+            for (i, (_, n, token)) in phases.iter().enumerate() {
+                let (lat, scrapes, took) = with_scrapers(&worker, &metrics_url, *n, *token, secs, &format!("r{round}p{i}")).await;
+                pooled[i].0.extend(lat);
+                pooled[i].1 += scrapes;
+                pooled[i].2 += took;
             }
-            let t = Instant::now();
-            let loaded = calls(&worker, secs, phase).await;
-            let rate = scraped.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
-            stop.store(true, Ordering::Relaxed);
-            for s in scrapers {
-                s.await.unwrap();
-            }
-            println!("| {phase} | {} | {} | {} | {rate:.0} |", loaded.len(), ms(pct(&loaded, 0.5)), ms(pct(&loaded, 0.99)));
-            loads.push((phase, pct(&loaded, 0.5)));
         }
-        let again = calls(&worker, secs, "again").await;
-        println!("| no scrapers, again | {} | {} | {} | |", again.len(), ms(pct(&again, 0.5)), ms(pct(&again, 0.99)));
-        let calm = pct(&base, 0.5).max(pct(&again, 0.5));
-        for (phase, p50) in loads {
+        let mut p50s = Vec::new();
+        for ((phase, n, _), (lat, scrapes, took)) in phases.iter().zip(pooled.iter_mut()) {
+            lat.sort_unstable();
+            let rate = if *n > 0 { format!("{:.0}", *scrapes as f64 / *took) } else { String::new() };
+            println!("| {phase} | {} | {} | {} | {rate} |", lat.len(), ms(pct(lat, 0.5)), ms(pct(lat, 0.99)));
+            p50s.push(pct(lat, 0.5));
+        }
+        for (i, (phase, _, _)) in phases.iter().enumerate().skip(1) {
             println!(
-                "p50 with {phase} vs the slower phase without: {:+.1} %",
-                (p50 as f64 / calm as f64 - 1.0) * 100.0
+                "p50 with {phase} vs without: {:+.1} %",
+                (p50s[i] as f64 / p50s[0] as f64 - 1.0) * 100.0
             );
         }
         let _ = worker.cancel().await;
