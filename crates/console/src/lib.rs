@@ -17,12 +17,18 @@ pub mod actions;
 pub mod auth;
 pub mod error;
 pub mod fmt;
+pub mod headers;
 pub mod item;
+pub mod metrics;
 mod pages;
+pub mod peer;
 pub mod queue;
 pub mod report;
 mod svg;
+pub mod throttle;
 mod web;
 
 pub use error::ConsoleError;
+pub use metrics::{MetricsOptions, ScrapeToken};
+pub use throttle::SignInLimits;
 pub use web::{ConsoleOptions, ConsoleState, LiveExecutor, metrics_router, router};

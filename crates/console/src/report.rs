@@ -3,7 +3,8 @@
 //! each gate's rejection rate r with its break-even cost ratio 1/r and weekly trend, approvals'
 //! age at decision, duplicates suppressed, unknowns and time to reconcile, budget use, latency,
 //! and per shadow rule the calls it would have refused or gated (the evidence for enforcing it).
-//! One [`Report`] feeds the page, `toolgate report` and `/metrics`, so they cannot disagree.
+//! One [`Report`] feeds the page and `toolgate report`, so they cannot disagree; `/metrics`
+//! folds the same records one at a time (`metrics/`), by the same rules, tested against it.
 //!
 //! Percentiles use the nearest-rank method (the smallest value with at least p % of the values
 //! at or below it), so a hand count over a small log gives the same figure.
@@ -803,7 +804,7 @@ fn opt(x: Option<i64>) -> String {
     x.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
 
-fn float(x: f64) -> String {
+pub(crate) fn float(x: f64) -> String {
     let s = format!("{x:.6}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -826,7 +827,7 @@ fn summary(p: &Percentiles, per_unit: f64) -> Vec<(String, String)> {
 }
 
 /// `k="v",…` with Prometheus escaping.
-fn labels(pairs: &[(&str, &str)]) -> String {
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()
         .map(|(k, v)| {

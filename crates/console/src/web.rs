@@ -2,11 +2,11 @@
 //! needs the signed-in session and its CSRF token, and is refused (403) without them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use axum::http::header::{CACHE_CONTROL, LOCATION, RETRY_AFTER, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,8 +20,11 @@ use crate::auth::{
     LOGIN_COOKIE, SESSION_COOKIE, Session, Sessions, random_token, same_secret, set_cookie,
 };
 use crate::error::ConsoleError;
+use crate::metrics::{Metrics, MetricsOptions};
+use crate::peer::Peer;
 use crate::queue::{self, Filter};
-use crate::{item, pages, report};
+use crate::throttle::{SignInLimits, Throttle};
+use crate::{headers, item, metrics, pages, report};
 
 /// How the console is mounted and run.
 #[derive(Clone)]
@@ -42,6 +45,10 @@ pub struct ConsoleOptions {
     /// registry: each request then reads and decides under the current version. None: the
     /// executor given to [`ConsoleState::new`] serves for good.
     pub live: Option<LiveExecutor>,
+    /// Who may read `/metrics` (nobody, by default).
+    pub metrics: MetricsOptions,
+    /// Sign-in failures allowed per source address and per key.
+    pub sign_in: SignInLimits,
 }
 
 /// Returns the executor of the registry version serving now.
@@ -56,6 +63,8 @@ impl Default for ConsoleOptions {
             ontology: None,
             run_on_approve: true,
             live: None,
+            metrics: MetricsOptions::default(),
+            sign_in: SignInLimits::default(),
         }
     }
 }
@@ -70,6 +79,8 @@ struct Inner {
     exec: Executor,
     opts: ConsoleOptions,
     sessions: Sessions,
+    metrics: Metrics,
+    throttle: Throttle,
 }
 
 impl ConsoleState {
@@ -78,10 +89,16 @@ impl ConsoleState {
         ConsoleState {
             inner: Arc::new(Inner {
                 exec,
+                metrics: Metrics::new(opts.metrics.clone()),
+                throttle: Throttle::new(opts.sign_in),
                 opts,
                 sessions: Sessions::new(ttl),
             }),
         }
+    }
+    /// The aggregate behind `/metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
     }
     fn base(&self) -> &str {
         &self.inner.opts.base
@@ -122,14 +139,19 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/evidence/{id}", get(evidence_page))
         .route("/report", get(report_page))
         .with_state(state)
+        .layer(axum::middleware::map_response(headers::secure))
 }
 
-/// `/metrics` in the Prometheus text format: the report's figures over all records. Merge it
-/// at the root (`app.merge(metrics_router(state))`).
+/// `/metrics` in the Prometheus text format: the surface numbers, kept as the audit chain
+/// grows (see `metrics/README.md`), for a holder of the scrape token on this host (unless
+/// `allow_remote`). Merge it at the root (`app.merge(metrics_router(state))`) of an app served
+/// with `into_make_service_with_connect_info::<SocketAddr>()`: without the peer's address
+/// every scrape is refused.
 pub fn metrics_router(state: ConsoleState) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics_page))
         .with_state(state)
+        .layer(axum::middleware::map_response(headers::secure))
 }
 
 fn html(status: StatusCode, m: Markup) -> Response {
@@ -138,9 +160,7 @@ fn html(status: StatusCode, m: Markup) -> Response {
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r.headers_mut().insert(
         "content-security-policy",
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
+        HeaderValue::from_static(pages::csp()),
     );
     r.headers_mut()
         .insert("x-frame-options", HeaderValue::from_static("DENY"));
@@ -183,6 +203,7 @@ struct LoginForm {
 
 async fn login(
     State(s): State<ConsoleState>,
+    peer: Peer,
     headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
@@ -200,6 +221,10 @@ async fn login(
         );
     }
     let key = f.api_key.unwrap_or_default();
+    // Throttled before the key is looked at: a full bucket must not confirm a right key.
+    if let Err(wait) = s.inner.throttle.take(peer, &key, Instant::now()) {
+        return throttled(&s, wait);
+    }
     let exec = s.exec();
     let signed = match s
         .inner
@@ -223,6 +248,7 @@ async fn login(
     };
     match signed {
         Some((id, _)) => {
+            s.inner.throttle.refund(peer, &key, Instant::now());
             let mut r = redirect(&pages::home(s.base()));
             let path = s.cookie_path();
             let secure = s.inner.opts.secure_cookies;
@@ -254,6 +280,24 @@ async fn login(
             )
         }
     }
+}
+
+/// 429 with `Retry-After`: too many failed sign-ins from this source, or with this key.
+fn throttled(s: &ConsoleState, wait: Duration) -> Response {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let mut r = html(
+        StatusCode::TOO_MANY_REQUESTS,
+        pages::message(
+            s.base(),
+            None,
+            "Too many attempts",
+            &format!(
+                "Too many failed sign-ins from your address or with this key. Try again in {secs} s."
+            ),
+        ),
+    );
+    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    r
 }
 
 #[derive(Deserialize)]
@@ -590,19 +634,6 @@ async fn report_page(
     }
 }
 
-async fn metrics(State(s): State<ConsoleState>) -> Response {
-    let exec = &s.exec();
-    match report::gather(&exec.store, &exec.registry, None, exec.clock.now()).await {
-        Ok(r) => (
-            StatusCode::OK,
-            [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            r.to_prometheus(),
-        )
-            .into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("metrics unavailable: {e}\n"),
-        )
-            .into_response(),
-    }
+async fn metrics_page(State(s): State<ConsoleState>, peer: Peer, headers: HeaderMap) -> Response {
+    metrics::answer(&s.inner.metrics, &s.exec(), peer, &headers).await
 }

@@ -225,6 +225,16 @@ impl Browser {
         .await;
     }
 
+    /// Runs `script` in the page (WebDriver's own scripts are not subject to the page's CSP).
+    async fn eval(&self, script: &str) -> Value {
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
     async fn screenshot(&self, name: &str) -> PathBuf {
         let v = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
         let png = base64::engine::general_purpose::STANDARD
@@ -281,6 +291,22 @@ async fn an_approver_sees_the_new_iban_approves_and_the_payment_runs_once() {
     b.goto(&base).await;
     b.find("a.item").await;
     b.screenshot("queue.png").await;
+    // Under the pages' CSP (no 'unsafe-inline': the inline stylesheet and script are allowed
+    // by their hashes) the stylesheet applies and the queue's j/k script runs.
+    assert_eq!(
+        b.eval("return getComputedStyle(document.body).marginTop")
+            .await,
+        "0px",
+        "the stylesheet was blocked"
+    );
+    b.eval("document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'j', bubbles: true}))")
+        .await;
+    assert_eq!(
+        b.eval("return document.activeElement.classList.contains('item')")
+            .await,
+        true,
+        "the queue's script was blocked"
+    );
     b.click(&format!("a.item[href$='{}']", p.approval)).await;
     b.find("#inputs").await;
 

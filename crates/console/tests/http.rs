@@ -435,9 +435,9 @@ async fn metrics_and_report_pages_show_the_gate() {
     toolgate_console::actions::reject(&e.exec, &p.approval, "alice", "new IBAN")
         .await
         .unwrap();
-    let state = e.console("");
+    let state = e.console_scraped("");
     let mut m = Http::new(toolgate_console::metrics_router(state.clone()));
-    let text = m.get("/metrics").await.body;
+    let text = m.get_bearer("/metrics", SCRAPE_TOKEN).await.body;
     let rule = e.store.approval(&p.approval).await.unwrap().rule;
     assert!(
         text.contains(&format!(

@@ -5,6 +5,8 @@
 mod common;
 mod actions;
 mod browser;
+mod hardening;
 mod http;
+mod metrics;
 mod report;
 mod sessions;

@@ -35,6 +35,9 @@ pub struct GatewayFile {
     /// What "the run so far" is for calls that name no run.
     #[serde(default, skip_serializing_if = "RunsConfig::is_default")]
     pub runs: RunsConfig,
+    /// Who may read `/metrics`: the scrape token's source, and whether peers off this host may.
+    #[serde(default, skip_serializing_if = "MetricsConfig::is_default")]
+    pub metrics: MetricsConfig,
 }
 
 /// Runs of calls that name none (`_meta.run_id` absent): a principal's calls belong to its
@@ -628,4 +631,41 @@ pub struct BudgetsConfig {
     pub act: Option<u32>,
     #[serde(default)]
     pub spend: Option<u32>,
+}
+
+/// `metrics:` in toolgate.yaml. The scrape token itself is never in the file: it comes from the
+/// environment variable `token_env`, or from `token_file` (a mounted secret) when that is set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Environment variable holding the scrape token (at least 16 characters).
+    #[serde(default = "default_metrics_token_env")]
+    pub token_env: String,
+    /// A file holding the scrape token, relative to the registry folder; read instead of
+    /// `token_env` when set. Surrounding whitespace is ignored.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// Answer scrapes from peers that are not on this host (loopback only by default).
+    #[serde(default)]
+    pub allow_remote: bool,
+}
+
+fn default_metrics_token_env() -> String {
+    "TOOLGATE_METRICS_TOKEN".to_string()
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            token_env: default_metrics_token_env(),
+            token_file: None,
+            allow_remote: false,
+        }
+    }
+}
+
+impl MetricsConfig {
+    fn is_default(&self) -> bool {
+        *self == MetricsConfig::default()
+    }
 }

@@ -81,6 +81,10 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
                 let gw = state.gateway.clone();
                 Arc::new(move || gw.executor())
             }),
+            metrics: toolgate_console::MetricsOptions::from_config(
+                &registry.gateway.metrics,
+                &registry.dir,
+            ),
             ..Default::default()
         },
     );
@@ -99,6 +103,10 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
         .nest("/approvals", toolgate_console::router(console.clone()))
         .merge(toolgate_console::metrics_router(console))
         .merge(mcp)
+        // nosniff, no framing and a CSP on every reply, /mcp's and the fallback's included.
+        .layer(axum::middleware::map_response(
+            toolgate_console::headers::secure,
+        ))
 }
 
 async fn ready(State(s): State<HttpState>) -> impl IntoResponse {

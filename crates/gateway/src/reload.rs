@@ -608,6 +608,7 @@ fn restart_only_changes(a: &Registry, b: &Registry) -> Vec<&'static str> {
         ("approvals", v(&ga.approvals), v(&gb.approvals)),
         ("idempotency", v(&ga.idempotency), v(&gb.idempotency)),
         ("redaction", v(&ga.redaction), v(&gb.redaction)),
+        ("metrics", v(&ga.metrics), v(&gb.metrics)),
     ] {
         if x != y {
             out.push(name);

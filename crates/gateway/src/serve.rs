@@ -304,9 +304,13 @@ impl Gateway {
             }
         });
         let fut = async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await
+            // The peer's address: /metrics answers loopback peers only, sign-in throttles per source.
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
         };
         Ok((local, fut))
     }

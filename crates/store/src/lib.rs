@@ -21,6 +21,7 @@ pub mod previews;
 mod reserve;
 pub mod sessions;
 mod store;
+mod tail;
 pub mod toggles;
 mod window;
 pub mod worker;
@@ -49,5 +50,6 @@ pub use plan::{
 };
 pub use sessions::ConsoleSession;
 pub use store::{Store, StoreConfig};
+pub use tail::GateCount;
 pub use toggles::{ExecutorToggles, Toggles};
 pub use worker::{WorkOptions, WorkStats};

@@ -11,5 +11,6 @@ mod plans;
 mod previews;
 mod sqlite_writers;
 mod suite;
+mod tail;
 mod versions;
 mod window;

@@ -5,12 +5,14 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, Request, StatusCode, header};
 use serde_json::{Value, json};
 use toolgate_console::{ConsoleOptions, ConsoleState};
 use toolgate_core::{ApprovalKeys, FixedClock, Registry, Timestamp};
@@ -29,6 +31,9 @@ pub const BOB_KEY: &str = "bob-console-key-0002";
 pub const CAROL_KEY: &str = "carol-console-key-0003";
 /// An agent.
 pub const WORKER_KEY: &str = "worker-console-key-0004";
+
+/// The scrape token of [`Env::console_scraped`].
+pub const SCRAPE_TOKEN: &str = "scrape-token-for-the-tests-0001";
 
 pub const OLD_IBAN: &str = "DE89370400440532013000";
 pub const NEW_IBAN: &str = "ES9121000418450200051332";
@@ -249,15 +254,29 @@ impl Env {
     }
 
     pub fn console(&self, base: &str) -> ConsoleState {
+        self.console_with(base, |_| {})
+    }
+
+    /// As [`Env::console`], with `/metrics` open to [`SCRAPE_TOKEN`] and its tables read on
+    /// every scrape.
+    pub fn console_scraped(&self, base: &str) -> ConsoleState {
+        self.console_with(base, |o| {
+            o.metrics.token = Some(toolgate_console::ScrapeToken::new(SCRAPE_TOKEN).unwrap());
+            o.metrics.table_refresh = std::time::Duration::ZERO;
+            o.metrics.min_interval = std::time::Duration::ZERO;
+        })
+    }
+
+    /// As [`Env::console`], with options changed by `f`.
+    pub fn console_with(&self, base: &str, f: impl FnOnce(&mut ConsoleOptions)) -> ConsoleState {
         let ontology = toolgate_ontology::Ontology::load(fixtures().join("ontology.yaml")).unwrap();
-        ConsoleState::new(
-            self.exec.clone(),
-            ConsoleOptions {
-                base: base.into(),
-                ontology: Some(Arc::new(ontology)),
-                ..ConsoleOptions::default()
-            },
-        )
+        let mut opts = ConsoleOptions {
+            base: base.into(),
+            ontology: Some(Arc::new(ontology)),
+            ..ConsoleOptions::default()
+        };
+        f(&mut opts);
+        ConsoleState::new(self.exec.clone(), opts)
     }
 }
 
@@ -285,16 +304,22 @@ pub fn hidden(html: &str, name: &str) -> Option<String> {
     Some(rest[v..v + end].to_string())
 }
 
-/// A browser-like client over the router in process: keeps cookies, follows nothing.
+/// The peer address requests come from unless a test says otherwise.
+pub const LOOPBACK: &str = "127.0.0.1:40000";
+
+/// A browser-like client over the router in process: keeps cookies, follows nothing. Each
+/// request carries `peer` as the TCP peer (axum's `ConnectInfo`), as a served app records it.
 pub struct Http {
     pub app: Router,
     pub jar: HashMap<String, String>,
+    pub peer: Option<SocketAddr>,
 }
 
 pub struct Reply {
     pub status: StatusCode,
     pub location: Option<String>,
     pub set_cookies: Vec<String>,
+    pub headers: HeaderMap,
     pub body: String,
 }
 
@@ -303,12 +328,23 @@ impl Http {
         Http {
             app,
             jar: HashMap::new(),
+            peer: Some(LOOPBACK.parse().unwrap()),
         }
     }
 
-    async fn send(&mut self, req: Request<Body>) -> Reply {
+    /// The same client, its requests coming from `peer` (None: the peer is not recorded).
+    pub fn at_peer(mut self, peer: Option<&str>) -> Self {
+        self.peer = peer.map(|p| p.parse().unwrap());
+        self
+    }
+
+    pub async fn send(&mut self, mut req: Request<Body>) -> Reply {
+        if let Some(p) = self.peer {
+            req.extensions_mut().insert(ConnectInfo(p));
+        }
         let res = self.app.clone().oneshot(req).await.unwrap();
         let status = res.status();
+        let headers = res.headers().clone();
         let location = res
             .headers()
             .get(header::LOCATION)
@@ -335,6 +371,7 @@ impl Http {
             status,
             location,
             set_cookies,
+            headers,
             body: String::from_utf8_lossy(&bytes).into_owned(),
         }
     }
@@ -350,6 +387,15 @@ impl Http {
     pub async fn get(&mut self, path: &str) -> Reply {
         let req = Request::get(path)
             .header(header::COOKIE, self.cookie_header())
+            .body(Body::empty())
+            .unwrap();
+        self.send(req).await
+    }
+
+    /// A GET with `Authorization: Bearer <token>`.
+    pub async fn get_bearer(&mut self, path: &str, token: &str) -> Reply {
+        let req = Request::get(path)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
             .body(Body::empty())
             .unwrap();
         self.send(req).await

@@ -1,0 +1,282 @@
+//! The Prometheus text exposition of a [`Tally`] and the table-derived gauges.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use toolgate_core::Registry;
+use toolgate_store::{ApprovalStatus, BudgetUse, GateCount};
+
+use super::tally::{Histogram, OTHER, Tally, is_known_rule, tool_label};
+use crate::report::{float, labels};
+
+/// What is read from the mutable tables (approval requests, today's budget counters).
+#[derive(Debug, Clone, Default)]
+pub struct Tables {
+    pub gates: Vec<GateCount>,
+    pub budgets: Vec<BudgetUse>,
+}
+
+/// The four states a gate's requests are reported in.
+fn gate_state(s: ApprovalStatus) -> &'static str {
+    match s {
+        ApprovalStatus::Approved | ApprovalStatus::Consumed => "approved",
+        ApprovalStatus::Rejected => "rejected",
+        ApprovalStatus::Expired => "expired",
+        ApprovalStatus::Pending => "open",
+    }
+}
+
+const GATE_STATES: [&str; 4] = ["approved", "rejected", "expired", "open"];
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+    fn row(&mut self, name: &str, l: &str, value: impl std::fmt::Display) {
+        if l.is_empty() {
+            let _ = writeln!(self.0, "{name} {value}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{l}}} {value}");
+        }
+    }
+    fn histogram(&mut self, name: &str, help: &str, h: &Histogram) {
+        self.family(name, "histogram", help);
+        let mut below = 0;
+        for (bound, n) in h.bounds.iter().zip(&h.counts) {
+            below += n;
+            self.row(
+                &format!("{name}_bucket"),
+                &labels(&[("le", &float(*bound))]),
+                below,
+            );
+        }
+        self.row(
+            &format!("{name}_bucket"),
+            &labels(&[("le", "+Inf")]),
+            h.count,
+        );
+        self.row(&format!("{name}_sum"), "", float(h.sum));
+        self.row(&format!("{name}_count"), "", h.count);
+    }
+}
+
+/// Per gate (tool label, rule label): requests per state, decided requests and their age sum.
+type Gates = BTreeMap<(String, String), ([i64; 4], i64, i64)>;
+
+fn gates(registry: &Registry, rows: &[GateCount]) -> Gates {
+    let mut out = Gates::new();
+    for g in rows {
+        let tool = tool_label(registry, &g.tool).to_string();
+        let rule = if is_known_rule(registry, &g.rule) {
+            g.rule.clone()
+        } else {
+            OTHER.to_string()
+        };
+        let e = out.entry((tool, rule)).or_insert(([0; 4], 0, 0));
+        let i = GATE_STATES
+            .iter()
+            .position(|s| *s == gate_state(g.status))
+            .unwrap_or(3);
+        e.0[i] += g.requests;
+        e.1 += g.decided;
+        e.2 += g.age_ms_sum;
+    }
+    out
+}
+
+/// The page `/metrics` answers with.
+pub fn render(registry: &Registry, t: &Tally, tables: &Tables) -> String {
+    let mut o = Out(String::with_capacity(8 * 1024));
+    o.family(
+        "toolgate_audit_records_total",
+        "counter",
+        "Audit records counted, up to the chain's last record when scraped.",
+    );
+    o.row("toolgate_audit_records_total", "", t.records);
+
+    o.family(
+        "toolgate_calls_total",
+        "counter",
+        "Audit records by tool and decision (tools the registry does not declare: tool=\"unknown\").",
+    );
+    for ((tool, decision), n) in &t.calls {
+        o.row(
+            "toolgate_calls_total",
+            &labels(&[("tool", tool), ("decision", decision)]),
+            n,
+        );
+    }
+
+    o.family(
+        "toolgate_refusals_total",
+        "counter",
+        "Denied calls by the rule that refused them.",
+    );
+    for (rule, n) in &t.refusals {
+        o.row("toolgate_refusals_total", &labels(&[("rule", rule)]), n);
+    }
+
+    let gates = gates(registry, &tables.gates);
+    o.family(
+        "toolgate_gate_requests_total",
+        "counter",
+        "Approval requests by gate and status.",
+    );
+    for ((tool, rule), (states, _, _)) in &gates {
+        for (state, n) in GATE_STATES.iter().zip(states) {
+            o.row(
+                "toolgate_gate_requests_total",
+                &labels(&[("tool", tool), ("rule", rule), ("status", state)]),
+                n,
+            );
+        }
+    }
+    o.family(
+        "toolgate_gate_rejection_rate",
+        "gauge",
+        "Rejected / decided approval requests per gate (r).",
+    );
+    let rates: Vec<(String, f64)> = gates
+        .iter()
+        .filter_map(|((tool, rule), (s, _, _))| {
+            let decided = s[0] + s[1];
+            (decided > 0).then(|| {
+                (
+                    labels(&[("tool", tool), ("rule", rule)]),
+                    s[1] as f64 / decided as f64,
+                )
+            })
+        })
+        .collect();
+    for (l, r) in &rates {
+        o.row("toolgate_gate_rejection_rate", l, float(*r));
+    }
+    o.family(
+        "toolgate_gate_break_even_ratio",
+        "gauge",
+        "1/r: the cost of undoing a wrong call, in approvals, above which the gate pays (+Inf while r is 0).",
+    );
+    for (l, r) in &rates {
+        let v = if *r > 0.0 {
+            float(1.0 / r)
+        } else {
+            "+Inf".into()
+        };
+        o.row("toolgate_gate_break_even_ratio", l, v);
+    }
+    o.family(
+        "toolgate_approval_age_seconds",
+        "summary",
+        "Age of approval requests at a person's decision (sum and count; the report page has percentiles).",
+    );
+    let (decided, age_ms) = gates
+        .values()
+        .fold((0, 0), |(n, s), (_, d, a)| (n + d, s + a));
+    o.row(
+        "toolgate_approval_age_seconds_sum",
+        "",
+        float(age_ms as f64 / 1e3),
+    );
+    o.row("toolgate_approval_age_seconds_count", "", decided);
+
+    o.family(
+        "toolgate_duplicates_suppressed_total",
+        "counter",
+        "Calls answered from a stored outcome (nothing ran).",
+    );
+    o.row(
+        "toolgate_duplicates_suppressed_total",
+        "",
+        t.duplicates_suppressed,
+    );
+    o.family(
+        "toolgate_key_conflicts_total",
+        "counter",
+        "Calls refused because the same key was in flight or reused with other inputs.",
+    );
+    o.row("toolgate_key_conflicts_total", "", t.key_conflicts);
+    o.family(
+        "toolgate_unknown_outcomes_total",
+        "counter",
+        "Irreversible calls whose outcome was unknown, by reconciliation state.",
+    );
+    o.row(
+        "toolgate_unknown_outcomes_total",
+        &labels(&[("state", "reconciled")]),
+        t.unknowns_reconciled,
+    );
+    o.row(
+        "toolgate_unknown_outcomes_total",
+        &labels(&[("state", "open")]),
+        t.unknowns_open,
+    );
+    o.histogram(
+        "toolgate_reconcile_seconds",
+        "Time from an unknown outcome to its reconciliation.",
+        &t.reconcile,
+    );
+
+    // Principals only from the registry: a counter row of a principal removed since is left out.
+    let budgets: Vec<(&BudgetUse, Option<u32>)> = tables
+        .budgets
+        .iter()
+        .filter_map(|b| {
+            registry
+                .principal(&b.principal)
+                .map(|p| (b, p.budget(b.tier)))
+        })
+        .collect();
+    o.family(
+        "toolgate_budget_used",
+        "gauge",
+        "Today's budget use per principal and tier.",
+    );
+    for (b, _) in &budgets {
+        o.row(
+            "toolgate_budget_used",
+            &labels(&[("principal", &b.principal), ("tier", b.tier.as_str())]),
+            b.used,
+        );
+    }
+    o.family(
+        "toolgate_budget_limit",
+        "gauge",
+        "Daily budget limit per principal and tier.",
+    );
+    for (b, limit) in &budgets {
+        if let Some(l) = limit {
+            o.row(
+                "toolgate_budget_limit",
+                &labels(&[("principal", &b.principal), ("tier", b.tier.as_str())]),
+                l,
+            );
+        }
+    }
+
+    o.family(
+        "toolgate_shadow_matches_total",
+        "counter",
+        "Calls a shadow rule would have refused or gated (it did not decide them).",
+    );
+    for ((rule, would), n) in &t.shadow {
+        o.row(
+            "toolgate_shadow_matches_total",
+            &labels(&[("rule", rule), ("would", would)]),
+            n,
+        );
+    }
+    o.histogram(
+        "toolgate_call_latency_seconds",
+        "Handler latency of calls that ran.",
+        &t.call_latency,
+    );
+    o.histogram(
+        "toolgate_governance_latency_seconds",
+        "Time from a call's request to its decision and reservation, without the handler.",
+        &t.governance_latency,
+    );
+    o.0
+}
