@@ -15,8 +15,15 @@ impl Table {
         }
     }
 
+    /// A row. Each cell is shown on one line as a person may safely see it: control sequences,
+    /// newlines and direction overrides are written out (`toolgate_core::clip::printable`).
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| toolgate_core::clip::printable(&c).into_owned())
+                .collect(),
+        );
     }
 
     pub fn write(&self, out: &mut dyn Write) -> io::Result<()> {

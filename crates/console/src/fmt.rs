@@ -36,17 +36,25 @@ pub fn duration_ms(ms: i64) -> String {
     if neg { format!("-{text}") } else { text }
 }
 
-/// A JSON value as its canonical text (strings quoted, numbers exactly as they will be sent).
+/// A JSON value as its canonical text (strings quoted, numbers exactly as they will be sent),
+/// with anything that would act instead of being shown (a control sequence, a direction
+/// override) written out visibly: what a person approves is what is sent, character by character.
 pub fn value(v: &Value) -> String {
-    toolgate_core::canonical(v)
+    toolgate_core::clip::printable(&toolgate_core::canonical(v)).into_owned()
 }
 
-/// A scalar as people read it: strings without quotes, everything else canonical.
+/// A scalar as people read it: strings without quotes, everything else canonical; shown as
+/// [`value`] shows it.
 pub fn plain(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => text(s),
         other => value(other),
     }
+}
+
+/// Text from a caller (a reason, a run id, a name) as people may safely see it.
+pub fn text(s: &str) -> String {
+    toolgate_core::clip::printable(s).into_owned()
 }
 
 #[cfg(test)]

@@ -469,7 +469,10 @@ fn note_shadow(rec: &mut Recorder, check: CheckName, shadow: &[ShadowRule]) {
 /// The answer for a tool that is not there, identical whether it does not exist or is not
 /// listed for the caller's role.
 pub fn unknown_tool_message(tool: &str) -> String {
-    format!("unknown tool '{tool}'")
+    format!(
+        "unknown tool '{}'",
+        crate::clip::clip(tool, crate::clip::NAME_CHARS)
+    )
 }
 
 impl<'r> Engine<'r> {

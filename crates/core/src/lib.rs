@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod budget;
 pub mod canon;
+pub mod clip;
 pub mod config;
 pub mod decide;
 pub mod lint;

@@ -1,10 +1,25 @@
 //! What a client may say about a call in `_meta`: why (purpose, reason, evidence), which run it
 //! belongs to, which model and prompt revision made it, and approval tokens it was given. It is
-//! recorded and used by the checks; it never says who the caller is.
+//! recorded and used by the checks; it never says who the caller is. Every field is bounded
+//! here, where it enters: a purpose, reason, run id or evidence list out of bounds is a problem
+//! the schema check refuses the call with (naming `_meta.<field>`), and descriptive fields (the
+//! model, the prompt revision, usage) are cut to size.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use toolgate_core::ApprovalToken;
+use toolgate_core::clip::{NAME_CHARS, clip};
+use toolgate_core::schema::FieldError;
 use toolgate_store::Actor;
+
+/// The longest `_meta.purpose` (purposes are short identifiers).
+const PURPOSE_CHARS: usize = 64;
+/// The longest `_meta.reason`.
+const REASON_CHARS: usize = 2_000;
+/// At most this many evidence ids, each at most [`EVIDENCE_CHARS`].
+const EVIDENCE_ITEMS: usize = 32;
+const EVIDENCE_CHARS: usize = 200;
+/// The most bytes of `_meta.usage` kept (token counts and the like).
+const USAGE_BYTES: usize = 2_048;
 
 /// The `_meta` fields toolgate reads from a `tools/call`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -15,6 +30,8 @@ pub struct CallContext {
     pub evidence: Vec<String>,
     pub approvals: Vec<ApprovalToken>,
     pub actor: Actor,
+    /// Fields out of bounds (left out of the context above; the call is refused with them).
+    pub problems: Vec<FieldError>,
 }
 
 fn text(m: &Map<String, Value>, keys: &[&str]) -> Option<String> {
@@ -38,10 +55,75 @@ fn texts(m: &Map<String, Value>, keys: &[&str]) -> Vec<String> {
     out
 }
 
+fn too_long(field: &str, max: usize, got: usize) -> FieldError {
+    FieldError {
+        field: format!("/_meta/{field}"),
+        constraint: "maxLength".into(),
+        expected: format!("at most {max} characters (got {got})"),
+    }
+}
+
 impl CallContext {
     /// Reads the fields from a request's `_meta` object. Keys are accepted bare (`purpose`) or
     /// namespaced (`toolgate/purpose`).
     pub fn from_meta(m: &Map<String, Value>) -> CallContext {
+        let mut c = Self::read(m);
+        let mut problems = Vec::new();
+        let mut bound = |field: &str, v: &mut Option<String>, max: usize| {
+            if let Some(s) = v.as_deref()
+                && s.chars().count() > max
+            {
+                problems.push(too_long(field, max, s.chars().count()));
+                *v = None;
+            }
+        };
+        bound("purpose", &mut c.purpose, PURPOSE_CHARS);
+        bound("reason", &mut c.reason, REASON_CHARS);
+        bound("run_id", &mut c.run_id, NAME_CHARS);
+        if let Some(r) = c.run_id.as_deref()
+            && toolgate_core::clip::printable(r) != r
+        {
+            problems.push(FieldError {
+                field: "/_meta/run_id".into(),
+                constraint: "pattern".into(),
+                expected: "a run id of visible characters, without control or direction characters"
+                    .into(),
+            });
+            c.run_id = None;
+        }
+        if c.evidence.len() > EVIDENCE_ITEMS {
+            problems.push(FieldError {
+                field: "/_meta/evidence".into(),
+                constraint: "maxItems".into(),
+                expected: format!("at most {EVIDENCE_ITEMS} ids (got {})", c.evidence.len()),
+            });
+            c.evidence.truncate(EVIDENCE_ITEMS);
+        }
+        if let Some(long) = c
+            .evidence
+            .iter()
+            .find(|e| e.chars().count() > EVIDENCE_CHARS)
+        {
+            problems.push(too_long("evidence", EVIDENCE_CHARS, long.chars().count()));
+            c.evidence.retain(|e| e.chars().count() <= EVIDENCE_CHARS);
+        }
+        for v in [&mut c.actor.model, &mut c.actor.prompt_rev]
+            .into_iter()
+            .flatten()
+        {
+            *v = clip(v, NAME_CHARS).into_owned();
+        }
+        if let Some(u) = &c.actor.usage {
+            let bytes = toolgate_core::canonical(u).len();
+            if bytes > USAGE_BYTES {
+                c.actor.usage = Some(json!({"$omitted": {"bytes": bytes}}));
+            }
+        }
+        c.problems = problems;
+        c
+    }
+
+    fn read(m: &Map<String, Value>) -> CallContext {
         CallContext {
             purpose: text(m, &["purpose", "toolgate/purpose"]),
             reason: text(m, &["reason", "toolgate/reason"]),
@@ -64,6 +146,7 @@ impl CallContext {
                 prompt_rev: text(m, &["prompt_rev", "toolgate/prompt_rev"]),
                 usage: m.get("usage").or_else(|| m.get("toolgate/usage")).cloned(),
             },
+            problems: Vec::new(),
         }
     }
 }
@@ -94,6 +177,42 @@ mod tests {
         assert_eq!(c.evidence, vec!["inv:1", "po:2"]);
         assert_eq!(c.approvals.len(), 1);
         assert_eq!(c.actor.model.as_deref(), Some("m-1"));
+    }
+
+    #[test]
+    fn fields_out_of_bounds_are_problems_and_left_out() {
+        let m = json!({
+            "purpose": "p".repeat(65),
+            "reason": "r".repeat(2_001),
+            "run_id": "run\u{202e}1",
+            "evidence": (0..40).map(|i| format!("e{i}")).collect::<Vec<_>>(),
+            "model": "m".repeat(500),
+            "usage": {"blob": "u".repeat(5_000)},
+        });
+        let c = CallContext::from_meta(m.as_object().unwrap());
+        let fields: Vec<(&str, &str)> = c
+            .problems
+            .iter()
+            .map(|p| (p.field.as_str(), p.constraint.as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("/_meta/purpose", "maxLength"),
+                ("/_meta/reason", "maxLength"),
+                ("/_meta/run_id", "pattern"),
+                ("/_meta/evidence", "maxItems")
+            ]
+        );
+        assert_eq!((c.purpose, c.reason, c.run_id), (None, None, None));
+        assert_eq!(c.evidence.len(), 32);
+        assert!(c.actor.model.unwrap().chars().count() < 200);
+        assert!(
+            c.actor.usage.unwrap()["$omitted"]["bytes"]
+                .as_u64()
+                .unwrap()
+                > 5_000
+        );
     }
 
     #[test]

@@ -200,7 +200,9 @@ impl GatewayServer {
     ) -> Result<rmcp::model::CallToolResult, ErrorData> {
         let ctx = CallContext::from_meta(meta);
         let registry = self.state.registry();
-        let split = split_arguments(&registry, caller, tool, arguments.unwrap_or_default(), &ctx);
+        let mut split =
+            split_arguments(&registry, caller, tool, arguments.unwrap_or_default(), &ctx);
+        split.errors.extend(ctx.problems.iter().cloned());
         let run_named = ctx.run_id.is_some();
         let run_id = match self.run_for(caller, ctx.run_id).await? {
             Ok(run) => run,

@@ -7,6 +7,7 @@ mod auth;
 mod clients;
 mod console;
 mod gateway;
+mod hostile;
 mod jwks_https;
 mod keep_alive;
 mod otlp;

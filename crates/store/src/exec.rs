@@ -527,6 +527,18 @@ impl Executor {
                 .redact(&p.inputs, &t.config.redact),
             None => (p.inputs.clone(), Vec::new()),
         };
+        // Inputs no schema admitted (an unknown tool's, or refused by the schema check) are
+        // the caller's to size: past a bound they are kept as their size and hash.
+        let admitted = tool.is_some()
+            && decision
+                .checks
+                .iter()
+                .all(|c| c.name != CheckName::Schema || c.outcome == toolgate_core::Outcome::Pass);
+        let inputs = if admitted {
+            inputs
+        } else {
+            toolgate_core::clip::bounded_inputs(&inputs).into_owned()
+        };
         AuditDraft {
             ts: now,
             run_id: Some(p.run_id.clone()),
@@ -539,7 +551,12 @@ impl Executor {
                     .unwrap_or_default(),
                 actor: p.actor.clone(),
             },
-            tool: p.tool.clone(),
+            tool: match tool {
+                Some(_) => p.tool.clone(),
+                None => {
+                    toolgate_core::clip::clip(&p.tool, toolgate_core::clip::NAME_CHARS).into_owned()
+                }
+            },
             tool_version: tool.map(|t| t.config.version.clone()),
             effect: tool.map(|t| t.config.effect),
             tier: tool.map(|t| t.config.tier),

@@ -544,7 +544,12 @@ impl Store {
                     .unwrap_or_default(),
                 actor: Actor::default(),
             },
-            tool: tool.to_string(),
+            tool: match t {
+                Some(_) => tool.to_string(),
+                None => {
+                    toolgate_core::clip::clip(tool, toolgate_core::clip::NAME_CHARS).into_owned()
+                }
+            },
             tool_version: t.map(|t| t.config.version.clone()),
             effect: t.map(|t| t.config.effect),
             tier: t.map(|t| t.config.tier),

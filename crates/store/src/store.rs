@@ -1019,12 +1019,16 @@ impl Store {
     /// chain. `verbose` adds passed checks' details and the redacted inputs.
     pub async fn trace(&self, run_id: &str, verbose: bool) -> Result<String> {
         use std::fmt::Write as _;
+        use toolgate_core::clip::printable;
         let steps = self.steps(run_id).await?;
         let records = self.audit_records(None, Some(run_id)).await?;
         let mut s = String::new();
+        // Everything a caller chose (a run id, a tool name, values quoted in check details) is
+        // written as a person may safely see it.
         let _ = writeln!(
             s,
-            "run {run_id}: {} step(s), {} audit record(s)",
+            "run {}: {} step(s), {} audit record(s)",
+            printable(run_id),
             steps.len(),
             records.len()
         );
@@ -1061,7 +1065,7 @@ impl Store {
                 "  calls without a step row (refused or parked direct calls):"
             );
             for rec in loose {
-                let _ = writeln!(s, "   {}", rec.body.tool);
+                let _ = writeln!(s, "   {}", printable(&rec.body.tool));
                 write_record(&mut s, rec, verbose);
             }
         }
@@ -1105,6 +1109,7 @@ fn selected_as_stored(
 
 fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
     use std::fmt::Write as _;
+    use toolgate_core::clip::printable;
     let b = &rec.body;
     let _ = writeln!(
         s,
@@ -1115,7 +1120,7 @@ fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
         b.why
             .rule
             .as_deref()
-            .map(|r| format!(" (rule {r})"))
+            .map(|r| format!(" (rule {})", printable(r)))
             .unwrap_or_default()
     );
     for c in &b.why.checks {
@@ -1126,7 +1131,7 @@ fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
                 "      {:<16} {:?}: {}{}",
                 c.name.as_str(),
                 c.outcome,
-                c.detail,
+                printable(&c.detail),
                 c.rule
                     .as_deref()
                     .map(|r| format!(" [{r}]"))
@@ -1146,7 +1151,7 @@ fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
         );
     }
     if verbose {
-        let _ = writeln!(s, "      inputs: {}", canonical(&b.inputs));
+        let _ = writeln!(s, "      inputs: {}", printable(&canonical(&b.inputs)));
         if let Some(a) = &b.approval {
             let _ = writeln!(s, "      approved by: {}", a.approvers.join(", "));
         }

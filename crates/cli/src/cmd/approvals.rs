@@ -250,7 +250,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
 }
 
 fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
-    use toolgate_console::fmt::{datetime, duration_ms, value};
+    use toolgate_console::fmt::{datetime, duration_ms, text, value};
     let r = &v.request;
     let status = if v.expired() {
         "expired"
@@ -280,13 +280,13 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
         out,
         "  principal {} · run {}",
         r.principal,
-        r.run_id.as_deref().unwrap_or("-")
+        text(r.run_id.as_deref().unwrap_or("-"))
     )?;
     writeln!(out, "  gated by rule: {}", r.rule)?;
     writeln!(
         out,
         "  reason: {}",
-        r.reason.as_deref().unwrap_or("(none given)")
+        text(r.reason.as_deref().unwrap_or("(none given)"))
     )?;
     writeln!(
         out,
@@ -294,7 +294,7 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
         if r.evidence.is_empty() {
             "(none cited)".into()
         } else {
-            r.evidence.join(", ")
+            text(&r.evidence.join(", "))
         }
     )?;
     writeln!(
@@ -311,7 +311,7 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
         writeln!(
             out,
             "  !! NEW DESTINATION: {} = {} was not used by any of the {} approved earlier calls of this kind{}",
-            f.path,
+            text(&f.path),
             value(&f.value),
             v.comparison.count,
             f.previous
@@ -340,7 +340,7 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
         ]);
     }
     t.write(out)?;
-    writeln!(out, "\ncanonical: {}", v.canonical)?;
+    writeln!(out, "\ncanonical: {}", text(&v.canonical))?;
     writeln!(out, "input hash: {}", r.input_hash)?;
     if !v.earlier.is_empty() {
         writeln!(out, "\nthe run so far:")?;
