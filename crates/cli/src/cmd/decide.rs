@@ -24,9 +24,12 @@ pub struct Args {
     #[command(flatten)]
     pub config: ConfigArg,
     /// A JSON file describing the call (`-` or nothing for stdin):
-    /// {"principal", "tool", "purpose", "reason", "inputs", "run": [{"tool","tier","outcome"}],
-    ///  "budgets": {"<principal>": {"act": n, "spend": n}}, "idempotency", "destinations",
-    ///  "approvals": ["tg1…"], "subject", "at_ms"}
+    /// {"principal", "tool", "purpose", "reason", "inputs", "credential", "run": [{"tool","tier",
+    ///  "outcome"}], "budgets": {"<principal>": {"act": n, "spend": n}}, "idempotency",
+    ///  "destinations", "approvals": ["tg1…"], "subject", "at_ms"}. `purpose` and `reason` are
+    /// what the call's `_meta` would say; `inputs` are the arguments as an agent sends them
+    /// (with any `purpose`/`reason` arguments the tool lists), and the caller's defaults apply
+    /// as in `serve` (`credential` names the key, for its default purpose).
     pub file: Option<PathBuf>,
     /// Print the decision as JSON.
     #[arg(long)]
@@ -45,6 +48,9 @@ pub struct DecideInput {
     pub reason: Option<String>,
     #[serde(default)]
     pub inputs: Value,
+    /// The id of the credential the call is made with (`credentials[].id`).
+    #[serde(default)]
+    pub credential: Option<String>,
     #[serde(default)]
     pub run: Vec<PriorCall>,
     #[serde(default)]
@@ -96,16 +102,53 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         .map(ApprovalToken::from_wire)
         .collect();
     let subject = input.subject.unwrap_or_else(|| "dry-run".into());
+    // The arguments split as `serve` splits them: toolgate's own arguments out of the inputs,
+    // the purpose and reason from `_meta`, the arguments or the caller's defaults.
+    let split = match (
+        registry.principal(&input.principal),
+        registry.tool(&input.tool),
+        &input.inputs,
+    ) {
+        (Some(p), Some(t), Value::Object(args)) if t.is_listed_for(p.role()) => {
+            Some(registry.split_call(
+                p,
+                input.credential.as_deref(),
+                t,
+                args.clone(),
+                input.purpose.as_deref(),
+                input.reason.as_deref(),
+            ))
+        }
+        _ => None,
+    };
+    let (inputs, purpose, reason, purpose_from, errors) = match &split {
+        Some(s) => (
+            &s.inputs,
+            s.why.purpose.as_deref(),
+            s.why.reason.as_deref(),
+            s.why.purpose_from,
+            s.errors.as_slice(),
+        ),
+        None => (
+            &input.inputs,
+            input.purpose.as_deref(),
+            input.reason.as_deref(),
+            None,
+            &[][..],
+        ),
+    };
     let req = CallRequest {
-        purpose: input.purpose.as_deref(),
-        reason: input.reason.as_deref(),
+        purpose,
+        reason,
+        purpose_from,
+        argument_errors: errors,
         subject: &subject,
         run: &run,
         budgets: &budgets,
         idempotency: input.idempotency,
         approvals: &approvals,
         destinations: &facts,
-        ..CallRequest::new(&input.principal, &input.tool, &input.inputs)
+        ..CallRequest::new(&input.principal, &input.tool, inputs)
     };
     let now = input
         .at_ms
