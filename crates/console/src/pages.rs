@@ -219,11 +219,29 @@ fn shown_in_queue(field: &str) -> bool {
     )
 }
 
+/// The last twelve characters of an id (a run id is the caller's choice: counted in
+/// characters, never bytes, and shown as text people may safely see).
 fn short(id: &str) -> String {
-    if id.len() > 13 {
-        format!("…{}", &id[id.len() - 12..])
+    let chars = id.chars().count();
+    let tail = if chars > 13 {
+        format!("…{}", id.chars().skip(chars - 12).collect::<String>())
     } else {
         id.to_string()
+    };
+    crate::fmt::text(&tail)
+}
+
+#[cfg(test)]
+mod short_tests {
+    #[test]
+    fn ids_are_shortened_by_characters_not_bytes() {
+        // Multi-byte characters where a byte slice would cut one in half.
+        let id = "run-日本語-é-ü-ß-€-漢字-テスト";
+        let s = super::short(id);
+        assert!(s.starts_with('…'));
+        assert_eq!(s.chars().count(), 13);
+        assert_eq!(super::short("run-1"), "run-1");
+        assert_eq!(super::short("run\u{202e}x"), "run\\u{202e}x");
     }
 }
 
