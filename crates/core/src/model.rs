@@ -196,25 +196,30 @@ impl Timestamp {
 
     /// `YYYY-MM-DDTHH:MM:SSZ`, to the second, for messages people and models read.
     pub fn to_rfc3339(self) -> String {
-        let secs = self.0.div_euclid(1000);
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let d = doy - (153 * mp + 2) / 5 + 1;
-        let m = if mp < 10 { mp + 3 } else { mp - 9 };
-        let y = yoe + era * 400 + i64::from(m <= 2);
-        format!(
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-            rem / 3_600,
-            rem % 3_600 / 60,
-            rem % 60
-        )
+        self.format(time::macros::format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second]Z"
+        ))
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    pub fn to_rfc3339_millis(self) -> String {
+        self.format(time::macros::format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+        ))
+    }
+
+    /// `2026-11-30 09:12:03 UTC`.
+    pub fn to_utc_text(self) -> String {
+        self.format(time::macros::format_description!(
+            "[year]-[month]-[day] [hour]:[minute]:[second] UTC"
+        ))
+    }
+
+    fn format(self, f: &[time::format_description::BorrowedFormatItem<'_>]) -> String {
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000)
+            .ok()
+            .and_then(|t| t.format(f).ok())
+            .unwrap_or_else(|| format!("{} ms after the epoch", self.0))
     }
 }
 

@@ -234,13 +234,7 @@ impl CheckpointSigner {
 
 /// `2026-11-15T09:30:00.000Z`.
 fn rfc3339(at: Timestamp) -> String {
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(at.millis()) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&format).ok())
-        .unwrap_or_else(|| format!("{} ms after the epoch", at.millis()))
+    at.to_rfc3339_millis()
 }
 
 /// A signed statement of the chain head: in store `store`, record `seq` was the last and
