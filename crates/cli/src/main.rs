@@ -37,7 +37,7 @@ enum Command {
     Grants(cmd::grants::Args),
     /// Dry-run one call through every check and print why it would be allowed, denied or gated.
     Decide(cmd::decide::Args),
-    /// Run both example domains end to end: the ontology walk, seed 003's dispatch run, and a
+    /// Run both example domains end to end: the ontology walk, a field-service dispatch run, and a
     /// supplier payment with an injected instruction. Needs nothing but this binary.
     Demo(cmd::demo::Args),
     /// Run YAML eval fixtures that script runs and assert decisions, budgets, upstream calls and

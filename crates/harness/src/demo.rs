@@ -1,4 +1,4 @@
-//! `toolgate demo`: a new user's first minute. The ontology walk, then seed 003's dispatch run
+//! `toolgate demo`: a new user's first minute. The ontology walk, then a field-service dispatch run
 //! (four allowed, one refused for scopes, one by policy), then a supplier payment whose invoice
 //! carries an injected instruction: nothing irreversible is sent, the payment parks for a
 //! person, and no supplier tool is ever visible to the roles that read the invoice.
@@ -154,7 +154,7 @@ pub async fn run(
     writeln!(out, "\n== 1. The ontology: what the work order is about\n")?;
     writeln!(out, "{}", ontology.walk("cust-001")?)?;
 
-    // 2. Seed 003's dispatch run: the dispatch agent submits its plan through plan.submit, a
+    // 2. The dispatch run: the dispatch agent submits its plan through plan.submit, a
     //    worker executes the steps through every check, and run.status reports each one.
     let env = Environment::start(&field_dir, store_url, Vec::new()).await?;
     let agent = env.client(DISPATCH_KEY).await?;

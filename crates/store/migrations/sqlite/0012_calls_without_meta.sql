@@ -1,4 +1,4 @@
--- Calls from clients that send no `_meta` (issue 18).
+-- Calls from clients that send no `_meta`.
 --
 -- The current run of each principal's calls that name none: joined while calls keep coming,
 -- replaced by a new one after `runs.idle_minutes` without a call. One row per principal, so
