@@ -969,7 +969,16 @@ impl Executor {
                 if p.kind != StepKind::Direct {
                     self.settle_inline(tx, &p, &outcome, now).await?;
                 }
-                let d = self.draft(&p, &decision, AuditDecision::Deny, &outcome, &[], &[], now);
+                // The gate check fails only for a call a person already rejected: the answer
+                // repeats that person's decision (recorded when it was made), so it is recorded as
+                // a replay, not as a new denial of the run — whether the agent retries or not
+                // changes nothing about what the run may do next.
+                let kind = if check == CheckName::Gate {
+                    AuditDecision::Replay
+                } else {
+                    AuditDecision::Deny
+                };
+                let d = self.draft(&p, &decision, kind, &outcome, &[], &[], now);
                 let seq = audit::append(tx, vec![d]).await?[0];
                 Ok(Prepared::Settled {
                     p,

@@ -32,6 +32,7 @@ both_backends!(
     a_key_shared_by_a_tree_is_refused_to_the_others_naming_who,
     reads_run_again_and_a_key_past_its_retention_is_a_new_operation,
     a_retry_that_meets_its_unsettled_call_is_not_a_denial,
+    a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a_new_one,
 );
 
 fn direct(tool: &str, inputs: Value) -> DirectCall {
@@ -1101,4 +1102,78 @@ async fn a_retry_that_meets_its_unsettled_call_is_not_a_denial(db: &TestDb) {
             .all(|r| r.body.why.decision != toolgate_store::audit::AuditDecision::Deny),
         "no denial recorded in the run"
     );
+}
+
+/// A gated direct call retried: the same pending request while nobody decided; after a
+/// rejection, the rejection with who and the note (no new request) until the retention has
+/// passed; a request that expired undecided gives way to a new one.
+async fn a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a_new_one(
+    db: &TestDb,
+) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let clk = clock();
+    let ex = executor(&store, fake.clone(), clk.clone());
+    let reg = registry();
+    let big = |invoice: &str| DirectCall {
+        run_id: format!("run-{invoice}"),
+        ..direct(
+            "payment.send",
+            json!({"invoice_id": invoice, "amount": 20000.0,
+                                             "currency": "EUR", "iban": "DE89370400440532013000"}),
+        )
+    };
+    let first = ex.governed_call(big("INV-3001")).await.unwrap();
+    assert_eq!(first.status, CallStatus::NeedsApproval);
+    let id = first.approval_id.clone().unwrap();
+    // Another run, the same operation: the same request.
+    let again = ex
+        .governed_call(DirectCall {
+            run_id: "run-elsewhere".into(),
+            ..big("INV-3001")
+        })
+        .await
+        .unwrap();
+    assert_eq!(again.approval_id.as_deref(), Some(id.as_str()));
+
+    store
+        .reject(
+            &reg,
+            &id,
+            "alice",
+            "the supplier's bank letter was not verified",
+            T0,
+        )
+        .await
+        .unwrap();
+    let r = ex.governed_call(big("INV-3001")).await.unwrap();
+    assert_eq!(r.status, CallStatus::Refused, "{r:?}");
+    assert_eq!(r.decision.rule(), Some("approval.rejected"));
+    let why = &r.decision.check(CheckName::Gate).detail;
+    assert!(why.contains("rejected by alice"), "{why}");
+    assert!(
+        why.contains("the supplier's bank letter was not verified"),
+        "{why}"
+    );
+    let all = store.approvals(None).await.unwrap();
+    assert_eq!(all.len(), 1, "no new request after a rejection");
+
+    // Past the retention (72 h), the same call is a new question for a person.
+    clk.advance_hours(73);
+    let later = ex.governed_call(big("INV-3001")).await.unwrap();
+    assert_eq!(later.status, CallStatus::NeedsApproval, "{later:?}");
+    assert_ne!(later.approval_id.as_deref(), Some(id.as_str()));
+
+    // A request nobody decided expires; the next retry raises a new one.
+    let parked = ex.governed_call(big("INV-3002")).await.unwrap();
+    let old = parked.approval_id.clone().unwrap();
+    clk.advance_hours(73);
+    let renewed = ex.governed_call(big("INV-3002")).await.unwrap();
+    assert_eq!(renewed.status, CallStatus::NeedsApproval);
+    assert_ne!(renewed.approval_id.as_deref(), Some(old.as_str()));
+    assert_eq!(
+        store.approval(&old).await.unwrap().status,
+        ApprovalStatus::Expired
+    );
+    assert_eq!(fake.count("payment.send"), 0);
 }
