@@ -105,6 +105,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        // The reader went away (`toolgate log export | head`): what it wanted, it has.
+        Err(e) if cmd::broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("toolgate: {e:#}");
             ExitCode::from(2)

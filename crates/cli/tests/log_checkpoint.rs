@@ -531,3 +531,19 @@ async fn a_reader_that_stops_early_is_not_an_error() {
         assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn any_command_whose_reader_stops_early_exits_zero() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["capabilities", "list", "-c"])
+        .arg(finance())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}

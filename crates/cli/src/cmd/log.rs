@@ -191,24 +191,12 @@ pub enum KeyAction {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let result = match &args.action {
+    match &args.action {
         Action::Verify(a) => runtime()?.block_on(verify(a, out)),
         Action::Export(a) => runtime()?.block_on(export(a, out)),
         Action::Checkpoint(a) => runtime()?.block_on(checkpoint(a, out)),
         Action::Key(k) => key(&k.action, out),
-    };
-    match result {
-        // The reader went away (`| head`): what it read was right, and it wanted no more.
-        Err(e) if is_broken_pipe(&e) => Ok(0),
-        r => r,
     }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 async fn verify(args: &VerifyArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -352,7 +340,7 @@ async fn checkpoint(args: &CheckpointArgs, out: &mut dyn Write) -> anyhow::Resul
                 let delivered = sinks.deliver(&cp, out).await;
                 since = Some(cp);
                 match delivered {
-                    Err(e) if is_broken_pipe(&e) => return Ok(0),
+                    Err(e) if super::broken_pipe(&e) => return Ok(0),
                     Err(e) => {
                         eprintln!("toolgate: {e:#}; trying again in {}", show_duration(every))
                     }

@@ -63,3 +63,12 @@ impl ConfigArg {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `e` is, at its root, a write to a pipe whose reader has closed (`| head`).
+pub fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
