@@ -270,28 +270,7 @@ impl Gateway {
                 source,
             })?;
         let local = listener.local_addr()?;
-        let resource = self
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{local}/mcp"));
-        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
-        hosts.push(local.ip().to_string());
-        hosts.push(local.to_string());
-        hosts.push(format!("localhost:{}", local.port()));
-        if let Some(h) = self.public_url.as_deref().and_then(host_of) {
-            hosts.push(h);
-        }
-        let state = HttpState {
-            gateway: self.state.clone(),
-            auth: self.auth.clone(),
-            resource,
-            authorization_servers: self
-                .oauth
-                .as_ref()
-                .map(|o| o.authorization_servers.clone())
-                .unwrap_or_default(),
-        };
-        let app = router(state, hosts, shutdown.clone());
+        let app = self.http_app(local, shutdown.clone());
         tracing::info!(addr = %local, "serving MCP over streamable HTTP at http://{local}/mcp");
         // TCP_NODELAY on every connection: an SSE response goes out in several small writes
         // (the stream's first event, then the JSON-RPC response), and with Nagle's algorithm
@@ -313,6 +292,35 @@ impl Gateway {
             .await
         };
         Ok((local, fut))
+    }
+
+    /// The HTTP application served at `local` (its address names the resource and the `Host`
+    /// values accepted): what [`Gateway::bind_http`] serves, for driving in process (the HTTP
+    /// surface's fuzz target). Handlers that read the peer's address need
+    /// `ConnectInfo<SocketAddr>` on each request, as `bind_http` provides.
+    pub fn http_app(&self, local: SocketAddr, shutdown: CancellationToken) -> axum::Router {
+        let resource = self
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{local}/mcp"));
+        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        hosts.push(local.ip().to_string());
+        hosts.push(local.to_string());
+        hosts.push(format!("localhost:{}", local.port()));
+        if let Some(h) = self.public_url.as_deref().and_then(host_of) {
+            hosts.push(h);
+        }
+        let state = HttpState {
+            gateway: self.state.clone(),
+            auth: self.auth.clone(),
+            resource,
+            authorization_servers: self
+                .oauth
+                .as_ref()
+                .map(|o| o.authorization_servers.clone())
+                .unwrap_or_default(),
+        };
+        router(state, hosts, shutdown)
     }
 
     /// The stdio caller: the principal holding `key`.
