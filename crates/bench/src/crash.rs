@@ -132,6 +132,11 @@ impl<D: toolgate_fakes::Domain> FakeHttp<D> {
             None => tokio::net::TcpListener::bind("127.0.0.1:0").await?,
         };
         let addr = listener.local_addr()?;
+        // TCP_NODELAY, as the fake binary (and Node's and Python's HTTP servers) set it: without
+        // it a reply waits for the client's delayed ACK (40 ms).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let s = stop.clone();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app)

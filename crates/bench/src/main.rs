@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 use toolgate_bench::crash::{CrashOptions, StoreKind, crash_table, run_crash};
+use toolgate_bench::peers::{PeersOptions, run_peers, run_relay};
 use toolgate_bench::scale::{ScaleOptions, run_scale, scale_table};
 use toolgate_bench::storm::{StormOptions, run_storm, storm_table};
 use toolgate_bench::{RunOptions, run_faults, run_toggles, table, toggle_table};
@@ -95,6 +96,36 @@ enum Cmd {
         toolgate: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+    },
+    /// What one hop costs: the same upstream called direct, through haproxy, through an rmcp
+    /// relay and through toolgate (durability process and fsync), loaded by wrk in alternated
+    /// rounds; p50, p99, calls/s and the hop's CPU per call. Needs wrk and haproxy
+    /// (scripts/install-bench-peers.sh).
+    Peers {
+        /// Seconds of load per point.
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        #[arg(long, default_value_t = 4)]
+        rounds: u32,
+        /// Concurrency levels (connections).
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+        conc: Vec<u32>,
+        /// Send no `_meta`: every call joins the principal's current run, as an unmodified
+        /// client's do (default: each call names its own run).
+        #[arg(long)]
+        implicit_runs: bool,
+        /// Reads only (no payment.schedule loads).
+        #[arg(long)]
+        reads_only: bool,
+        #[arg(long)]
+        toolgate: Option<PathBuf>,
+    },
+    /// The relay `peers` measures: forwards each `tools/call` to UPSTREAM, governs nothing.
+    Relay {
+        #[arg(long)]
+        listen: String,
+        #[arg(long)]
+        upstream: String,
     },
     /// Replicas on one PostgreSQL: 1–3 `toolgate serve` and 1–2 `toolgate worker` processes,
     /// throughput, one budget across replicas, each step run once, the audit chain.
@@ -236,6 +267,30 @@ async fn main() -> anyhow::Result<()> {
                 print!("{}", scale_table(&report));
             }
         }
+        Cmd::Peers {
+            secs,
+            rounds,
+            conc,
+            implicit_runs,
+            reads_only,
+            toolgate,
+        } => {
+            let toolgate = match toolgate {
+                Some(t) => t,
+                None => std::env::current_exe()?.with_file_name("toolgate"),
+            };
+            let table = run_peers(&PeersOptions {
+                secs,
+                rounds,
+                conc,
+                toolgate,
+                implicit_runs,
+                writes: !reads_only,
+            })
+            .await?;
+            print!("{table}");
+        }
+        Cmd::Relay { listen, upstream } => run_relay(&listen, &upstream).await?,
     }
     Ok(())
 }
