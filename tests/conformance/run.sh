@@ -48,7 +48,7 @@ key="tg-conformance-$(date +%s)-$RANDOM"
 "$toolgate" lock approve --config "$work/registry" --by conformance-run >"$work/lock.log" 2>&1 \
   || { cat "$work/lock.log" >&2; exit 1; }
 p_gw="$(free_port)"; p_proxy="$(free_port)"
-RUST_LOG="${RUST_LOG:-warn}" "$toolgate" serve --config "$work/registry" --http "127.0.0.1:$p_gw" 2>"$work/toolgate.log" & pids+=($!)
+RUST_LOG="${RUST_LOG:-warn}" "$toolgate" serve --dev --config "$work/registry" --http "127.0.0.1:$p_gw" 2>"$work/toolgate.log" & pids+=($!)
 wait_http "http://127.0.0.1:$p_gw/healthz"
 "$node" "$here/auth-proxy.mjs" "$p_proxy" "http://127.0.0.1:$p_gw" "$key" 2>"$work/proxy.log" & pids+=($!)
 wait_http "http://127.0.0.1:$p_proxy/healthz"

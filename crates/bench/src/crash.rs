@@ -189,6 +189,8 @@ pub struct CrashOptions {
 }
 
 pub(crate) const APPROVAL_KEY: &str = "toolgate-bench-crash-approval-key-0123456789";
+/// The redaction key the benchmark's processes share (at least 32 bytes, as any key).
+pub(crate) const REDACTION_KEY: &str = "toolgate-bench-crash-redaction-key-0123456789";
 
 pub(crate) fn free_port() -> anyhow::Result<std::net::SocketAddr> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -212,7 +214,7 @@ pub(crate) async fn spawn_gateway(
         .arg("--http")
         .arg(addr.to_string())
         .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
-        .env("TOOLGATE_REDACTION_KEY", "toolgate-bench-crash-redaction")
+        .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
         .env("RUST_LOG", "warn")
         .stdout(out.try_clone()?)
         .stderr(out)
@@ -311,10 +313,11 @@ async fn run_store(
     // SAFETY: set before any other thread of this process reads the environment for it.
     unsafe {
         std::env::set_var("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY);
-        std::env::set_var("TOOLGATE_REDACTION_KEY", "toolgate-bench-crash-redaction");
+        std::env::set_var("TOOLGATE_REDACTION_KEY", REDACTION_KEY);
     }
     let reconciler = Gateway::build(&ServeOptions {
         config_dir: dir.path().to_path_buf(),
+        keys: toolgate_gateway::KeySource::Configured,
         ..ServeOptions::default()
     })
     .await

@@ -340,7 +340,7 @@ async fn phases(
                     .args(["worker", "--until-idle", "--idle-ms", "200", "-c"])
                     .arg(dir)
                     .env("TOOLGATE_APPROVAL_KEY", crate::crash::APPROVAL_KEY)
-                    .env("TOOLGATE_REDACTION_KEY", "toolgate-bench-crash-redaction")
+                    .env("TOOLGATE_REDACTION_KEY", crate::crash::REDACTION_KEY)
                     .env("RUST_LOG", "warn")
                     .stdout(out.try_clone()?)
                     .stderr(out)

@@ -45,7 +45,7 @@ enum Command {
     Eval(cmd::eval::Args),
     /// Walk the typed ontology from an entity.
     Ontology(cmd::ontology::Args),
-    /// Make and hash API keys for principals.yaml.
+    /// Make and hash API keys for principals.yaml; make approval and redaction keys (`key secret`).
     Key(cmd::key::Args),
     /// Verify the audit chain (and that it still reaches signed checkpoints), export one
     /// principal's records as JSON Lines, or sign checkpoints of its head to keep elsewhere.

@@ -87,6 +87,7 @@ async fn a_new_server_serves_nothing_until_toolgate_lock_approve() {
     let gw = Gateway::build(&ServeOptions {
         config_dir: dir.to_path_buf(),
         http: true,
+        keys: toolgate_gateway::KeySource::Dev,
         ..ServeOptions::default()
     })
     .await

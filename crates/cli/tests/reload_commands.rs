@@ -59,7 +59,14 @@ fn reload_and_status_reach_the_running_server() {
 
     let _server = Server(
         Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--http", "127.0.0.1:0", "--no-watch", "--config"])
+            .args([
+                "serve",
+                "--dev",
+                "--http",
+                "127.0.0.1:0",
+                "--no-watch",
+                "--config",
+            ])
             .arg(&dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

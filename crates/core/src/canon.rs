@@ -211,30 +211,58 @@ pub fn lookup_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Keyed hashing of the fields a tool marks as sensitive. Two redacted IBANs that are equal
-/// produce the same hash, so a reviewer can still see "same account as last time".
+/// produce the same hash, so a reviewer can still see "same account as last time". Each hash
+/// names the key it was made with (`hmac:<key id>:…`), so after the key rotates nobody takes
+/// two hashes of the same value under different keys for two different values, or the reverse.
 #[derive(Clone)]
 pub struct Redactor {
+    id: String,
     key: Vec<u8>,
 }
 
 impl fmt::Debug for Redactor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Redactor(..)")
+        write!(f, "Redactor({})", self.id)
     }
 }
 
+/// The development redaction key: public, in this source file. Only `--dev` and tests use it,
+/// and every hash made with it says so (`hmac:dev:…`).
+const DEV_REDACTION_KEY: &[u8] = b"toolgate-development-redaction-key (public: see docs/keys.md)";
+
 impl Redactor {
+    /// A redactor with `key`; its id is a fingerprint of the key (8 hex digits), which says
+    /// nothing about the key but tells hashes made with different keys apart.
     pub fn new(key: impl Into<Vec<u8>>) -> Self {
-        Redactor { key: key.into() }
+        let key = key.into();
+        let mut mac =
+            <Hmac<Sha256> as KeyInit>::new_from_slice(&key).expect("HMAC takes any key size");
+        mac.update(b"toolgate redaction key id");
+        let id = hex::encode(&mac.finalize().into_bytes()[..4]);
+        Redactor { id, key }
     }
 
-    /// The keyed hash that replaces a redacted value: `hmac:<first 16 bytes hex>`.
+    /// The development key, which anyone can read: a low-entropy value hashed with it (an
+    /// IBAN, an email address) can be recovered by hashing guesses. Its id is `dev`.
+    pub fn dev() -> Self {
+        Redactor {
+            id: "dev".to_string(),
+            key: DEV_REDACTION_KEY.to_vec(),
+        }
+    }
+
+    /// The id every hash made by this redactor carries.
+    pub fn key_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The keyed hash that replaces a redacted value: `hmac:<key id>:<first 16 bytes hex>`.
     pub fn hash(&self, value: &Value) -> String {
         let mut mac =
             <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key).expect("HMAC takes any key size");
         mac.update(canonical(value).as_bytes());
         let out = mac.finalize().into_bytes();
-        format!("hmac:{}", hex::encode(&out[..16]))
+        format!("hmac:{}:{}", self.id, hex::encode(&out[..16]))
     }
 
     /// Returns `value` with each listed path replaced by its keyed hash, and the paths that were

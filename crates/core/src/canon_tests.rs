@@ -82,6 +82,29 @@ fn redaction_is_a_keyed_hash_that_still_compares() {
 }
 
 #[test]
+fn each_redaction_hash_names_its_key() {
+    let v = json!("DE89370400440532013000");
+    let a = Redactor::new(b"first-key-first-key-first-key-32".to_vec());
+    let a_again = Redactor::new(b"first-key-first-key-first-key-32".to_vec());
+    let b = Redactor::new(b"second-key-second-key-second-key".to_vec());
+    // The id is a fingerprint: the same key gives the same id in any process, another key
+    // another id, and neither is the key.
+    assert_eq!(a.key_id(), a_again.key_id());
+    assert_ne!(a.key_id(), b.key_id());
+    assert_eq!(a.key_id().len(), 8);
+    assert!(!a.key_id().contains("first"));
+    let ha = a.hash(&v);
+    assert!(ha.starts_with(&format!("hmac:{}:", a.key_id())), "{ha}");
+    assert_eq!(ha.len(), "hmac:".len() + 8 + 1 + 32);
+    assert_eq!(ha, a_again.hash(&v));
+    assert!(b.hash(&v).starts_with(&format!("hmac:{}:", b.key_id())));
+    // The development key says so in every hash it makes.
+    assert_eq!(Redactor::dev().key_id(), "dev");
+    assert!(Redactor::dev().hash(&v).starts_with("hmac:dev:"));
+    assert_ne!(Redactor::dev().hash(&v), ha);
+}
+
+#[test]
 fn redaction_reaches_nested_fields_and_lists() {
     let r = Redactor::new(b"k".to_vec());
     let v = json!({"results": [{"iban": "A"}, {"iban": "B"}], "supplier": {"iban": "C"}});

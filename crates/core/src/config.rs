@@ -204,6 +204,10 @@ fn default_timeout() -> f64 {
     30.0
 }
 
+/// Approvals: how long a request stays open, and the key that signs approval tokens. The key
+/// is read from the environment variable `key_env`, or from `key_file` when that is set; a
+/// process that signs or verifies tokens refuses to start without one (unless `--dev`). See
+/// docs/keys.md.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalConfig {
@@ -213,9 +217,31 @@ pub struct ApprovalConfig {
     /// The id of the current MAC key; tokens name it so keys can rotate.
     #[serde(default = "default_key_id")]
     pub key_id: String,
-    /// Environment variable holding the current key (hex or any string of ≥ 32 bytes).
+    /// Environment variable holding the current key (at least 32 bytes: `toolgate key secret`).
     #[serde(default = "default_key_env")]
     pub key_env: String,
+    /// A file holding the current key, relative to the registry folder; read instead of
+    /// `key_env` when set. It must not be readable by every user. Surrounding whitespace is
+    /// ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+    /// Keys that no longer sign but still verify the tokens they signed, each under the id
+    /// those tokens name (keep one until its tokens have expired: `expiry_hours`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous: Vec<PreviousKey>,
+}
+
+/// A retired key, kept for verification only: its id and where to read it (`env` or `file`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviousKey {
+    pub id: String,
+    /// Environment variable holding the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// A file holding the key, relative to the registry folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 fn default_expiry() -> i64 {
@@ -234,6 +260,8 @@ impl Default for ApprovalConfig {
             expiry_hours: default_expiry(),
             key_id: default_key_id(),
             key_env: default_key_env(),
+            key_file: None,
+            previous: Vec::new(),
         }
     }
 }
@@ -258,12 +286,21 @@ impl Default for IdempotencyConfig {
     }
 }
 
+/// The key of the keyed hashes that replace redacted fields in the audit log: from the
+/// environment variable `key_env`, or from `key_file` when that is set. There is no list of
+/// previous keys: hashes are always made with the current key, and each names the key it was
+/// made with (`hmac:<key id>:…`), so hashes made before a rotation are not compared with
+/// hashes made after it. See docs/keys.md.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedactionConfig {
-    /// Environment variable holding the key for redaction hashes.
+    /// Environment variable holding the key for redaction hashes (at least 32 bytes).
     #[serde(default = "default_redaction_env")]
     pub key_env: String,
+    /// A file holding the key, relative to the registry folder; read instead of `key_env`
+    /// when set. It must not be readable by every user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
 }
 
 fn default_redaction_env() -> String {
@@ -274,6 +311,7 @@ impl Default for RedactionConfig {
     fn default() -> Self {
         RedactionConfig {
             key_env: default_redaction_env(),
+            key_file: None,
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod canon;
 pub mod clip;
 pub mod config;
 pub mod decide;
+pub mod keyconfig;
 pub mod lint;
 pub mod model;
 pub mod policy;

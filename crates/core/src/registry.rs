@@ -302,6 +302,7 @@ impl Registry {
             policies: policy_files,
         } = sources;
         let mut findings = crate::bounds::check(&gateway, &tool_decls, &pfile);
+        findings.extend(crate::keyconfig::check(&gateway));
         let mut finding = |file: &str, path: String, rule: &str, message: String, fix: String| {
             findings.push(Finding {
                 file: file.to_string(),

@@ -251,7 +251,7 @@ fn main() {
         let no_pin = std::env::args().any(|a| a == "--no-pin");
         std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance/toolgate.lock"), dir.path().join("toolgate.lock")).unwrap();
         toolgate_gateway::pins::rehome_lock(dir.path()).unwrap();
-        let opts = ServeOptions { config_dir: dir.path().into(), http: true, ..Default::default() };
+        let opts = ServeOptions { config_dir: dir.path().into(), http: true, keys: toolgate_gateway::KeySource::Dev, ..Default::default() };
         let gw = if no_pin { Gateway::build_without_pins(&opts).await } else { Gateway::build(&opts).await }.unwrap();
         println!("pinning: {}", if no_pin { "off (--no-pin)" } else { "on (toolgate.lock)" });
         gw.state.store.wal_preallocated().await;

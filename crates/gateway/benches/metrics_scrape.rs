@@ -245,7 +245,7 @@ fn main() {
         let upstream = fake().await;
         let dir = tempfile::tempdir().unwrap();
         registry(dir.path(), &upstream);
-        let opts = ServeOptions { config_dir: dir.path().into(), http: true, ..Default::default() };
+        let opts = ServeOptions { config_dir: dir.path().into(), http: true, keys: toolgate_gateway::KeySource::Dev, ..Default::default() };
         let gw = Gateway::build(&opts).await.unwrap();
         gw.state.store.wal_preallocated().await;
         let (addr, fut) = gw.bind_http("127.0.0.1:0", CancellationToken::new()).await.unwrap();

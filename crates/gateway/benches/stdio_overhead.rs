@@ -166,7 +166,7 @@ fn main() {
     rt.block_on(async {
         let direct = spawn(tokio::process::Command::new(&fake)).await;
         let mut cmd = tokio::process::Command::new(&toolgate);
-        cmd.args(["serve", "--stdio", "--config"])
+        cmd.args(["serve", "--dev", "--stdio", "--config"])
             .arg(dir.path())
             .env("TOOLGATE_API_KEY", KEY)
             .env("RUST_LOG", "warn");

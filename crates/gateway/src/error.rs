@@ -28,6 +28,8 @@ pub enum GatewayError {
     },
     #[error("the stdio transport failed: {0}")]
     Stdio(String),
+    #[error(transparent)]
+    Keys(#[from] crate::keys::KeyError),
     #[error("nothing to serve: pass --http ADDR, --stdio, or both")]
     NoTransport,
     #[error(transparent)]

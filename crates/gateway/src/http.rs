@@ -29,6 +29,8 @@ pub struct HttpState {
     /// The resource identifier (the MCP endpoint's public URL).
     pub resource: String,
     pub authorization_servers: Vec<String>,
+    /// Which keys are development keys (`--dev`), reported by `/readyz`.
+    pub keys: crate::keys::KeyStatus,
 }
 
 /// The router: `/mcp`, `/healthz`, `/readyz`, `/.well-known/oauth-protected-resource[/mcp]`.
@@ -113,7 +115,12 @@ async fn ready(State(s): State<HttpState>) -> impl IntoResponse {
     let store_ok = s.gateway.store.status_counts().await.is_ok();
     let down = s.gateway.upstreams.disconnected();
     let ok = store_ok && down.is_empty();
-    let body = json!({"ready": ok, "store": store_ok, "upstreams_down": down});
+    let body = json!({
+        "ready": ok,
+        "store": store_ok,
+        "upstreams_down": down,
+        "keys": s.keys.to_json(),
+    });
     let code = if ok {
         StatusCode::OK
     } else {

@@ -9,12 +9,14 @@
 //!   `tools/call`).
 //! - [`Upstreams`]: rmcp clients to the upstream servers, as the store's [`toolgate_store::Handler`].
 //! - [`auth`]: API keys and OAuth 2.1 bearer tokens at the HTTP boundary.
+//! - [`keys`]: the approval and redaction keys a process refuses to start without.
 
 pub mod auth;
 mod builtins;
 mod error;
 pub mod http;
 pub mod jwt;
+pub mod keys;
 mod logging;
 mod meta;
 pub mod otlp;
@@ -33,6 +35,7 @@ mod worker;
 pub use auth::{Authenticator, Caller, CredentialKind};
 pub use error::GatewayError;
 pub use jwt::{JwtVerifier, OAuthOptions};
+pub use keys::{KeySource, KeyStatus, Secrets};
 pub use logging::{LogFormat, init_logging};
 pub use reload::{ReloadOutcome, ReloadReport, Reloader, ServeStatus, Trigger};
 pub use render::{from_stored, to_stored};

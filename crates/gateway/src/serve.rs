@@ -12,13 +12,14 @@ use axum::serve::ListenerExt;
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::config::Durability;
-use toolgate_core::{ApprovalKeys, Redactor, Registry, SystemClock};
+use toolgate_core::{Redactor, Registry, SystemClock};
 use toolgate_store::{Executor, Store, StoreConfig};
 
 use crate::auth::{Authenticator, Caller, CredentialKind};
 use crate::error::GatewayError;
 use crate::http::{HttpState, router};
 use crate::jwt::{JwtVerifier, OAuthOptions};
+use crate::keys::{KeySource, KeyStatus, Secrets};
 use crate::pins::Pins;
 use crate::reload::Reloader;
 use crate::server::{GatewayServer, GatewayState};
@@ -43,6 +44,9 @@ pub struct ServeOptions {
     pub public_url: Option<String>,
     /// Do not watch the registry folder for changes (SIGHUP and `toolgate reload` still work).
     pub no_watch: bool,
+    /// Where the approval and redaction keys come from (configured ones by default: missing
+    /// keys refuse the start).
+    pub keys: KeySource,
 }
 
 /// A loaded gateway: registry, store, executor, upstreams, authenticator.
@@ -52,6 +56,8 @@ pub struct Gateway {
     pub dir: PathBuf,
     /// Loads, validates and swaps registry versions (hot reload).
     pub reloader: Arc<Reloader>,
+    /// Which of the process's keys are development keys (`--dev`).
+    pub keys: KeyStatus,
     oauth: Option<OAuthOptions>,
     public_url: Option<String>,
 }
@@ -79,51 +85,52 @@ pub fn resolve_store_url(dir: &Path, url: &str) -> String {
     }
 }
 
-pub(crate) fn approval_keys(registry: &Registry) -> ApprovalKeys {
-    let a = &registry.gateway.approvals;
-    match std::env::var(&a.key_env) {
-        Ok(k) if k.len() >= 32 => ApprovalKeys::new(a.key_id.clone(), k.into_bytes()),
-        _ => {
-            tracing::warn!(
-                env = %a.key_env,
-                "no approval key (≥ 32 bytes) in the environment: using a random key for this process; \
-                 approval tokens issued elsewhere will not verify here"
-            );
-            let mut k = uuid::Uuid::new_v4().as_bytes().to_vec();
-            k.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-            ApprovalKeys::new(a.key_id.clone(), k)
-        }
-    }
-}
-
-/// The store configuration a registry implies: retention, approval expiry, redaction key.
-/// The CLI opens the store with it too, so `trace` and `log` read what `serve` wrote.
+/// The store configuration a registry implies: retention, approval expiry, durability. The
+/// CLI opens the store with it too, so `trace` and `log` read what `serve` wrote; its redactor
+/// is the store's development one, because none of those commands redacts anything (they read
+/// records, or record approval decisions, which carry no inputs). A process that redacts sets
+/// its configured key: [`store_config`].
 pub fn registry_store_config(registry: &Registry) -> StoreConfig {
     let g = &registry.gateway;
-    let mut cfg = StoreConfig {
+    StoreConfig {
         idempotency_retention_hours: g.idempotency.retention_hours,
         approval_expiry_hours: g.approvals.expiry_hours,
         durability: g.store.durability,
         ..StoreConfig::default()
-    };
-    match std::env::var(&g.redaction.key_env) {
-        Ok(k) if !k.is_empty() => cfg.redactor = Redactor::new(k.into_bytes()),
-        _ => tracing::warn!(
-            env = %g.redaction.key_env,
-            "no redaction key in the environment: redacted fields use the built-in development key"
-        ),
     }
-    cfg
 }
 
-/// The store configuration of a long-running process (`serve`, `worker`).
-pub(crate) fn store_config(registry: &Registry, upstreams: &Upstreams) -> StoreConfig {
+/// The store configuration of a long-running process (`serve`, `worker`), with its redactor.
+pub(crate) fn store_config(
+    registry: &Registry,
+    upstreams: &Upstreams,
+    redactor: Redactor,
+) -> StoreConfig {
     StoreConfig {
         // The upstream's own timeout fires first; this is the backstop.
         call_timeout: upstreams.max_timeout() + Duration::from_secs(1),
         wal_preallocate: registry.gateway.store.wal_preallocate_mb << 20,
+        redactor,
         ..registry_store_config(registry)
     }
+}
+
+/// Resolves the process's keys before anything else starts (no store opened, no upstream
+/// spawned), and logs where they came from.
+pub(crate) fn resolve_keys(
+    registry: &Registry,
+    source: &KeySource,
+) -> Result<Secrets, GatewayError> {
+    let secrets = source.resolve(registry)?;
+    for note in &secrets.notes {
+        tracing::warn!("{note}");
+    }
+    if secrets.status.is_dev() {
+        tracing::warn!(keys = %secrets.origin, "--dev: running with development keys");
+    } else {
+        tracing::info!(keys = %secrets.origin, "keys loaded");
+    }
+    Ok(secrets)
 }
 
 impl Gateway {
@@ -161,6 +168,7 @@ impl Gateway {
                 source,
             })?,
         );
+        let secrets = resolve_keys(&registry, &opts.keys)?;
         let upstreams = Arc::new(Upstreams::new(
             &dir,
             &registry.gateway.upstreams,
@@ -173,12 +181,15 @@ impl Gateway {
                 .as_deref()
                 .unwrap_or(&registry.gateway.store.url),
         );
-        let store = Store::connect(&url, store_config(&registry, &upstreams))
-            .await
-            .map_err(|source| GatewayError::Store {
-                url: url.clone(),
-                source,
-            })?;
+        let store = Store::connect(
+            &url,
+            store_config(&registry, &upstreams, secrets.redactor.clone()),
+        )
+        .await
+        .map_err(|source| GatewayError::Store {
+            url: url.clone(),
+            source,
+        })?;
         let durability = store.config().durability;
         tracing::info!(store = %url, registry = %registry.version.label, durability = durability.as_str(), "store open, migrations applied");
         if durability == Durability::Process {
@@ -192,11 +203,10 @@ impl Gateway {
         for (name, why) in &failed {
             tracing::warn!(upstream = %name, error = %why, "serving without this upstream for now");
         }
-        let keys = Arc::new(approval_keys(&registry));
         let executor = Executor::new(
             store,
             registry.clone(),
-            keys,
+            Arc::new(secrets.approval),
             upstreams.clone(),
             Arc::new(SystemClock),
         );
@@ -225,6 +235,7 @@ impl Gateway {
             auth,
             reloader,
             dir,
+            keys: secrets.status,
             oauth: opts.oauth.clone(),
             public_url,
         })
@@ -233,7 +244,9 @@ impl Gateway {
     /// For test environments, benchmarks and the demo: builds the gateway for a copied
     /// registry folder whose upstreams were moved to loopback URLs (the pinned identities in
     /// its `toolgate.lock` move with them; every definition is still checked), and serves HTTP
-    /// on a free loopback port until `shutdown`. Returns the gateway and its MCP URL.
+    /// on a free loopback port until `shutdown`. Returns the gateway and its MCP URL. Keys as
+    /// with `--dev`: the configured ones where set, development keys for the rest (its
+    /// `keys` says which).
     pub async fn start_loopback(
         dir: &Path,
         shutdown: CancellationToken,
@@ -242,6 +255,7 @@ impl Gateway {
         let opts = ServeOptions {
             config_dir: dir.to_path_buf(),
             http: true,
+            keys: KeySource::Dev,
             ..ServeOptions::default()
         };
         let gateway = Gateway::build(&opts).await?;
@@ -319,6 +333,7 @@ impl Gateway {
                 .as_ref()
                 .map(|o| o.authorization_servers.clone())
                 .unwrap_or_default(),
+            keys: self.keys,
         };
         router(state, hosts, shutdown)
     }
@@ -415,6 +430,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
         return Err(GatewayError::NoTransport);
     }
     let gw = Gateway::build(&opts).await?;
+    if let Some(warning) = gw.keys.warning() {
+        eprintln!("{warning}");
+    }
     let shutdown = CancellationToken::new();
     // Hot reload: SIGHUP (what `toolgate reload` sends), the folder watch, and the status file
     // `toolgate status` and `toolgate reload` read.

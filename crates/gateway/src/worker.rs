@@ -14,8 +14,9 @@ use toolgate_core::{Registry, SystemClock};
 use toolgate_store::{Executor, Store, WorkOptions, WorkStats};
 
 use crate::error::GatewayError;
+use crate::keys::KeySource;
 use crate::pins::Pins;
-use crate::serve::{approval_keys, resolve_store_url};
+use crate::serve::{resolve_keys, resolve_store_url};
 use crate::upstream::Upstreams;
 
 /// What `toolgate worker` was asked to do.
@@ -26,6 +27,9 @@ pub struct WorkerOptions {
     pub store_url: Option<String>,
     /// Pacing; `WorkOptions::default()` when unset.
     pub work: Option<WorkOptions>,
+    /// Where the approval and redaction keys come from (configured ones by default: missing
+    /// keys refuse the start).
+    pub keys: KeySource,
 }
 
 /// Runs a worker until SIGINT or SIGTERM (or, with `until_idle`, until the queue is empty).
@@ -40,7 +44,7 @@ pub async fn worker(opts: WorkerOptions) -> Result<WorkStats, GatewayError> {
         tracing::warn!("stopping at once; steps in hand are left to lease recovery");
         std::process::exit(130);
     });
-    run_worker(&opts, rx).await
+    work_until_stopped(&opts, rx, true).await
 }
 
 /// Works under the registry folder's current version, as `toolgate serve` does: on SIGHUP or a
@@ -97,6 +101,16 @@ pub async fn run_worker(
     opts: &WorkerOptions,
     stop: watch::Receiver<bool>,
 ) -> Result<WorkStats, GatewayError> {
+    work_until_stopped(opts, stop, false).await
+}
+
+/// `announce`: print `--dev`'s warning paragraph on stderr (the `toolgate worker` process does;
+/// an embedding program reads its keys' status itself).
+async fn work_until_stopped(
+    opts: &WorkerOptions,
+    stop: watch::Receiver<bool>,
+    announce: bool,
+) -> Result<WorkStats, GatewayError> {
     let dir = opts.config_dir.clone();
     let registry = Arc::new(
         Registry::load(&dir).map_err(|source| GatewayError::Registry {
@@ -104,6 +118,10 @@ pub async fn run_worker(
             source,
         })?,
     );
+    let secrets = resolve_keys(&registry, &opts.keys)?;
+    if announce && let Some(warning) = secrets.status.warning() {
+        eprintln!("{warning}");
+    }
     // Upstream tools are called only at their pinned definitions, as in the gateway.
     let pins = Arc::new(Pins::load(&dir).map_err(|e| GatewayError::Lockfile(e.to_string()))?);
     let upstreams = Arc::new(Upstreams::new(
@@ -118,12 +136,15 @@ pub async fn run_worker(
             .as_deref()
             .unwrap_or(&registry.gateway.store.url),
     );
-    let store = Store::connect(&url, crate::serve::store_config(&registry, &upstreams))
-        .await
-        .map_err(|source| GatewayError::Store {
-            url: url.clone(),
-            source,
-        })?;
+    let store = Store::connect(
+        &url,
+        crate::serve::store_config(&registry, &upstreams, secrets.redactor.clone()),
+    )
+    .await
+    .map_err(|source| GatewayError::Store {
+        url: url.clone(),
+        source,
+    })?;
     pins.attach_store(store.clone());
     for (name, why) in upstreams.connect_all().await {
         tracing::warn!(upstream = %name, error = %why, "working without this upstream for now");
@@ -131,7 +152,7 @@ pub async fn run_worker(
     let mut executor = Executor::new(
         store.clone(),
         registry.clone(),
-        Arc::new(approval_keys(&registry)),
+        Arc::new(secrets.approval),
         upstreams.clone(),
         Arc::new(SystemClock),
     );

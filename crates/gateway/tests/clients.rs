@@ -302,7 +302,7 @@ async fn stdio_through_the_real_binary(client: Client) {
     let script = json!({
         "transport": "stdio",
         "command": toolgate,
-        "args": ["serve", "--stdio", "--config", dir.path()],
+        "args": ["serve", "--dev", "--stdio", "--config", dir.path()],
         "env": {"TOOLGATE_API_KEY": WORKER_KEY, "RUST_LOG": "warn"},
         "sessions": [{"ops": [
             {"op": "list"},

@@ -300,6 +300,7 @@ impl Env {
             &ServeOptions {
                 config_dir: dir.path().to_path_buf(),
                 http: true,
+                keys: toolgate_gateway::KeySource::Dev,
                 ..ServeOptions::default()
             },
             Some(hook),

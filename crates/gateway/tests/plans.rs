@@ -61,6 +61,7 @@ async fn start() -> Env {
     let opts = ServeOptions {
         config_dir: dir.path().to_path_buf(),
         http: true,
+        keys: toolgate_gateway::KeySource::Dev,
         ..ServeOptions::default()
     };
     let gateway = Gateway::build(&opts).await.expect("gateway builds");
@@ -116,6 +117,7 @@ impl Env {
                 until_idle: true,
                 ..WorkOptions::default()
             }),
+            keys: toolgate_gateway::KeySource::Dev,
         };
         run_worker(&opts, rx).await.expect("the worker runs")
     }

@@ -41,6 +41,7 @@ async fn start() -> Harness {
     let gateway = Gateway::build(&ServeOptions {
         config_dir: dir.path().to_path_buf(),
         http: true,
+        keys: toolgate_gateway::KeySource::Dev,
         ..ServeOptions::default()
     })
     .await

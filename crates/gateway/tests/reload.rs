@@ -667,6 +667,7 @@ async fn a_worker_follows_the_folder_and_decides_the_next_step_under_the_new_ver
             poll: Duration::from_millis(20),
             ..WorkOptions::default()
         }),
+        keys: toolgate_gateway::KeySource::Dev,
     };
     let worker = tokio::spawn(async move { run_worker(&opts, stop_rx).await });
     let store = h.gateway.state.store.clone();

@@ -46,6 +46,7 @@ async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_th
     let gw = Gateway::build(&ServeOptions {
         config_dir: dir.path().into(),
         stdio: true,
+        keys: toolgate_gateway::KeySource::Dev,
         ..ServeOptions::default()
     })
     .await

@@ -163,6 +163,7 @@ async fn third_party_servers_pinned_behind_toolgate_answer_through_it() {
     let gw = Gateway::build(&ServeOptions {
         config_dir: reg.path().to_path_buf(),
         http: true,
+        keys: toolgate_gateway::KeySource::Dev,
         ..ServeOptions::default()
     })
     .await

@@ -96,6 +96,7 @@ async fn start() -> Harness {
     let opts = ServeOptions {
         config_dir: dir.path().to_path_buf(),
         http: true,
+        keys: toolgate_gateway::KeySource::Dev,
         ..ServeOptions::default()
     };
     let gateway = Gateway::build(&opts).await.expect("gateway builds");

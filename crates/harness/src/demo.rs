@@ -125,8 +125,29 @@ pub async fn work(env: &Environment) -> anyhow::Result<toolgate_store::WorkStats
             until_idle: true,
             ..Default::default()
         }),
+        // As the environment's gateway: configured keys where set, development keys otherwise.
+        keys: toolgate_gateway::KeySource::Dev,
     };
     Ok(toolgate_gateway::run_worker(&opts, rx).await?)
+}
+
+/// What the demo says about its keys: it needs no setup, so it makes development keys for any
+/// that are not configured, and says what a deployment does instead.
+fn keys_line(k: toolgate_gateway::KeyStatus) -> String {
+    match (k.approval_dev, k.redaction_dev) {
+        (false, false) => "the configured approval and redaction keys".into(),
+        (a, r) => {
+            let which = match (a, r) {
+                (true, true) => "approval and redaction keys",
+                (true, false) => "approval key",
+                _ => "redaction key",
+            };
+            format!(
+                "development {which} (as `--dev`: nothing to set up, nothing to keep; a \
+                 deployment provides its own, see docs/keys.md)"
+            )
+        }
+    }
 }
 
 /// Runs the demo, writing what happened to `out`. `store_url` replaces the embedded SQLite store.
@@ -157,6 +178,7 @@ pub async fn run(
     // 2. The dispatch run: the dispatch agent submits its plan through plan.submit, a
     //    worker executes the steps through every check, and run.status reports each one.
     let env = Environment::start(&field_dir, store_url, Vec::new()).await?;
+    writeln!(out, "keys: {}", keys_line(env.gateway.keys))?;
     let agent = env.client(DISPATCH_KEY).await?;
     let plan = DeterministicPlanner.plan(DISPATCH_GOAL, &[]).await?;
     let run_id = submit(&agent, &plan, "service_delivery").await?;

@@ -68,6 +68,7 @@ async fn two_workers_on_postgres_wake_on_submission_execute_each_step_once_and_s
             idle: Duration::from_secs(60),
             ..WorkOptions::default()
         }),
+        keys: toolgate_gateway::KeySource::Dev,
     };
     let planner = env.client(FIN_PLANNER_KEY).await.unwrap();
     let drive = async {
@@ -150,6 +151,7 @@ async fn a_stop_request_lets_the_step_in_hand_finish_and_be_recorded() {
         config_dir: env.dir.path().to_path_buf(),
         store_url: None,
         work: None,
+        keys: toolgate_gateway::KeySource::Dev,
     };
     let drive = async {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -67,7 +67,9 @@ impl Default for StoreConfig {
             call_timeout: Duration::from_secs(30),
             claim_batch: 64,
             max_group_commit: 512,
-            redactor: Redactor::new(b"toolgate-default-redaction-key".to_vec()),
+            // The development key: a process that redacts for real sets its own (see
+            // toolgate_gateway::keys); hashes made with this one read `hmac:dev:…`.
+            redactor: Redactor::dev(),
             retry_backoff: Duration::from_secs(5),
             reconcile_quiet: None,
             wal_preallocate: 0,

@@ -83,17 +83,11 @@ impl Handler for NoCalls {
     }
 }
 
-/// The approval key the gateway uses (tokens issued here must verify there).
+/// The approval key the gateway uses (tokens issued here must verify there), read as `serve`
+/// reads it: `approvals.key_file` or the environment variable `approvals.key_env`.
 fn approval_keys(registry: &Registry) -> anyhow::Result<ApprovalKeys> {
-    let a = &registry.gateway.approvals;
-    match std::env::var(&a.key_env) {
-        Ok(k) if k.len() >= 32 => Ok(ApprovalKeys::new(a.key_id.clone(), k.into_bytes())),
-        _ => bail!(
-            "set {} to the gateway's approval key (at least 32 bytes) so the token issued here \
-             verifies where the call runs, or approve in the web page",
-            a.key_env
-        ),
-    }
+    toolgate_gateway::keys::load_approval_keys(registry, &|name| std::env::var(name).ok())
+        .context("approving from the terminal signs a token the gateway verifies (or approve in the web page)")
 }
 
 fn executor(registry: Registry, store: Store, keys: ApprovalKeys) -> Executor {

@@ -67,11 +67,19 @@ pub struct DecideInput {
     pub at_ms: Option<i64>,
 }
 
-/// The key `decide` verifies approval tokens with: the configured one when it is set.
-fn keys(registry: &toolgate_core::Registry) -> ApprovalKeys {
-    let a = &registry.gateway.approvals;
-    let key = std::env::var(&a.key_env).unwrap_or_default();
-    ApprovalKeys::new(a.key_id.clone(), key.into_bytes())
+/// The keys `decide` verifies approval tokens with: the gateway's, read as `serve` reads them
+/// (current and previous), when the call carries tokens. A call without tokens verifies none,
+/// so it needs no key.
+fn keys(registry: &toolgate_core::Registry, tokens: bool) -> anyhow::Result<ApprovalKeys> {
+    if !tokens {
+        return Ok(ApprovalKeys::new(
+            registry.gateway.approvals.key_id.clone(),
+            Vec::new(),
+        ));
+    }
+    toolgate_gateway::keys::load_approval_keys(registry, &|name| std::env::var(name).ok()).context(
+        "the call carries approval tokens, and only the gateway's approval key verifies them",
+    )
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -86,7 +94,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     let input: DecideInput = serde_json::from_str(&text).context(
         "the call must be JSON with at least {\"principal\", \"tool\", \"inputs\"}; see `toolgate decide --help`",
     )?;
-    let keys = keys(&registry);
+    let keys = keys(&registry, !input.approvals.is_empty())?;
     let engine = Engine::new(&registry, &keys);
     let run = RunHistory { calls: input.run };
     let budgets = BudgetView {

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use clap::ValueEnum;
-use toolgate_gateway::{LogFormat, OAuthOptions, ServeOptions};
+use toolgate_gateway::{KeySource, LogFormat, OAuthOptions, ServeOptions};
 
 use super::ConfigArg;
 
@@ -52,6 +52,22 @@ pub struct Args {
     /// still reload it).
     #[arg(long)]
     pub no_watch: bool,
+    /// Development only: start even without an approval key and a redaction key, using a
+    /// random approval key (approvals die with the process and are not shared with other
+    /// processes) and the public development redaction key (redacted values can be guessed
+    /// back). Said at start and in /readyz. Without --dev a missing key refuses the start;
+    /// docs/keys.md says how to provide them.
+    #[arg(long)]
+    pub dev: bool,
+}
+
+/// `--dev` or the configured keys.
+pub fn key_source(dev: bool) -> KeySource {
+    if dev {
+        KeySource::Dev
+    } else {
+        KeySource::Configured
+    }
 }
 
 pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -82,6 +98,7 @@ pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
         oauth,
         public_url: args.public_url.clone(),
         no_watch: args.no_watch,
+        keys: key_source(args.dev),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

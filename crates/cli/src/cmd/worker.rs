@@ -30,6 +30,10 @@ pub struct Args {
     /// Log lines as text or JSON (always on stderr).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: Format,
+    /// Development only: start without an approval key and a redaction key (see `toolgate
+    /// serve --dev` and docs/keys.md for what that gives up).
+    #[arg(long)]
+    pub dev: bool,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -46,6 +50,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
             until_idle: args.until_idle,
             ..WorkOptions::default()
         }),
+        keys: super::serve::key_source(args.dev),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

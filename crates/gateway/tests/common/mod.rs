@@ -218,6 +218,7 @@ impl Harness {
             config_dir: dir.path().to_path_buf(),
             http: true,
             oauth,
+            keys: toolgate_gateway::KeySource::Dev,
             ..ServeOptions::default()
         };
         let gateway = Gateway::build(&opts).await.expect("gateway builds");
