@@ -72,7 +72,7 @@ fn claims() -> ApprovalClaims {
         gate_rule: None,
         definition_hash: None,
         approver: "alice".into(),
-        expires_at: Timestamp::from_millis(i64::MAX),
+        expires_at: Timestamp::from_millis(4_102_444_800_000),
         nonce: "n1".into(),
     }
 }

@@ -10,6 +10,7 @@ mod gateway;
 mod hostile;
 mod jwks_https;
 mod keep_alive;
+mod keys;
 mod otlp;
 mod passthrough;
 mod pinning;
