@@ -232,7 +232,10 @@ fn serve_starts_with_keys_from_the_environment() {
 fn serve_starts_with_keys_from_files_and_refuses_a_file_everyone_can_read() {
     let (t, dir) = finance();
     use_key_files(&dir);
-    let (a, r) = (t.path().join("approval.key"), t.path().join("redaction.key"));
+    let (a, r) = (
+        t.path().join("approval.key"),
+        t.path().join("redaction.key"),
+    );
     write_key(&a, APPROVAL, 0o600);
     write_key(&r, REDACTION, 0o640);
     let addr = free_addr();
@@ -267,7 +270,11 @@ fn serve_dev_starts_without_keys_and_says_what_it_gives_up() {
     let r = readyz(addr, &mut s);
     assert_eq!(r["keys"]["approval"], "dev", "{r}");
     assert_eq!(r["keys"]["redaction"], "dev", "{r}");
-    assert_eq!(r["keys"]["dev_gives_up"].as_array().unwrap().len(), 2, "{r}");
+    assert_eq!(
+        r["keys"]["dev_gives_up"].as_array().unwrap().len(),
+        2,
+        "{r}"
+    );
     let err = s.stderr();
     for needle in [
         "WARNING: --dev",
@@ -311,5 +318,9 @@ fn key_secret_makes_a_64_hex_digit_key_and_a_private_file_it_never_overwrites() 
     }
     let o = run(&["key", "secret", "--out", file.to_str().unwrap()]);
     assert!(!o.status.success());
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), key, "not overwritten");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        key,
+        "not overwritten"
+    );
 }

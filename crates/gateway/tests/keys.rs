@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolgate_core::{Registry, SystemClock};
+use toolgate_core::{Clock, Registry, SystemClock};
 use toolgate_gateway::{Gateway, KeySource, ServeOptions, keys};
 
 use crate::common::*;
@@ -55,7 +55,7 @@ async fn serve_with(
 
 fn payment(invoice: &str, amount: f64) -> Value {
     json!({"invoice_id": invoice, "amount": amount, "currency": "EUR", "value_date": "2026-07-03",
-           "reason": format!("Invoice {invoice} matched against its purchase order")})
+           "reason": format!("Invoice {invoice} matched against PO-77840")})
 }
 
 fn text_of(r: &rmcp::model::CallToolResult) -> String {
@@ -103,10 +103,15 @@ async fn an_approval_signed_with_a_previous_key_runs_after_rotation_and_one_whos
     .await;
     let agent = connect(&url, WORKER_KEY).await;
     let mut tokens = Vec::new();
-    for (invoice, amount) in [("INV-20260612", 12600.0), ("INV-20260613", 11800.0)] {
-        let r = call(&agent, "payment.schedule", payment(invoice, amount), meta.clone())
-            .await
-            .unwrap();
+    for (invoice, amount) in [("INV-20260612", 12600.0), ("INV-20260613", 4200.0)] {
+        let r = call(
+            &agent,
+            "payment.schedule",
+            payment(invoice, amount),
+            meta.clone(),
+        )
+        .await
+        .unwrap();
         let facts = r.structured_content.unwrap();
         assert_eq!(facts["status"], "needs_approval", "{facts}");
         let id = facts["approval_id"].as_str().unwrap().to_string();
@@ -172,7 +177,7 @@ async fn an_approval_signed_with_a_previous_key_runs_after_rotation_and_one_whos
     let r = call(
         &agent,
         "payment.schedule",
-        payment("INV-20260613", 11800.0),
+        payment("INV-20260613", 4200.0),
         meta.clone(),
     )
     .await

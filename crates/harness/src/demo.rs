@@ -398,7 +398,7 @@ pub async fn run(
     )?;
     writeln!(
         out,
-        "  approve the payment:    toolgate serve -c examples/finance, then open http://127.0.0.1:8480/approvals"
+        "  approve the payment:    toolgate serve --dev -c examples/finance, then open http://127.0.0.1:8480/approvals"
     )?;
     writeln!(
         out,
