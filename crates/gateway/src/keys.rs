@@ -48,33 +48,6 @@ pub struct Secrets {
     pub notes: Vec<String>,
 }
 
-impl Secrets {
-    /// Both keys as given, with `approval_id` naming the approval key in the tokens it signs.
-    pub fn new(approval_id: &str, approval_key: &[u8], redaction_key: &[u8]) -> Secrets {
-        Secrets {
-            approval: ApprovalKeys::new(approval_id, approval_key.to_vec()),
-            redactor: Redactor::new(redaction_key.to_vec()),
-            status: KeyStatus::default(),
-            origin: "given by the embedding program".into(),
-            notes: Vec::new(),
-        }
-    }
-
-    /// Development keys for both (what `--dev` uses when nothing is configured).
-    pub fn dev(registry: &Registry) -> Secrets {
-        Secrets {
-            approval: dev_approval_keys(&registry.gateway.approvals.key_id),
-            redactor: Redactor::dev(),
-            status: KeyStatus {
-                approval_dev: true,
-                redaction_dev: true,
-            },
-            origin: "development keys".into(),
-            notes: Vec::new(),
-        }
-    }
-}
-
 /// Which keys a process runs with are development keys (both false: everything configured).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KeyStatus {
@@ -351,12 +324,12 @@ fn approval_keys(
     };
     let mut previous = Vec::new();
     for (i, p) in a.previous.iter().enumerate() {
-        let setting = format!("approvals.previous[{i}].file");
+        let setting = format!("approvals.previous[{i}]");
         // The registry's load checked that each entry names exactly one of `env` and `file`.
         let read = match (&p.file, &p.env) {
             (Some(file), _) => {
                 let path = dir.join(file);
-                let from = format!("{setting} {}", path.display());
+                let from = format!("{setting}.file {}", path.display());
                 read_key_file(&path, &from).and_then(|k| {
                     if k.len() < MIN_KEY_BYTES {
                         Err(KeyProblem::TooShort {
