@@ -120,6 +120,8 @@ async fn start(dir: &Path) -> Router {
         http: true,
         store_url: Some(format!("sqlite://{}", dir.join("fuzz.db").display())),
         no_watch: true,
+        // Not about keys: development keys, as `--dev`.
+        keys: toolgate_gateway::KeySource::Dev,
         ..ServeOptions::default()
     };
     let gateway = Gateway::build(&opts).await.expect("the gateway builds");
