@@ -2,6 +2,7 @@
 //! One binary links once; a binary per file cost CI most of its build time.
 
 mod contract_commands;
+mod init_third_party;
 mod lock_serve;
 mod log_checkpoint;
 mod reload_commands;

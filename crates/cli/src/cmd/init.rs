@@ -65,6 +65,10 @@ pub struct Args {
     /// Seconds to wait for each upstream's handshake and lists.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Also write the agent's new API key to FILE (readable by you only), for scripts and
+    /// clients that read a key from a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "add")]
+    pub key_file: Option<PathBuf>,
 }
 
 /// One `--upstream` as given.
@@ -179,6 +183,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
             &principals_yaml(&approver, &agent_key, &approver_key),
         )?;
         write_new(&dir.join(".gitignore"), "toolgate.db\ntoolgate.db-*\n")?;
+        if let Some(file) = &args.key_file {
+            write_secret(file, &format!("{agent_key}\n"))?;
+        }
         keys = Some((agent_key, approver_key));
     }
     for imp in &imported {
@@ -433,6 +440,20 @@ fn prepare_dir(args: &Args) -> anyhow::Result<()> {
 
 fn write_new(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A file only its owner can read (created so, never widened after the write).
+fn write_secret(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    Ok(())
 }
 
 fn yaml_quote(s: &str) -> String {
