@@ -5,4 +5,5 @@ mod contract_commands;
 mod init_third_party;
 mod lock_serve;
 mod log_checkpoint;
+mod quickstart;
 mod reload_commands;
