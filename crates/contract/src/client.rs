@@ -1,6 +1,7 @@
 //! Reads what an MCP server says about itself: the `initialize` answer, every page of
-//! `tools/list`, and the names of its prompts and resources. Used by `toolgate audit` and `toolgate lock`; the gateway has its own
-//! long-lived clients and calls [`crate::PinSet::check_rmcp`] on what they read.
+//! `tools/list`, and the names of its prompts and resources. Used by `toolgate audit`,
+//! `toolgate lock` and `toolgate init`; the gateway has its own long-lived clients and calls
+//! [`crate::PinSet::check_rmcp`] on what they read.
 
 use std::path::PathBuf;
 use std::time::Duration;

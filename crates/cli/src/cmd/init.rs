@@ -53,7 +53,8 @@ pub struct Args {
     /// entry in toolgate.yaml and its pin; no other file is rewritten.
     #[arg(long)]
     pub add: bool,
-    /// Write into a non-empty folder, replacing the files init writes.
+    /// Write into a non-empty folder: toolgate.yaml, principals.yaml, tools/*.yaml,
+    /// toolgate.lock and README.md are replaced (the store is kept).
     #[arg(long, conflicts_with = "add")]
     pub force: bool,
     /// The person who may approve gated calls (default: $USER).
@@ -431,8 +432,17 @@ fn prepare_dir(args: &Args) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     if args.force {
-        for f in ["toolgate.lock", "principals.yaml", "README.md"] {
+        // What init writes, so nothing of an earlier registry is left to contradict the new
+        // one (the store and its audit chain stay).
+        for f in ["toolgate.yaml", "toolgate.lock", "principals.yaml", "README.md"] {
             let _ = std::fs::remove_file(dir.join(f));
+        }
+        if let Ok(entries) = std::fs::read_dir(dir.join("tools")) {
+            for e in entries.flatten() {
+                if e.path().extension().is_some_and(|x| x == "yaml" || x == "yml") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
         }
     }
     Ok(())
