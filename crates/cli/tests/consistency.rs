@@ -9,7 +9,8 @@ use std::process::Command;
 
 fn toolgate() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    c.env_remove("TOOLGATE_CONFIG").env_remove("TOOLGATE_STORE_URL");
+    c.env_remove("TOOLGATE_CONFIG")
+        .env_remove("TOOLGATE_STORE_URL");
     c
 }
 
@@ -59,7 +60,10 @@ fn read_only_commands_never_create_a_store() {
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(!out.status.success(), "{args:?} {store:?} succeeded");
             assert!(err.contains("no store at"), "{args:?} {store:?}: {err}");
-            assert!(!db.exists() && !elsewhere.exists(), "{args:?} created a store");
+            assert!(
+                !db.exists() && !elsewhere.exists(),
+                "{args:?} created a store"
+            );
         }
     }
 }
@@ -68,7 +72,11 @@ fn read_only_commands_never_create_a_store() {
 fn check_takes_c_like_every_command() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = acme(tmp.path());
-    for args in [vec!["check", "-c"], vec!["check", "--config"], vec!["check"]] {
+    for args in [
+        vec!["check", "-c"],
+        vec!["check", "--config"],
+        vec!["check"],
+    ] {
         let out = toolgate().args(&args).arg(&dir).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.starts_with("ok: "), "{args:?}: {text}");

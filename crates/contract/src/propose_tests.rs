@@ -45,7 +45,11 @@ fn state_changing_tools_are_gated_with_every_input_as_identity() {
     assert_eq!(d["gate"], "always");
     assert_eq!(d["effect"], "irreversible");
     assert_eq!(d["tier"], "act");
-    assert_eq!(d["identity"], json!(["content", "path"]));
+    assert_eq!(
+        d["identity"],
+        json!(["path", "content"]),
+        "in the schema's order"
+    );
 }
 
 #[test]

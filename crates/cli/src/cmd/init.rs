@@ -434,12 +434,20 @@ fn prepare_dir(args: &Args) -> anyhow::Result<()> {
     if args.force {
         // What init writes, so nothing of an earlier registry is left to contradict the new
         // one (the store and its audit chain stay).
-        for f in ["toolgate.yaml", "toolgate.lock", "principals.yaml", "README.md"] {
+        for f in [
+            "toolgate.yaml",
+            "toolgate.lock",
+            "principals.yaml",
+            "README.md",
+        ] {
             let _ = std::fs::remove_file(dir.join(f));
         }
         if let Ok(entries) = std::fs::read_dir(dir.join("tools")) {
             for e in entries.flatten() {
-                if e.path().extension().is_some_and(|x| x == "yaml" || x == "yml") {
+                if e.path()
+                    .extension()
+                    .is_some_and(|x| x == "yaml" || x == "yml")
+                {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
