@@ -29,10 +29,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Write a registry folder for MCP servers you already run: connects to each upstream,
-    /// proposes each tool's declaration (closed schema, effect, tier, gate, `review:` notes),
-    /// refuses what it cannot place safely, makes an agent key and an approver, pins
-    /// toolgate.lock. `--add` adds upstreams to a folder it wrote.
+    /// Write a registry folder for MCP servers you already run (`--add`: one more upstream).
+    ///
+    /// Connects to each upstream, proposes each tool's declaration (closed schema, effect,
+    /// tier, gate, `review:` notes), refuses what it cannot place safely, makes an agent key
+    /// and an approver, and pins toolgate.lock.
     Init(cmd::init::Args),
     /// Lint a registry folder: exit 0 clean, 1 findings, 2 unreadable.
     Check(cmd::check::Args),

@@ -233,8 +233,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     lock.write(&lock_path)?;
     let registry = super::ConfigArg { dir: dir.clone() }.load()?;
     let text = std::fs::read_to_string(&lock_path)?;
-    let names: Vec<&str> = imported.iter().map(|i| i.spec.name.as_str()).collect();
-    let server = (names.len() == 1).then(|| names[0]);
+    // One upstream is recorded by name, several as all of them (`upstream:*`).
+    let server = match imported.as_slice() {
+        [only] => Some(only.spec.name.as_str()),
+        _ => None,
+    };
     let record =
         super::lock::approval_record(server, None, &approval, &lines, &text, "toolgate init");
     rt.block_on(async {
