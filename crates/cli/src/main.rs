@@ -29,6 +29,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Write a registry folder for MCP servers you already run (`--add`: one more upstream).
+    ///
+    /// Connects to each upstream, proposes each tool's declaration (closed schema, effect,
+    /// tier, gate, `review:` notes), refuses what it cannot place safely, makes an agent key
+    /// and an approver, and pins toolgate.lock.
+    Init(cmd::init::Args),
     /// Lint a registry folder: exit 0 clean, 1 findings, 2 unreadable.
     Check(cmd::check::Args),
     /// List the tools the registry declares, with their effect, tier, grants and gates.
@@ -83,6 +89,7 @@ fn main() -> ExitCode {
     // whose MCP transport writes to the same stdout from another thread.
     let mut out = std::io::stdout();
     let result = match cli.command {
+        Command::Init(a) => cmd::init::run(&a, &mut out),
         Command::Check(a) => cmd::check::run(&a, &mut out),
         Command::Capabilities(a) => cmd::capabilities::run(&a, &mut out),
         Command::Grants(a) => cmd::grants::run(&a, &mut out),

@@ -1,6 +1,7 @@
-//! Reads what an MCP server says about itself: the `initialize` answer and every page of
-//! `tools/list`. Used by `toolgate audit` and `toolgate lock`; the gateway has its own
-//! long-lived clients and calls [`crate::PinSet::check_rmcp`] on what they read.
+//! Reads what an MCP server says about itself: the `initialize` answer, every page of
+//! `tools/list`, and the names of its prompts and resources. Used by `toolgate audit`,
+//! `toolgate lock` and `toolgate init`; the gateway has its own long-lived clients and calls
+//! [`crate::PinSet::check_rmcp`] on what they read.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,6 +71,10 @@ impl Target {
 pub struct Observed {
     pub facts: ServerFacts,
     pub tools: Vec<Value>,
+    /// The names of its prompts, when it offers any (`toolgate init` lists them for review).
+    pub prompts: Vec<String>,
+    /// The URIs of its resources, when it offers any.
+    pub resources: Vec<String>,
 }
 
 /// Connects, reads `initialize` and all of `tools/list`, and disconnects (ending a child).
@@ -128,6 +133,21 @@ pub async fn observe(target: &Target, timeout: Duration) -> Result<Observed, Con
             .peer_info()
             .map(|i| ServerFacts::from_peer_info(&i))
             .unwrap_or_default();
+        let caps = service.peer_info().map(|i| i.capabilities.clone());
+        // Prompts and resources are read when offered; a server that fails to list them still
+        // has its tools read (they are only listed for review).
+        let mut prompts = Vec::new();
+        let mut resources = Vec::new();
+        if caps.as_ref().is_some_and(|c| c.prompts.is_some())
+            && let Ok(list) = service.peer().list_all_prompts().await
+        {
+            prompts = list.into_iter().map(|p| p.name.to_string()).collect();
+        }
+        if caps.as_ref().is_some_and(|c| c.resources.is_some())
+            && let Ok(list) = service.peer().list_all_resources().await
+        {
+            resources = list.into_iter().map(|r| r.uri.to_string()).collect();
+        }
         let tools = service
             .peer()
             .list_all_tools()
@@ -137,6 +157,8 @@ pub async fn observe(target: &Target, timeout: Duration) -> Result<Observed, Con
         Ok(Observed {
             facts,
             tools: tools.iter().map(tool_value).collect(),
+            prompts,
+            resources,
         })
     };
     tokio::time::timeout(timeout, work)

@@ -10,6 +10,7 @@
 //! - [`audit`]: the tool contract audit of any MCP server's `tools/list`, rendered as a table,
 //!   JSON or SARIF.
 //! - [`client`]: an rmcp client that reads a server's `initialize` answer and `tools/list`.
+//! - [`propose`]: a first, conservative registry declaration for an upstream tool (`toolgate init`).
 //! - [`registry_diff`]: the same labels for the organisation's own registry tools across a git revision.
 //!
 //! # Serve-time pinning in the gateway
@@ -54,6 +55,7 @@ pub mod diff;
 mod error;
 pub mod lockfile;
 pub mod pin;
+pub mod propose;
 pub mod registry_diff;
 pub mod sarif;
 

@@ -1,7 +1,7 @@
 //! The HTTP face: the MCP endpoint (`/mcp`, streamable HTTP) behind the credential middleware,
 //! the approver's page (`/approvals`) and `/metrics`,
 //! health (`/healthz`: the process answers) and readiness (`/readyz`: the store answers and
-//! every upstream is connected), and the OAuth protected-resource metadata document the MCP
+//! every upstream is connected and serves something it pinned), and the OAuth protected-resource metadata document the MCP
 //! authorization spec asks for (RFC 9728).
 
 use std::sync::Arc;
@@ -114,11 +114,21 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
 async fn ready(State(s): State<HttpState>) -> impl IntoResponse {
     let store_ok = s.gateway.store.status_counts().await.is_ok();
     let down = s.gateway.upstreams.disconnected();
-    let ok = store_ok && down.is_empty();
+    // A lock approved since the last check counts (one small file read when nothing changed).
+    s.gateway.upstreams.refresh_pins().await;
+    // An upstream that answers but of which nothing is served (never pinned, or blocked by
+    // the lock) is not ready either: calls to its tools would all be refused.
+    let idle = s.gateway.upstreams.not_serving();
+    let ok = store_ok && down.is_empty() && idle.is_empty();
+    let not_serving: Vec<_> = idle
+        .iter()
+        .map(|(name, why)| json!({"upstream": name, "why": why}))
+        .collect();
     let body = json!({
         "ready": ok,
         "store": store_ok,
         "upstreams_down": down,
+        "upstreams_not_serving": not_serving,
         "keys": s.keys.to_json(),
     });
     let code = if ok {

@@ -559,6 +559,34 @@ impl Upstreams {
             .collect()
     }
 
+    /// The upstreams that are connected but serve nothing, with why: not pinned in
+    /// `toolgate.lock`, blocked by it, or every tool they list blocked (what `/readyz` reports).
+    pub fn not_serving(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for name in self.map.keys() {
+            let Some(v) = self.verdict(name) else {
+                continue;
+            };
+            if !v.allowed.is_empty() {
+                continue;
+            }
+            let why = match &v.server_blocked {
+                Some(reason) => format!(
+                    "blocked by toolgate.lock: {reason}; review `toolgate lock diff {name}`, then \
+                     `toolgate lock approve {name}`"
+                ),
+                None if !v.blocked.is_empty() => format!(
+                    "every tool it lists is blocked by toolgate.lock ({} changed); review \
+                     `toolgate lock diff {name}`, then `toolgate lock approve {name}`",
+                    v.blocked.len()
+                ),
+                None => continue,
+            };
+            out.push((name.clone(), why));
+        }
+        out
+    }
+
     /// The connected client of `upstream` (connecting first when needed), for requests other
     /// than tool calls (the prompts and resources the registry lets through).
     pub async fn peer(&self, upstream: &str) -> Result<Peer<RoleClient>, String> {

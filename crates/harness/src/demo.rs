@@ -24,6 +24,106 @@ pub fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
+/// The example registries, compiled in, so `toolgate demo` needs nothing but the binary.
+const EMBEDDED_EXAMPLES: &[(&str, &str)] = &[
+    (
+        "field-services/README.md",
+        include_str!("../../../examples/field-services/README.md"),
+    ),
+    (
+        "field-services/ontology.yaml",
+        include_str!("../../../examples/field-services/ontology.yaml"),
+    ),
+    (
+        "field-services/policies/run-shape.cedar",
+        include_str!("../../../examples/field-services/policies/run-shape.cedar"),
+    ),
+    (
+        "field-services/principals.yaml",
+        include_str!("../../../examples/field-services/principals.yaml"),
+    ),
+    (
+        "field-services/toolgate.lock",
+        include_str!("../../../examples/field-services/toolgate.lock"),
+    ),
+    (
+        "field-services/toolgate.yaml",
+        include_str!("../../../examples/field-services/toolgate.yaml"),
+    ),
+    (
+        "field-services/tools/billing.yaml",
+        include_str!("../../../examples/field-services/tools/billing.yaml"),
+    ),
+    (
+        "field-services/tools/customers.yaml",
+        include_str!("../../../examples/field-services/tools/customers.yaml"),
+    ),
+    (
+        "field-services/tools/dispatch.yaml",
+        include_str!("../../../examples/field-services/tools/dispatch.yaml"),
+    ),
+    (
+        "field-services/tools/plans.yaml",
+        include_str!("../../../examples/field-services/tools/plans.yaml"),
+    ),
+    (
+        "finance/README.md",
+        include_str!("../../../examples/finance/README.md"),
+    ),
+    (
+        "finance/ontology.yaml",
+        include_str!("../../../examples/finance/ontology.yaml"),
+    ),
+    (
+        "finance/policies/payments.cedar",
+        include_str!("../../../examples/finance/policies/payments.cedar"),
+    ),
+    (
+        "finance/principals.yaml",
+        include_str!("../../../examples/finance/principals.yaml"),
+    ),
+    (
+        "finance/toolgate.lock",
+        include_str!("../../../examples/finance/toolgate.lock"),
+    ),
+    (
+        "finance/toolgate.yaml",
+        include_str!("../../../examples/finance/toolgate.yaml"),
+    ),
+    (
+        "finance/tools/invoices.yaml",
+        include_str!("../../../examples/finance/tools/invoices.yaml"),
+    ),
+    (
+        "finance/tools/notes.yaml",
+        include_str!("../../../examples/finance/tools/notes.yaml"),
+    ),
+    (
+        "finance/tools/payments.yaml",
+        include_str!("../../../examples/finance/tools/payments.yaml"),
+    ),
+    (
+        "finance/tools/plans.yaml",
+        include_str!("../../../examples/finance/tools/plans.yaml"),
+    ),
+    (
+        "finance/tools/suppliers.yaml",
+        include_str!("../../../examples/finance/tools/suppliers.yaml"),
+    ),
+];
+
+/// Writes the compiled-in example registries (`field-services/`, `finance/`) under `dest`.
+pub fn write_examples(dest: &Path) -> std::io::Result<()> {
+    for (rel, text) in EMBEDDED_EXAMPLES {
+        let path = dest.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)?;
+    }
+    Ok(())
+}
+
 /// What the demo did, for tests and for the closing lines.
 #[derive(Debug, Default)]
 pub struct DemoSummary {
@@ -398,7 +498,8 @@ pub async fn run(
     )?;
     writeln!(
         out,
-        "  approve the payment:    toolgate serve --dev -c examples/finance, then open http://127.0.0.1:8480/approvals"
+        "  the parked payment:     toolgate approvals list -c {}",
+        summary.finance_dir.display()
     )?;
     writeln!(
         out,

@@ -17,7 +17,7 @@ use toolgate_store::{
 };
 
 use crate::cmd::ConfigArg;
-use crate::cmd::store::{open, runtime};
+use crate::cmd::store::{open_existing, runtime};
 use crate::table::Table;
 
 #[derive(clap::Args, Debug)]
@@ -26,8 +26,8 @@ pub struct Args {
     pub command: Sub,
     #[command(flatten)]
     pub config: ConfigArg,
-    /// The store URL, instead of the registry's.
-    #[arg(long, global = true)]
+    /// The store URL, instead of the registry's `store.url`.
+    #[arg(long, global = true, value_name = "URL", env = "TOOLGATE_STORE_URL")]
     pub store: Option<String>,
 }
 
@@ -120,7 +120,7 @@ fn refused(out: &mut dyn Write, e: ConsoleError) -> anyhow::Result<u8> {
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     runtime()?.block_on(async {
         let registry = args.config.load()?;
-        let store = open(&registry, args.store.as_deref()).await?;
+        let store = open_existing(&registry, args.store.as_deref()).await?;
         match &args.command {
             Sub::List {
                 tool,

@@ -1,4 +1,4 @@
-//! `toolgate check DIR`: the registry lint.
+//! `toolgate check [-c DIR]`: the registry lint.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -6,11 +6,16 @@ use std::path::PathBuf;
 use toolgate_core::lint::lint;
 use toolgate_core::{Finding, LoadError, Registry};
 
+use super::ConfigArg;
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The registry folder to check.
-    #[arg(default_value = ".")]
-    pub dir: PathBuf,
+    /// The registry folder to check, as `-c DIR` names it for every command (a folder given
+    /// here is the same).
+    #[arg(value_name = "DIR")]
+    pub folder: Option<PathBuf>,
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// Print findings as JSON (one array) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -19,8 +24,15 @@ pub struct Args {
     pub cedar_schema: bool,
 }
 
+impl Args {
+    /// The folder: the one given positionally, else `-c`.
+    pub fn dir(&self) -> &PathBuf {
+        self.folder.as_ref().unwrap_or(&self.config.dir)
+    }
+}
+
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let (registry, findings): (Option<Registry>, Vec<Finding>) = match Registry::load(&args.dir) {
+    let (registry, findings): (Option<Registry>, Vec<Finding>) = match Registry::load(args.dir()) {
         Ok(r) => {
             let f = lint(&r);
             (Some(r), f)

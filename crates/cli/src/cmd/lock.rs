@@ -60,7 +60,12 @@ pub struct Approve {
     #[arg(long)]
     pub by: Option<String>,
     /// The store whose audit chain records the approval (default: the registry's `store.url`).
-    #[arg(long, value_name = "URL")]
+    #[arg(
+        long = "store",
+        visible_alias = "store-url",
+        value_name = "URL",
+        env = "TOOLGATE_STORE_URL"
+    )]
     pub store_url: Option<String>,
 }
 
@@ -193,7 +198,14 @@ fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<u8> {
     }
     lock.write(&path)?;
     let text = std::fs::read_to_string(&path)?;
-    let record = approval_record(s, &approval, &lines, &text);
+    let record = approval_record(
+        s.server.as_deref(),
+        s.tool.as_deref(),
+        &approval,
+        &lines,
+        &text,
+        "toolgate lock approve",
+    );
     let seq = rt.block_on(async {
         let seq = store.append_audit(vec![record]).await;
         store.close().await;
@@ -216,12 +228,14 @@ fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<u8> {
 }
 
 /// The audit record of one `lock approve`: who, what was selected, every pin line written, and
-/// the hash of the lockfile it left.
-fn approval_record(
-    s: &Selected,
+/// the hash of the lockfile it left. `toolgate init` records its first pins the same way.
+pub(crate) fn approval_record(
+    server: Option<&str>,
+    tool: Option<&str>,
     approval: &Approval,
     lines: &[String],
     lock_text: &str,
+    command: &str,
 ) -> toolgate_store::AuditDraft {
     use toolgate_core::canon::sha256_tagged;
     use toolgate_core::{Clock, StepStatus, SystemClock};
@@ -237,7 +251,7 @@ fn approval_record(
             role: "operator".into(),
             actor: Default::default(),
         },
-        tool: match (&s.server, &s.tool) {
+        tool: match (server, tool) {
             (Some(server), Some(tool)) => format!("upstream:{server}/{tool}"),
             (Some(server), None) => format!("upstream:{server}"),
             _ => "upstream:*".into(),
@@ -246,8 +260,8 @@ fn approval_record(
         effect: None,
         tier: None,
         inputs: serde_json::json!({
-            "server": s.server,
-            "tool": s.tool,
+            "server": server,
+            "tool": tool,
             "pins": lines,
             "approved_at": approval.at,
             "lockfile": version,
@@ -257,7 +271,7 @@ fn approval_record(
         why: AuditWhy {
             purpose: None,
             reason: Some(format!(
-                "{} re-pinned {} definition(s) with `toolgate lock approve`",
+                "{} re-pinned {} definition(s) with `{command}`",
                 approval.by,
                 lines.len()
             )),

@@ -14,7 +14,7 @@ use toolgate_store::{
 };
 
 use crate::cmd::ConfigArg;
-use crate::cmd::store::{open, runtime};
+use crate::cmd::store::{open_existing, runtime};
 
 /// The environment variable that holds the checkpoint signing key itself.
 const KEY_ENV: &str = "TOOLGATE_CHECKPOINT_KEY";
@@ -47,15 +47,16 @@ pub enum Action {
 pub struct StoreArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// The store URL, instead of the registry's.
-    #[arg(long)]
+    /// The store URL, instead of the registry's `store.url`.
+    #[arg(long, value_name = "URL", env = "TOOLGATE_STORE_URL")]
     pub store: Option<String>,
 }
 
 impl StoreArgs {
+    /// Opens the store; never creates one (every `log` command reads a chain that exists).
     async fn open(&self) -> anyhow::Result<Store> {
         let registry = self.config.load()?;
-        open(&registry, self.store.as_deref()).await
+        open_existing(&registry, self.store.as_deref()).await
     }
 }
 

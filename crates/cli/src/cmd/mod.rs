@@ -8,6 +8,7 @@ pub mod decide;
 pub mod demo;
 pub mod eval;
 pub mod grants;
+pub mod init;
 pub mod key;
 pub mod lock;
 pub mod log;

@@ -8,7 +8,7 @@ use anyhow::bail;
 use toolgate_core::{Clock, SystemClock};
 
 use crate::cmd::ConfigArg;
-use crate::cmd::store::{open, runtime};
+use crate::cmd::store::{open_existing, runtime};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -20,8 +20,8 @@ pub struct Args {
     pub prometheus: bool,
     #[command(flatten)]
     pub config: ConfigArg,
-    /// The store URL, instead of the registry's.
-    #[arg(long)]
+    /// The store URL, instead of the registry's `store.url`.
+    #[arg(long, value_name = "URL", env = "TOOLGATE_STORE_URL")]
     pub store: Option<String>,
 }
 
@@ -36,7 +36,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                 None => bail!("--since '{s}': use 7d, 36h, 4w or a date like 2026-06-01"),
             },
         };
-        let store = open(&registry, args.store.as_deref()).await?;
+        let store = open_existing(&registry, args.store.as_deref()).await?;
         let report = toolgate_console::report::gather(&store, &registry, since, now).await?;
         if args.prometheus {
             write!(out, "{}", report.to_prometheus())?;

@@ -25,7 +25,12 @@ pub struct Args {
     #[arg(long)]
     pub stdio: bool,
     /// Overrides `store.url` from toolgate.yaml.
-    #[arg(long, value_name = "URL", env = "TOOLGATE_STORE_URL")]
+    #[arg(
+        long = "store",
+        visible_alias = "store-url",
+        value_name = "URL",
+        env = "TOOLGATE_STORE_URL"
+    )]
     pub store_url: Option<String>,
     /// Log lines as text or JSON (always on stderr).
     #[arg(long, value_enum, default_value = "text")]

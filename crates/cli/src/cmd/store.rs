@@ -1,8 +1,11 @@
 //! Opening the store a registry names, exactly as `serve` does (the gateway's own functions):
 //! a relative SQLite path is resolved against the registry folder, retention, approval expiry
-//! and the redaction key come from `toolgate.yaml`.
+//! and the redaction key come from `toolgate.yaml`. Commands that only read open it with
+//! [`open_existing`], which never creates one: a store that is not there is an error.
 
-use anyhow::Context;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
 use toolgate_core::Registry;
 use toolgate_gateway::{registry_store_config, resolve_store_url};
 use toolgate_store::Store;
@@ -16,6 +19,39 @@ pub async fn open(registry: &Registry, store_url: Option<&str>) -> anyhow::Resul
     Store::connect(&url, registry_store_config(registry))
         .await
         .with_context(|| format!("opening the store at {url}"))
+}
+
+/// As [`open`], for commands that only read: a SQLite store whose file does not exist is an
+/// error (nothing was recorded there, or the folder or `--store` names the wrong one), never
+/// a new empty store reported on as if it held something.
+pub async fn open_existing(registry: &Registry, store_url: Option<&str>) -> anyhow::Result<Store> {
+    let url = resolve_store_url(
+        &registry.dir,
+        store_url.unwrap_or(&registry.gateway.store.url),
+    );
+    if let Some(path) = sqlite_file(&url)
+        && !path.exists()
+    {
+        bail!(
+            "no store at {}: nothing has been recorded there yet (`toolgate serve -c {}` writes \
+             it), or name the store with --store URL",
+            path.display(),
+            registry.dir.display()
+        );
+    }
+    open(registry, store_url).await
+}
+
+/// The file of a `sqlite://` URL (none for an in-memory database).
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    if path.is_empty() || path.starts_with(":memory:") {
+        return None;
+    }
+    Some(PathBuf::from(path))
 }
 
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -22,7 +22,8 @@ fn output(f: impl FnOnce(&mut Vec<u8>) -> anyhow::Result<u8>) -> (u8, String) {
 #[test]
 fn check_a_clean_registry() {
     let args = check::Args {
-        dir: fixture().dir,
+        folder: None,
+        config: fixture(),
         json: false,
         cedar_schema: false,
     };
@@ -64,7 +65,8 @@ fn check_reports_findings_with_exit_1_and_unreadable_with_2() {
     )
     .unwrap();
     let args = check::Args {
-        dir: tmp.path().into(),
+        folder: Some(tmp.path().into()),
+        config: ConfigArg { dir: ".".into() },
         json: false,
         cedar_schema: false,
     };

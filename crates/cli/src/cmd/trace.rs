@@ -3,7 +3,9 @@
 use std::io::Write;
 
 use crate::cmd::ConfigArg;
-use crate::cmd::store::{open, runtime};
+use anyhow::bail;
+
+use crate::cmd::store::{open_existing, runtime};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -14,15 +16,24 @@ pub struct Args {
     pub verbose: bool,
     #[command(flatten)]
     pub config: ConfigArg,
-    /// The store URL, instead of the registry's.
-    #[arg(long)]
+    /// The store URL, instead of the registry's `store.url`.
+    #[arg(long, value_name = "URL", env = "TOOLGATE_STORE_URL")]
     pub store: Option<String>,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     runtime()?.block_on(async {
         let registry = args.config.load()?;
-        let store = open(&registry, args.store.as_deref()).await?;
+        let store = open_existing(&registry, args.store.as_deref()).await?;
+        if store.steps(&args.run).await?.is_empty()
+            && store.audit_records(None, Some(&args.run)).await?.is_empty()
+        {
+            bail!(
+                "no run '{}' in this store (run ids are printed by `demo` and returned in `_meta` \
+                 of every governed call)",
+                toolgate_core::clip::printable(&args.run)
+            );
+        }
         let text = store.trace(&args.run, args.verbose).await?;
         write!(out, "{text}")?;
         Ok(0)

@@ -15,7 +15,12 @@ pub struct Args {
     #[command(flatten)]
     pub config: ConfigArg,
     /// Overrides `store.url` from toolgate.yaml.
-    #[arg(long, value_name = "URL", env = "TOOLGATE_STORE_URL")]
+    #[arg(
+        long = "store",
+        visible_alias = "store-url",
+        value_name = "URL",
+        env = "TOOLGATE_STORE_URL"
+    )]
     pub store_url: Option<String>,
     /// Steps claimed per transaction.
     #[arg(long, default_value_t = 64)]
