@@ -5,7 +5,7 @@
 //! through the executor (every check again, the lease consumed in the transaction that starts
 //! the call).
 
-use toolgate_core::{InputHash, PrincipalKind, Registry, StepStatus};
+use toolgate_core::{InputHash, Registry, StepStatus};
 use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, StepReport};
 
 use crate::error::ConsoleError;
@@ -26,11 +26,27 @@ pub enum Approved {
     DirectCall,
 }
 
-/// True when `principal` is a person whose role may approve.
+/// True when `principal` is a person who may approve some gate (and so may sign in).
 pub fn is_approver(registry: &Registry, principal: &str) -> bool {
-    registry.principal(principal).is_some_and(|p| {
-        p.config.kind == PrincipalKind::Human && registry.role(p.role()).is_some_and(|r| r.approver)
-    })
+    registry.approves_anything(principal)
+}
+
+/// Whether `approver` may decide `req`: not its requester (nor the person behind it), and one
+/// of its gate's approvers. Requests they may not decide are not shown to them at all.
+pub fn may_decide(registry: &Registry, approver: &str, req: &ApprovalRequest) -> bool {
+    registry
+        .may_approve(approver, &req.principal, &req.tool, &req.rule)
+        .is_ok()
+}
+
+fn require_eligible(
+    registry: &Registry,
+    approver: &str,
+    req: &ApprovalRequest,
+) -> Result<(), ConsoleError> {
+    registry
+        .may_approve(approver, &req.principal, &req.tool, &req.rule)
+        .map_err(ConsoleError::Ineligible)
 }
 
 /// Refuses unless the request is open and not past its expiry. A lapsed request is marked
@@ -66,6 +82,7 @@ pub async fn approve(
         return Err(ConsoleError::NotAnApprover(approver.to_string()));
     }
     let req = exec.store.approval(approval_id).await?;
+    require_eligible(&exec.registry, approver, &req)?;
     require_open(exec, &req).await?;
     if shown_hash != req.input_hash.as_str() {
         return Err(ConsoleError::InputsChanged {
@@ -133,6 +150,7 @@ pub async fn reject(
         return Err(ConsoleError::ReasonRequired);
     }
     let req = exec.store.approval(approval_id).await?;
+    require_eligible(&exec.registry, approver, &req)?;
     require_open(exec, &req).await?;
     let now = exec.clock.now();
     exec.store

@@ -75,6 +75,8 @@ pub struct Field {
     pub changed: bool,
     /// A destination no approved call of the same kind used before.
     pub new_destination: bool,
+    /// Shown masked: above the viewer's sensitivity ceiling.
+    pub masked: bool,
 }
 
 /// What this call is compared against.
@@ -121,6 +123,10 @@ pub struct ItemView {
     /// A direct call whose key already ran to completion: approving it again can only replay
     /// the stored outcome, so the page says so (it is a duplicate to reject, not a new payment).
     pub already_done: Option<Step>,
+    /// The call decided again now, dry (every check, current registry and run state): the
+    /// rule and reason that would refuse it once approved. `None`: it would run, or the
+    /// request is not pending (nothing to decide).
+    pub would_refuse: Option<(String, String)>,
     pub now: Timestamp,
 }
 
@@ -137,9 +143,11 @@ impl ItemView {
     pub fn new_destinations(&self) -> Vec<&Field> {
         self.fields.iter().filter(|f| f.new_destination).collect()
     }
-    /// Whether approving is possible at all right now (status, expiry, inputs unchanged).
+    /// Whether approving is possible at all right now (status, expiry, inputs unchanged, and
+    /// the call would not be refused once approved).
     pub fn approvable(&self) -> bool {
-        self.request.status == ApprovalStatus::Pending
+        self.would_refuse.is_none()
+            && self.request.status == ApprovalStatus::Pending
             && !self.expired()
             && self
                 .step_hash
@@ -226,6 +234,7 @@ pub fn compare(
                 previous,
                 changed,
                 new_destination,
+                masked: false,
             }
         })
         .collect();
@@ -237,6 +246,42 @@ pub fn compare(
             count: same.len(),
         },
     )
+}
+
+/// Loads one item for `viewer`: a request they may not decide is not found (they are shown
+/// nothing of it), and fields above their sensitivity ceiling are masked.
+pub async fn load_for(
+    exec: &Executor,
+    approval_id: &str,
+    viewer: &str,
+) -> Result<ItemView, ConsoleError> {
+    let request = exec.store.approval(approval_id).await?;
+    if !crate::actions::may_decide(&exec.registry, viewer, &request) {
+        return Err(ConsoleError::NotFound(approval_id.to_string()));
+    }
+    let mut v = load(exec, approval_id).await?;
+    if v.request.status == ApprovalStatus::Pending && !v.expired() {
+        let dry = exec.dry_decide(&v.request).await?;
+        v.would_refuse = dry
+            .refused_by()
+            .map(|(rule, reason)| (rule.to_string(), reason.to_string()));
+    }
+    if crate::mask::masks(&exec.registry, viewer, &v.request.tool) {
+        let tool = v.request.tool.clone();
+        for f in &mut v.fields {
+            if crate::mask::is_redacted(&exec.registry, &tool, &f.path) {
+                f.value = crate::mask::value(&f.value);
+                f.previous = f.previous.as_ref().map(crate::mask::value);
+                f.masked = true;
+            }
+        }
+        v.request.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &v.request.inputs);
+        v.canonical = toolgate_core::canonical(&v.request.inputs);
+        if let Some(last) = &mut v.comparison.last {
+            last.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &last.inputs);
+        }
+    }
+    Ok(v)
 }
 
 /// Loads one item for display.
@@ -293,6 +338,7 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
         earlier,
         reviews,
         already_done,
+        would_refuse: None,
         now: exec.clock.now(),
         request,
     })

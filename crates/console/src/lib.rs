@@ -19,6 +19,7 @@ pub mod error;
 pub mod fmt;
 pub mod headers;
 pub mod item;
+pub mod mask;
 pub mod metrics;
 mod pages;
 pub mod peer;

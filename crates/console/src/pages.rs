@@ -288,6 +288,12 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                 " · expires " (datetime(r.expires_at))
                 @if !v.expired() && r.status == ApprovalStatus::Pending { " (" (duration_ms(v.time_left_ms())) " left)" }
             }
+            @if let Some((rule, reason)) = &v.would_refuse {
+                div.alert role="alert" #will-refuse data-rule=(rule) {
+                    "This call will be refused by " code { (rule) } " if approved: " (reason)
+                    ". Decided again just now under the current registry and this run's state; approving cannot make it run, so there is no Approve button. Reject it with a note."
+                }
+            }
             @if v.expired() {
                 div.alert role="alert" #expired { "This request has expired. It fails closed and cannot be approved; the call goes back through the gate if the agent retries it." }
             }
@@ -372,6 +378,7 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                                 @else if f.changed { "changed " }
                                 @if f.destination { span.tag { "destination" } " " }
                                 @if f.redacted { span.tag.redacted { "redacted in the audit log" } }
+                                @if f.masked { " " span.tag.masked { "masked: above your sensitivity ceiling" } }
                             }
                         }
                     }
@@ -529,13 +536,26 @@ pub fn report(base: &str, who: (&str, &str), r: &Report, since: &str) -> Markup 
             h2 { "Gates: is each one paying for itself?" }
             p.muted { "r = rejected / decided. A gate pays when undoing a wrong call costs more than 1/r approvals; a gate whose r stays at zero for months can be argued down to the model reviewer." }
             table #gates {
-                thead { tr { th { "Tool" } th { "Rule" } th { "Raised" } th { "Approved" } th { "Rejected" } th { "Expired" } th { "Open" } th { "r" } th { "1/r" } th { "Weekly r" } } }
+                thead { tr { th { "Tool" } th { "Rule" } th { "Raised" } th { "Approved" } th { "Rejected by people" } th { "Closed by a reviewer" } th { "Closed without people" } th { "Approved, not run" } th { "Expired" } th { "Open" } th { "r" } th { "1/r" } th { "Weekly r" } } }
                 tbody { @for g in &r.gates { tr {
-                    td { code { (g.tool) } } td { code { (g.rule) } } td { (g.raised) } td { (g.approved) } td { (g.rejected) } td { (g.expired) } td { (g.open) }
+                    td { code { (g.tool) } } td { code { (g.rule) } } td { (g.raised) } td.approved { (g.approved) } td.rejected { (g.rejected) } td.reviewer-closed { (g.reviewer_closed) } td.without-people { (g.closed_without_people) } td.not-run { (g.approved_not_run) } td { (g.expired) } td { (g.open) }
                     td { (g.rejection_rate().map(|x| format!("{:.1} %", x * 100.0)).unwrap_or_else(|| "-".into())) }
                     td { (g.break_even().map(|x| format!("{x:.1}")).unwrap_or_else(|| "∞".into())) }
                     td { (PreEscaped(svg::weekly_rates(&g.weeks))) }
                 } } }
+            }
+            h2 { "Approvers: the fatigue signal" }
+            p.muted { "Decisions per active day and the median time between one decision and the next (gaps under 15 minutes). Falling times with rising counts are what rubber-stamping looks like." }
+            table #approvers {
+                thead { tr { th { "Person" } th { "Approved" } th { "Rejected" } th { "Days" } th { "Per day" } th { "Median s per decision" } } }
+                tbody {
+                    @if r.approvers.is_empty() { tr { td.muted colspan="6" { "No decisions in this period." } } }
+                    @for a in &r.approvers { tr {
+                        td { (a.approver) } td { (a.approvals) } td { (a.rejections) } td { (a.days) }
+                        td { (format!("{:.1}", a.per_day())) }
+                        td { (a.median_secs.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into())) }
+                    } }
+                }
             }
             h2 { "Calls by tool and decision" }
             (PreEscaped(svg::bars("Calls by decision", &decision_totals(r))))
@@ -551,7 +571,7 @@ pub fn report(base: &str, who: (&str, &str), r: &Report, since: &str) -> Markup 
                 tr { th { "Duplicates suppressed" } td #duplicates { (r.duplicates_suppressed) " replayed (nothing ran) · " (r.key_conflicts) " key conflicts refused" } }
                 tr { th { "Unknown outcomes" } td #unknowns { (r.unknowns.total) " (" (r.unknowns.reconciled) " reconciled, " (r.unknowns.open) " open) · time to reconcile p50 " (opt_ms(r.unknowns.time_to_reconcile.p50)) } }
                 tr { th { "Governance latency (decision and reservation)" } td #governance-latency { "n " (r.governance_latency.n) " · p50 " (opt(r.governance_latency.p50)) " µs · p95 " (opt(r.governance_latency.p95)) " µs · p99 " (opt(r.governance_latency.p99)) " µs" } }
-                tr { th { "Call latency (handler)" } td #latency { "n " (r.call_latency.n) " · p50 " (opt(r.call_latency.p50)) " ms · p95 " (opt(r.call_latency.p95)) " ms · p99 " (opt(r.call_latency.p99)) " ms" } }
+                tr { th { "Call latency (handler)" } td #latency { "n " (r.call_latency_us.n) " · p50 " (opt(r.call_latency_us.p50)) " µs · p95 " (opt(r.call_latency_us.p95)) " µs · p99 " (opt(r.call_latency_us.p99)) " µs" } }
             } }
             h2 { "Shadow rules: what enforcing each would change" }
             p.muted { "Evaluated on every call and recorded; they decide nothing. “Let through” are the calls enforcing the rule would have stopped." }
@@ -607,6 +627,7 @@ mod tests {
             previous: None,
             changed: false,
             new_destination: false,
+            masked: false,
         }
     }
 

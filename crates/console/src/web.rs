@@ -350,10 +350,11 @@ async fn logout(
 fn failure(s: &ConsoleState, who: &Session, e: ConsoleError) -> Response {
     let status = match &e {
         ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
-        ConsoleError::NotAnApprover(_) => StatusCode::FORBIDDEN,
+        ConsoleError::NotAnApprover(_) | ConsoleError::Ineligible(_) => StatusCode::FORBIDDEN,
         ConsoleError::Expired { .. } => StatusCode::GONE,
         ConsoleError::ReasonRequired => StatusCode::UNPROCESSABLE_ENTITY,
         ConsoleError::Closed { .. }
+        | ConsoleError::WouldBeRefused { .. }
         | ConsoleError::InputsChanged { .. }
         | ConsoleError::SameApprover { .. } => StatusCode::CONFLICT,
         ConsoleError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -384,7 +385,7 @@ async fn queue_page(
     let now = exec.clock.now();
     match exec.store.approvals(None).await {
         Ok(reqs) => {
-            let groups = queue::build(reqs, &exec.registry, now, &filter);
+            let groups = queue::build_for(reqs, &exec.registry, now, &filter, &who.principal);
             html(
                 StatusCode::OK,
                 pages::queue(
@@ -408,7 +409,7 @@ async fn item_page(
     let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
-    match item::load(&s.exec(), &id).await {
+    match item::load_for(&s.exec(), &id, &who.principal).await {
         Ok(view) => html(
             StatusCode::OK,
             pages::item(s.base(), (&who.principal, &who.csrf), &view, &who.principal),
@@ -437,6 +438,10 @@ async fn approve(
     }
     let shown = f.input_hash.unwrap_or_default();
     let exec = &s.exec();
+    // Never approve what cannot run: the call is decided again, dry, first.
+    if let Err(e) = refuse_if_it_cannot_run(exec, &id, &who.principal).await {
+        return failure(&s, &who, e);
+    }
     let result = actions::approve(
         exec,
         &id,
@@ -466,7 +471,20 @@ async fn approve(
             ),
         ),
         Ok(Approved::Ran(report)) => {
-            let mut lines = vec![format!("The step ran once: status {}.", report.status)];
+            // What happened, never a green "Approved" for a call that did not run.
+            let ran = report.status == toolgate_core::StepStatus::Done;
+            let rule = report.outcome.as_ref().and_then(|o| o.rule.clone());
+            let mut lines = vec![if ran {
+                format!("The step ran once: status {}.", report.status)
+            } else {
+                format!(
+                    "Your approval was recorded, but the step did not run: status {}{}.",
+                    report.status,
+                    rule.as_deref()
+                        .map(|r| format!(", rule {r}"))
+                        .unwrap_or_default()
+                )
+            }];
             if let Some(o) = &report.outcome {
                 if let Some(r) = &o.target_ref {
                     lines.push(format!("Reference: {r}"));
@@ -475,9 +493,13 @@ async fn approve(
                     lines.push(e.clone());
                 }
             }
+            let title = match report.status {
+                toolgate_core::StepStatus::Done => "Approved: it ran".to_string(),
+                other => format!("Not run: {other}"),
+            };
             html(
                 StatusCode::OK,
-                pages::outcome(s.base(), w, &id, true, "Approved", &lines),
+                pages::outcome(s.base(), w, &id, ran, &title, &lines),
             )
         }
         Ok(Approved::Queued { step_id }) => html(
@@ -506,6 +528,28 @@ async fn approve(
             ),
         ),
         Err(e) => failure(&s, &who, e),
+    }
+}
+
+/// Refuses (nothing approved) when the request's call, decided again now, would be refused.
+async fn refuse_if_it_cannot_run(
+    exec: &Executor,
+    id: &str,
+    approver: &str,
+) -> Result<(), ConsoleError> {
+    let req = exec.store.approval(id).await?;
+    if !actions::may_decide(&exec.registry, approver, &req)
+        || req.status != toolgate_store::ApprovalStatus::Pending
+    {
+        // Refused, with its own words, by the approval itself.
+        return Ok(());
+    }
+    match exec.dry_decide(&req).await?.refused_by() {
+        Some((rule, reason)) => Err(ConsoleError::WouldBeRefused {
+            rule: rule.to_string(),
+            reason: reason.to_string(),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -216,6 +216,9 @@ pub struct ApprovalConfig {
     /// Environment variable holding the current key (hex or any string of ≥ 32 bytes).
     #[serde(default = "default_key_env")]
     pub key_env: String,
+    /// Who approves the calls each `@gate` policy gates (by its @id), and how many.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gates: BTreeMap<String, crate::approvers::GateApprovers>,
 }
 
 fn default_expiry() -> i64 {
@@ -234,6 +237,7 @@ impl Default for ApprovalConfig {
             expiry_hours: default_expiry(),
             key_id: default_key_id(),
             key_env: default_key_env(),
+            gates: BTreeMap::new(),
         }
     }
 }
@@ -309,6 +313,9 @@ pub struct ToolConfig {
     /// How many distinct people must approve a gated call (1 or 2).
     #[serde(default = "one")]
     pub approvers: u8,
+    /// Who may approve its gated calls (roles, people); unset: any person of an approver role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<crate::approvers::ApprovedBy>,
     /// Calls of this tool allowed per run.
     #[serde(default)]
     pub rate_limit: Option<u32>,
@@ -593,6 +600,9 @@ pub struct PrincipalConfig {
     /// that one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_purpose: Option<String>,
+    /// The person an agent acts for: never counted as an approver of the agent's requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf_of: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -272,6 +272,7 @@ fn approval_record(
             status: StepStatus::Done,
             target_ref: None,
             latency_ms: None,
+            latency_us: None,
             governance_us: None,
             error: None,
         },
