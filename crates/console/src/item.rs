@@ -127,6 +127,12 @@ pub struct ItemView {
     /// rule and reason that would refuse it once approved. `None`: it would run, or the
     /// request is not pending (nothing to decide).
     pub would_refuse: Option<(String, String)>,
+    /// Decision facts looked up through the tool's `approval_context`.
+    pub facts: Vec<crate::facts::Facts>,
+    /// Other requests for the same operation (same identity) in the retention window.
+    pub duplicates: Vec<ApprovalRequest>,
+    /// The next item in the viewer's queue (after a decision, the page goes there).
+    pub next: Option<String>,
     pub now: Timestamp,
 }
 
@@ -192,6 +198,9 @@ pub fn compare(
     let party = PARTY_FIELDS
         .iter()
         .find_map(|f| req.inputs.get(*f).map(|v| (f.to_string(), v.clone())));
+    // "The same kind": the same party, or the same operation (identity); with neither there is
+    // nothing to compare with (an unrelated payment would mark every field changed).
+    let identity: Vec<String> = tool.map(|t| t.config.identity.clone()).unwrap_or_default();
     let mut same: Vec<&ApprovalRequest> = all
         .iter()
         .filter(|o| {
@@ -202,9 +211,13 @@ pub fn compare(
                     ApprovalStatus::Approved | ApprovalStatus::Consumed
                 )
                 && o.created_at <= req.created_at
-                && party
+                && (party
                     .as_ref()
-                    .is_none_or(|(f, v)| o.inputs.get(f.as_str()) == Some(v))
+                    .is_some_and(|(f, v)| o.inputs.get(f.as_str()) == Some(v))
+                    || (!identity.is_empty()
+                        && identity
+                            .iter()
+                            .all(|f| o.inputs.get(f.as_str()) == req.inputs.get(f.as_str()))))
         })
         .collect();
     same.sort_by_key(|r| std::cmp::Reverse(r.created_at));
@@ -261,6 +274,26 @@ pub async fn load_for(
     }
     let mut v = load(exec, approval_id).await?;
     if v.request.status == ApprovalStatus::Pending && !v.expired() {
+        v.facts = crate::facts::look_up(exec, &v.request).await;
+        let all = exec.store.approvals(Some(ApprovalStatus::Pending)).await?;
+        let queue = crate::queue::build_for(
+            all,
+            &exec.registry,
+            exec.clock.now(),
+            &crate::queue::Filter::default(),
+            viewer,
+        );
+        let ids: Vec<&str> = queue
+            .iter()
+            .flat_map(|g| g.items.iter().map(|i| i.request.approval_id.as_str()))
+            .collect();
+        v.next = ids
+            .iter()
+            .position(|i| *i == approval_id)
+            .and_then(|at| ids.get(at + 1).or(ids.get(at.wrapping_sub(1))))
+            .or_else(|| ids.iter().find(|i| **i != approval_id))
+            .filter(|i| **i != approval_id)
+            .map(|i| i.to_string());
         let dry = exec.dry_decide(&v.request).await?;
         v.would_refuse = dry
             .refused_by()
@@ -280,6 +313,9 @@ pub async fn load_for(
         if let Some(last) = &mut v.comparison.last {
             last.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &last.inputs);
         }
+        for d in &mut v.duplicates {
+            d.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &d.inputs);
+        }
     }
     Ok(v)
 }
@@ -289,6 +325,15 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
     let request = exec.store.approval(approval_id).await?;
     let all = exec.store.approvals(None).await?;
     let (fields, comparison) = compare(&exec.registry, &request, &all);
+    let duplicates: Vec<ApprovalRequest> = crate::facts::duplicates(
+        &exec.registry,
+        &request,
+        &all,
+        exec.store.config().retention_ms(),
+    )
+    .into_iter()
+    .cloned()
+    .collect();
     let step = match exec.store.step(&request.subject).await {
         Ok(s) => Some(s),
         Err(StoreError::NotFound { .. }) => None,
@@ -339,6 +384,9 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
         reviews,
         already_done,
         would_refuse: None,
+        facts: Vec::new(),
+        duplicates,
+        next: None,
         now: exec.clock.now(),
         request,
     })

@@ -16,6 +16,7 @@
 pub mod actions;
 pub mod auth;
 pub mod error;
+pub mod facts;
 pub mod fmt;
 pub mod headers;
 pub mod item;

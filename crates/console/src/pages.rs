@@ -43,7 +43,11 @@ button { font: inherit; padding: .35rem .9rem; cursor: pointer; }
 button.approve { background:#1e7a34; color:#fff; border:1px solid #1e7a34; }
 button.reject { background:#fff; color:var(--warn); border:1px solid var(--warn); }
 textarea, input[type=text], input[type=password] { font: inherit; width: 100%; max-width: 36rem; padding: .3rem; }
-.actions { display:flex; gap:2rem; flex-wrap: wrap; align-items: flex-start; border-top: 1px solid var(--line); padding-top: .8rem; }
+.actions { display:flex; gap:2rem; flex-wrap: wrap; align-items: flex-start; border-top: 1px solid var(--line); padding: .6rem 0; position: sticky; bottom: 0; background: var(--bg); z-index: 2; }
+.mismatch td { background: var(--warnbg); color: var(--warn); font-weight: 700; }
+.facts th { width: 12rem; }
+kbd { border: 1px solid var(--line); border-radius: 3px; padding: 0 .3rem; font-size: 13px; }
+@media (max-width: 700px) { .actions { flex-direction: column; gap: .6rem; } main { padding: .6rem; } }
 .filters input { width: 12rem; }
 .scroll { overflow-x: auto; }
 .scroll td, .scroll th { white-space: nowrap; }
@@ -57,6 +61,21 @@ document.addEventListener('keydown', function (e) {
   var i = links.indexOf(document.activeElement);
   i = e.key === 'j' ? Math.min(i + 1, links.length - 1) : Math.max(i - 1, 0);
   links[i].focus(); e.preventDefault();
+});
+"#;
+
+const ITEM_JS: &str = r#"
+document.addEventListener('keydown', function (e) {
+  var el;
+  if (e.target.id === 'reason-input' && e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+    el = document.getElementById('reject-form'); if (el) { el.requestSubmit(); e.preventDefault(); }
+    return;
+  }
+  if (e.target.matches('input, textarea') || e.ctrlKey || e.metaKey || e.altKey) return;
+  if (e.key === 'a') { el = document.getElementById('approve'); if (el) { el.click(); e.preventDefault(); } }
+  else if (e.key === 'r') { el = document.getElementById('reason-input'); if (el) { el.focus(); e.preventDefault(); } }
+  else if (e.key === 'j') { el = document.getElementById('next'); if (el) { el.click(); e.preventDefault(); } }
+  else if (e.key === 'k') { el = document.getElementById('back'); if (el) { el.click(); e.preventDefault(); } }
 });
 "#;
 
@@ -74,9 +93,10 @@ pub fn csp() -> &'static str {
             )
         };
         format!(
-            "default-src 'none'; style-src {}; script-src {}; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; style-src {}; script-src {} {}; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
             hash(CSS),
-            hash(QUEUE_JS)
+            hash(QUEUE_JS),
+            hash(ITEM_JS)
         )
     });
     &CSP
@@ -274,19 +294,63 @@ fn step_row(base: &str, s: &Step) -> Markup {
     }
 }
 
-pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Markup {
+/// What the previous decision led to, shown at the top of the next item.
+pub struct LastResult {
+    pub id: String,
+    pub status: String,
+    pub text: String,
+}
+
+pub fn item(
+    base: &str,
+    who: (&str, &str),
+    v: &ItemView,
+    approver: &str,
+    last: Option<&LastResult>,
+) -> Markup {
     let r = &v.request;
     let alerts = v.new_destinations();
     let already = r.approved_by.iter().any(|a| a == approver);
     html! {
         (layout(base, "Item", Some(who), html! {
-            p { a href=(home(base)) { "← Queue" } }
+            @if let Some(l) = last {
+                div #last-result class=(if l.status == "refused" || l.status == "failed" { "alert" } else { "ok" }) role="status" data-status=(l.status) data-id=(l.id) {
+                    "Previous item " code { (short(&l.id)) } ": " (l.text)
+                }
+            }
+            p { a #back href=(home(base)) { "← Queue" }
+                @if let Some(n) = &v.next { " · " a #next href={(base) "/item/" (n)} { "Next item →" } }
+                span.muted { " · keys: " kbd { "a" } " approve, " kbd { "r" } " reject (type the note, Ctrl+Enter), " kbd { "j" } " next, " kbd { "k" } " back" } }
             h1 { code #tool { (r.tool) } " "
                 @if let Some(t) = &v.tool { (tier_tag(&t.tier)) " " span.tag #effect { (t.effect) } } }
             p #status data-status=(status_text(v)) {
                 "Status: " strong { (status_text(v)) } " · raised " (datetime(r.created_at))
                 " · expires " (datetime(r.expires_at))
                 @if !v.expired() && r.status == ApprovalStatus::Pending { " (" (duration_ms(v.time_left_ms())) " left)" }
+            }
+            @if !v.facts.is_empty() {
+                section #facts {
+                    h2 { "Decision facts" }
+                    @for f in &v.facts {
+                        table.facts data-tool=(f.tool) { tbody {
+                            @if let Some(e) = &f.error { tr.mismatch { td colspan="2" { "No facts: " (e) } } }
+                            @for x in &f.facts {
+                                tr id={"fact-" (x.label)} { th { (x.label) } td { code.value { (plain(&x.value)) } @if x.masked { " " span.tag { "masked" } } } }
+                            }
+                            @for m in &f.mismatches {
+                                tr.mismatch id={"mismatch-" (m.input)} { th { "MISMATCH" } td { code { (m.input) } " = " code { (plain(&m.sent)) } " but " (m.label) " = " code { (plain(&m.found)) } } }
+                            }
+                        } }
+                    }
+                }
+            }
+            @if !v.duplicates.is_empty() {
+                div.alert role="alert" #duplicate-alert {
+                    "Possible duplicate: the same operation (same " (v.tool.as_ref().map(|_| "identity").unwrap_or("inputs")) ") is also "
+                    @for d in &v.duplicates {
+                        a href={(base) "/item/" (d.approval_id)} { (d.status.as_str()) } " (" (d.principal) ", run " (short(d.run_id.as_deref().unwrap_or("-"))) ", raised " (datetime(d.created_at)) ") "
+                    }
+                }
             }
             @if let Some((rule, reason)) = &v.would_refuse {
                 div.alert role="alert" #will-refuse data-rule=(rule) {
@@ -396,6 +460,7 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                 div.actions {
                     form #approve-form method="post" action={(base) "/item/" (r.approval_id) "/approve"} {
                         input type="hidden" name="csrf" value=(who.1);
+                        @if let Some(n) = &v.next { input type="hidden" name="next" value=(n); }
                         input type="hidden" name="input_hash" value=(r.input_hash);
                         @if already {
                             p { "You approved this already; a second, different approver is needed." }
@@ -405,12 +470,14 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                     }
                     form #reject-form method="post" action={(base) "/item/" (r.approval_id) "/reject"} {
                         input type="hidden" name="csrf" value=(who.1);
+                        @if let Some(n) = &v.next { input type="hidden" name="next" value=(n); }
                         label for="reason-input" { "Reason for rejecting (required; the agent and the audit log see it)" } br;
                         textarea #reason-input name="reason" rows="2" required {} br;
                         button.reject #reject type="submit" { "Reject" }
                     }
                 }
             }
+            script { (PreEscaped(ITEM_JS)) }
         }))
     }
 }

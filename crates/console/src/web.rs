@@ -401,27 +401,105 @@ async fn queue_page(
     }
 }
 
+#[derive(Deserialize, Default)]
+struct ItemQuery {
+    last: Option<String>,
+}
+
+/// What became of the item decided before this one: the store's word, not the page's.
+async fn last_result(exec: &Executor, id: &str, viewer: &str) -> Option<pages::LastResult> {
+    let req = exec.store.approval(id).await.ok()?;
+    if !actions::may_decide(&exec.registry, viewer, &req) {
+        return None;
+    }
+    let step = exec.store.step(&req.subject).await.ok();
+    let (status, text) = match (&req.status, &step) {
+        (_, Some(s)) if s.status == toolgate_core::StepStatus::Done => {
+            ("done".to_string(), "approved, and it ran once".to_string())
+        }
+        (_, Some(s)) if s.status == toolgate_core::StepStatus::Refused => (
+            "refused".to_string(),
+            format!(
+                "refused ({}): it did not run",
+                s.outcome
+                    .as_ref()
+                    .and_then(|o| o.rule.clone())
+                    .unwrap_or_default()
+            ),
+        ),
+        (toolgate_store::ApprovalStatus::Rejected, _) => (
+            "rejected".to_string(),
+            "rejected; nothing was sent".to_string(),
+        ),
+        (toolgate_store::ApprovalStatus::Pending, _) => (
+            "pending".to_string(),
+            format!(
+                "{} of {} approvals; still waiting",
+                req.approved_by.len(),
+                req.approvers_needed
+            ),
+        ),
+        (toolgate_store::ApprovalStatus::Approved, None) => (
+            "approved".to_string(),
+            "approved; the agent's retry of exactly this call runs it once".to_string(),
+        ),
+        (other, _) => (other.as_str().to_string(), other.as_str().to_string()),
+    };
+    Some(pages::LastResult {
+        id: id.to_string(),
+        status,
+        text,
+    })
+}
+
 async fn item_page(
     State(s): State<ConsoleState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(q): Query<ItemQuery>,
 ) -> Response {
     let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
-    match item::load_for(&s.exec(), &id, &who.principal).await {
+    let exec = s.exec();
+    let last = match &q.last {
+        Some(l) => last_result(&exec, l, &who.principal).await,
+        None => None,
+    };
+    match item::load_for(&exec, &id, &who.principal).await {
         Ok(view) => html(
             StatusCode::OK,
-            pages::item(s.base(), (&who.principal, &who.csrf), &view, &who.principal),
+            pages::item(
+                s.base(),
+                (&who.principal, &who.csrf),
+                &view,
+                &who.principal,
+                last.as_ref(),
+            ),
         ),
         Err(e) => failure(&s, &who, e),
     }
+}
+
+/// After a decision, the next item (with what became of this one), when the form named one.
+fn to_next(s: &ConsoleState, next: &Option<String>, id: &str) -> Option<Response> {
+    let n = next.as_deref().filter(|n| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })?;
+    let id: String = id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    Some(redirect(&format!("{}/item/{n}?last={id}", s.base())))
 }
 
 #[derive(Deserialize)]
 struct ApproveForm {
     csrf: Option<String>,
     input_hash: Option<String>,
+    next: Option<String>,
 }
 
 async fn approve(
@@ -451,6 +529,11 @@ async fn approve(
     )
     .await;
     let w = (who.principal.as_str(), who.csrf.as_str());
+    if result.is_ok()
+        && let Some(r) = to_next(&s, &f.next, &id)
+    {
+        return r;
+    }
     match result {
         Ok(Approved::Waiting {
             approved_by,
@@ -557,6 +640,7 @@ async fn refuse_if_it_cannot_run(
 struct RejectForm {
     csrf: Option<String>,
     reason: Option<String>,
+    next: Option<String>,
 }
 
 async fn reject(
@@ -572,7 +656,13 @@ async fn reject(
         return csrf_refusal(&s, &who);
     }
     let reason = f.reason.unwrap_or_default();
-    match actions::reject(&s.exec(), &id, &who.principal, &reason).await {
+    let result = actions::reject(&s.exec(), &id, &who.principal, &reason).await;
+    if result.is_ok()
+        && let Some(r) = to_next(&s, &f.next, &id)
+    {
+        return r;
+    }
+    match result {
         Ok(()) => html(
             StatusCode::OK,
             pages::outcome(

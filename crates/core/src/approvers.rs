@@ -45,6 +45,26 @@ pub struct GateApprovers {
     pub approvers: Option<u8>,
 }
 
+/// `approval_context:` on a tool: a read tool asked when a person opens one of its parked
+/// calls, whose answer is shown beside the inputs (the payee and account of a payment, the
+/// invoice's own amount and status).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextLookup {
+    /// A read tool of the registry.
+    pub tool: String,
+    /// Inputs of the call passed to it under the same names.
+    pub with: Vec<String>,
+    /// The field of its answer holding the record (a list: its first item); unset: the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// What is shown: label → field of the record.
+    pub show: BTreeMap<String, String>,
+    /// Inputs that must equal a shown fact: input → label; a difference is marked.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub expect: BTreeMap<String, String>,
+}
+
 /// Who may approve one gated call, resolved from the tool and the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Approvers<'a> {
@@ -311,6 +331,23 @@ pub(crate) fn check(
             &g.roles,
             &g.people,
         );
+    }
+    for (file, i, t) in tools {
+        for (j, c) in t.approval_context.iter().enumerate() {
+            let read = tools
+                .iter()
+                .find(|(_, _, x)| x.name == c.tool)
+                .map(|(_, _, x)| x.effect == crate::model::Effect::Read);
+            if read != Some(true) {
+                out.push(finding(
+                    file,
+                    format!("tools[{i}].approval_context[{j}].tool"),
+                    "ref.dangling",
+                    format!("'{}' is not a read tool of this registry", c.tool),
+                    "name a tool with effect: read; its answer is shown to the approver",
+                ));
+            }
+        }
     }
     for (rule, g) in &gateway.approvals.gates {
         if let Some(n) = g.approvers

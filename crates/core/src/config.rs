@@ -316,6 +316,9 @@ pub struct ToolConfig {
     /// Who may approve its gated calls (roles, people); unset: any person of an approver role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<crate::approvers::ApprovedBy>,
+    /// Read-tool lookups shown beside a parked call's inputs on the approval page.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_context: Vec<crate::approvers::ContextLookup>,
     /// Calls of this tool allowed per run.
     #[serde(default)]
     pub rate_limit: Option<u32>,

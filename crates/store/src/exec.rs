@@ -2641,6 +2641,42 @@ impl DryRun {
 }
 
 impl Executor {
+    /// Asks a read tool on behalf of the approval page (the decision facts of a parked call),
+    /// through the same handler as destination lookups, with the tool's schema checked first
+    /// and the store's call timeout.
+    pub async fn look_up_for_approval(
+        &self,
+        principal: &str,
+        run_id: Option<&str>,
+        tool: &str,
+        inputs: &Value,
+    ) -> std::result::Result<Value, String> {
+        system_inputs_fit(&self.registry, tool, inputs)?;
+        let with: Vec<String> = inputs
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        let run = run_id.unwrap_or("approval-page");
+        let meta = CallMeta {
+            idempotency_key: IdempotencyKey::for_call(run, tool, &with, inputs),
+            run_id: run.to_string(),
+            step_id: String::new(),
+            approval_tokens: Vec::new(),
+            principal: principal.to_string(),
+        };
+        let target = self.target(tool);
+        match tokio::time::timeout(
+            self.store.config().call_timeout,
+            self.handler.call(&target, inputs, &meta),
+        )
+        .await
+        {
+            Ok(Ok(out)) => Ok(out.result),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("{tool} did not answer in time")),
+        }
+    }
+
     /// Decides a parked call again, dry: the same gathering and every check as when it runs
     /// (run so far, budgets, windows, idempotency, destination lookups), inside a transaction
     /// that is rolled back, so nothing is reserved, recorded or sent. The approval page shows
