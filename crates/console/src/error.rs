@@ -33,6 +33,9 @@ pub enum ConsoleError {
          reject it with a note instead"
     )]
     WouldBeRefused { rule: String, reason: String },
+    /// A bulk approval refused whole: nothing was approved.
+    #[error("nothing was approved: {0}")]
+    BulkRefused(String),
     #[error("a rejection needs a reason (it is recorded in the audit log and shown to the agent)")]
     ReasonRequired,
     #[error(transparent)]

@@ -15,6 +15,7 @@
 
 pub mod actions;
 pub mod auth;
+pub mod bulk;
 pub mod error;
 pub mod facts;
 pub mod fmt;

@@ -175,6 +175,7 @@ pub fn queue(
     base: &str,
     who: (&str, &str),
     groups: &[Group],
+    offers: &[Option<crate::bulk::Offer>],
     filter: &Filter,
     now_label: &str,
 ) -> Markup {
@@ -194,9 +195,20 @@ pub fn queue(
                 button type="submit" { "Filter" }
             }
             @if groups.is_empty() { p #empty { "Nothing is waiting." } }
-            @for g in groups {
+            @for (gi, g) in groups.iter().enumerate() {
                 section.group {
                     h2 { code { (g.tool) } " · gated by " code { (g.rule) } " (" (g.items.len()) ")" }
+                    @if let Some(Some(o)) = offers.get(gi) {
+                        form.bulk id={"bulk-" (gi)} method="post" action={(base) "/bulk"} data-count=(o.members.len()) {
+                            input type="hidden" name="csrf" value=(who.1);
+                            input type="hidden" name="set" value=(o.set());
+                            strong { (o.members.len()) " of these " (g.items.len()) " may be approved as one" }
+                            " (total " span.bulk-total { (money_text(o.total, &o.currency)) } "; never new destinations, two-person, reviewer-flagged, possible duplicates or calls that would be refused). Type "
+                            code { (o.phrase()) } " to confirm: "
+                            input.bulk-confirm type="text" name="confirm" autocomplete="off" required;
+                            " " button.approve type="submit" { "Approve these " (o.members.len()) }
+                        }
+                    }
                     div.scroll { table {
                         thead { tr {
                             th { "Item" } th { "Tier" } th { "Time left" } th { "Waiting" } th { "Approvals" }
@@ -229,6 +241,22 @@ pub fn queue(
             script { (PreEscaped(QUEUE_JS)) }
         },
     )
+}
+
+/// An amount as people write money, with its currency.
+fn money_text(x: f64, currency: &str) -> String {
+    let cents = (x.abs() * 100.0).round() as u64;
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{grouped}.{:02} {currency}", cents % 100)
+        .trim_end()
+        .to_string()
 }
 
 /// Free-text fields are read on the item page, not compared in the queue.

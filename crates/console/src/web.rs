@@ -136,6 +136,7 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/item/{id}", get(item_page))
         .route("/item/{id}/approve", post(approve))
         .route("/item/{id}/reject", post(reject))
+        .route("/bulk", post(bulk_approve))
         .route("/evidence/{id}", get(evidence_page))
         .route("/report", get(report_page))
         .with_state(state)
@@ -355,6 +356,7 @@ fn failure(s: &ConsoleState, who: &Session, e: ConsoleError) -> Response {
         ConsoleError::ReasonRequired => StatusCode::UNPROCESSABLE_ENTITY,
         ConsoleError::Closed { .. }
         | ConsoleError::WouldBeRefused { .. }
+        | ConsoleError::BulkRefused(_)
         | ConsoleError::InputsChanged { .. }
         | ConsoleError::SameApprover { .. } => StatusCode::CONFLICT,
         ConsoleError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -385,13 +387,31 @@ async fn queue_page(
     let now = exec.clock.now();
     match exec.store.approvals(None).await {
         Ok(reqs) => {
+            let raw = reqs.clone();
             let groups = queue::build_for(reqs, &exec.registry, now, &filter, &who.principal);
+            let mut offers = Vec::with_capacity(groups.len());
+            for g in &groups {
+                let members: Vec<toolgate_store::ApprovalRequest> = g
+                    .items
+                    .iter()
+                    .filter_map(|i| {
+                        raw.iter()
+                            .find(|r| r.approval_id == i.request.approval_id)
+                            .cloned()
+                    })
+                    .collect();
+                match crate::bulk::offer(exec, &who.principal, &members, &raw).await {
+                    Ok(o) => offers.push(o),
+                    Err(e) => return failure(&s, &who, e),
+                }
+            }
             html(
                 StatusCode::OK,
                 pages::queue(
                     s.base(),
                     (&who.principal, &who.csrf),
                     &groups,
+                    &offers,
                     &filter,
                     &crate::fmt::datetime(now),
                 ),
@@ -633,6 +653,69 @@ async fn refuse_if_it_cannot_run(
             reason: reason.to_string(),
         }),
         None => Ok(()),
+    }
+}
+
+#[derive(Deserialize)]
+struct BulkForm {
+    csrf: Option<String>,
+    set: Option<String>,
+    confirm: Option<String>,
+}
+
+async fn bulk_approve(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Form(f): Form<BulkForm>,
+) -> Response {
+    let Some(who) = s.session(&headers).await else {
+        return to_login(&s);
+    };
+    if !csrf_ok(&who, &f.csrf) {
+        return csrf_refusal(&s, &who);
+    }
+    let exec = &s.exec();
+    let set = f.set.unwrap_or_default();
+    let confirm = f.confirm.unwrap_or_default();
+    match crate::bulk::approve(
+        exec,
+        &who.principal,
+        &set,
+        &confirm,
+        s.inner.opts.run_on_approve,
+    )
+    .await
+    {
+        Ok(done) => {
+            let lines: Vec<String> = done
+                .iter()
+                .map(|(id, a)| match a {
+                    Approved::DirectCall => {
+                        format!(
+                            "{id}: approved; the agent's retry of exactly this call runs it once"
+                        )
+                    }
+                    Approved::Ran(r) => format!("{id}: status {}", r.status),
+                    Approved::Queued { step_id } => format!("{id}: step {step_id} queued"),
+                    Approved::Waiting { .. } => format!("{id}: waiting for another approver"),
+                })
+                .collect();
+            let ran_all = done
+                .iter()
+                .all(|(_, a)| !matches!(a, Approved::Ran(r) if r.status != toolgate_core::StepStatus::Done));
+            html(
+                StatusCode::OK,
+                pages::outcome(
+                    s.base(),
+                    (&who.principal, &who.csrf),
+                    "",
+                    ran_all,
+                    &format!("Approved {} calls as one", done.len()),
+                    &lines,
+                ),
+            )
+        }
+        Err(e) => failure(&s, &who, e),
     }
 }
 

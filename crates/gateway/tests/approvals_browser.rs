@@ -377,50 +377,84 @@ fn structured(r: &rmcp::model::CallToolResult) -> Value {
     r.structured_content.clone().unwrap_or(Value::Null)
 }
 
+/// `toolgate serve` on the test registry, ready; its fake ERP records to `record`.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    port: u16,
+    record: PathBuf,
+    store_path: PathBuf,
+    serve: tokio::process::Child,
+    mcp: String,
+    base: String,
+}
+
+impl Setup {
+    async fn start() -> Setup {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("finance");
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = tmp.path().join("erp-calls.jsonl");
+        let store_path = tmp.path().join("store.db");
+        write_registry(&dir, &record, &store_path);
+        let port = free_port();
+        let log = tmp.path().join("serve.log");
+        let logf = std::fs::File::create(&log).unwrap();
+        let serve = tokio::process::Command::new(workspace_binary("toolgate", "toolgate"))
+            .args(["serve", "-c"])
+            .arg(&dir)
+            .args(["--http", &format!("127.0.0.1:{port}"), "--no-watch"])
+            .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
+            .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
+            .env("TOOLGATE_FAKE_FINANCE_BULK", "1")
+            .env("RUST_LOG", "warn")
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "serve not ready: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mcp = format!("http://127.0.0.1:{port}/mcp");
+        let base = format!("http://localhost:{port}/approvals");
+        Setup {
+            _tmp: tmp,
+            port,
+            record,
+            store_path,
+            serve,
+            mcp,
+            base,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_shown() {
     if !browser_available() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("finance");
-    std::fs::create_dir_all(&dir).unwrap();
-    let record = tmp.path().join("erp-calls.jsonl");
-    let store_path = tmp.path().join("store.db");
-    write_registry(&dir, &record, &store_path);
-    let port = free_port();
-    let log = tmp.path().join("serve.log");
-    let logf = std::fs::File::create(&log).unwrap();
-    let mut serve = tokio::process::Command::new(workspace_binary("toolgate", "toolgate"))
-        .args(["serve", "-c"])
-        .arg(&dir)
-        .args(["--http", &format!("127.0.0.1:{port}"), "--no-watch"])
-        .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
-        .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
-        .env("TOOLGATE_FAKE_FINANCE_BULK", "1")
-        .env("RUST_LOG", "warn")
-        .stdout(logf.try_clone().unwrap())
-        .stderr(logf)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !http
-        .get(format!("http://127.0.0.1:{port}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "serve not ready: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mcp = format!("http://127.0.0.1:{port}/mcp");
-    let base = format!("http://localhost:{port}/approvals");
+    let Setup {
+        _tmp,
+        port,
+        record,
+        store_path,
+        mut serve,
+        mcp,
+        base,
+    } = Setup::start().await;
 
     // The queue, parked by real MCP clients: 40 payments of distinct invoices by worker-a...
     let a = connect(&mcp, WORKER_A).await;
@@ -752,6 +786,170 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     for n in [1, 98, 99] {
         assert!(!per_invoice.contains_key(&invoice(n)), "{n} ran");
     }
+    br.quit().await;
+    serve.kill().await.ok();
+}
+
+/// Bulk approval of a group of like, low-risk payments: offered with the count and total,
+/// bound to the exact set shown; refused whole (nothing approved) once one member changed
+/// after it was shown; then, shown again and confirmed, each call runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
+    if !browser_available() {
+        return;
+    }
+    let Setup {
+        _tmp,
+        port: _,
+        record,
+        store_path,
+        mut serve,
+        mcp,
+        base,
+    } = Setup::start().await;
+    let b = connect(&mcp, WORKER_B).await;
+    let invoice = |n: usize| format!("INV-9{n:07}");
+    for n in 1..=6 {
+        call(
+            &b,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+    }
+    // A possible duplicate (invoice 6 again, in another run) is kept out of the group.
+    let a = connect(&mcp, WORKER_A).await;
+    call(
+        &a,
+        "payment.schedule",
+        payment(&invoice(6), 4180.0, GOOD),
+        meta("dup"),
+    )
+    .await
+    .unwrap();
+    let store = Store::connect(
+        &format!("sqlite://{}", store_path.display()),
+        StoreConfig::default(),
+    )
+    .await
+    .unwrap();
+    let br = Browser::start().await;
+    br.sign_in(&base, BOB).await;
+    br.goto(&base).await;
+    let count = br
+        .eval("return document.querySelector('form.bulk').getAttribute('data-count')")
+        .await;
+    assert_eq!(
+        count, "5",
+        "invoices 1 to 5; 6 and its duplicate are kept out"
+    );
+    let total = br.text("form.bulk .bulk-total").await;
+    assert_eq!(total, "20,900.00 EUR");
+    // Between showing and confirming, one member is decided elsewhere (the terminal's reject):
+    // the group is refused whole.
+    let shown: Vec<(String, String)> = br
+        .eval("return document.querySelector('form.bulk input[name=set]').value")
+        .await
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(|m| {
+            let (id, h) = m.split_once(':').unwrap();
+            (id.to_string(), h.to_string())
+        })
+        .collect();
+    assert_eq!(shown.len(), 5);
+    let reg = toolgate_core::Registry::load(_tmp.path().join("finance")).unwrap();
+    store
+        .reject(
+            &reg,
+            &shown[0].0,
+            "alice",
+            "paid by cheque already",
+            toolgate_core::Timestamp::from_millis(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64,
+            ),
+        )
+        .await
+        .unwrap();
+    let id = br.find("form.bulk .bulk-confirm").await;
+    br.cmd(
+        reqwest::Method::POST,
+        &format!("/element/{id}/value"),
+        Some(json!({"text": "approve 5\u{E007}"})),
+    )
+    .await;
+    let refused = br.text("#error").await;
+    assert!(refused.contains("nothing was approved"), "{refused}");
+    for (id, _) in &shown[1..] {
+        assert!(
+            store.approval(id).await.unwrap().approved_by.is_empty(),
+            "{id} was approved"
+        );
+    }
+    // Shown again: four like calls; a wrong confirmation is refused, the right one approves
+    // exactly those four.
+    br.goto(&base).await;
+    let count = br
+        .eval("return document.querySelector('form.bulk').getAttribute('data-count')")
+        .await;
+    assert_eq!(count, "4");
+    let id = br.find("form.bulk .bulk-confirm").await;
+    br.cmd(
+        reqwest::Method::POST,
+        &format!("/element/{id}/value"),
+        Some(json!({"text": "approve 4\u{E007}"})),
+    )
+    .await;
+    let result = br.text("#result").await;
+    assert!(result.contains("Approved 4 calls as one"), "{result}");
+    for (id, _) in &shown[1..] {
+        assert_eq!(
+            store.approval(id).await.unwrap().status,
+            ApprovalStatus::Approved
+        );
+    }
+    // The agent retries each; each runs once; the rejected one and the duplicates never.
+    for n in 1..=6 {
+        call(
+            &b,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+        call(
+            &b,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+    }
+    let mut per_invoice = std::collections::BTreeMap::new();
+    for r in read_records(&record)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.tool == "schedule_payment")
+    {
+        *per_invoice
+            .entry(
+                r.arguments["invoice_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+            .or_insert(0) += 1;
+    }
+    assert_eq!(per_invoice.len(), 4, "{per_invoice:?}");
+    assert!(per_invoice.values().all(|n| *n == 1), "{per_invoice:?}");
     br.quit().await;
     serve.kill().await.ok();
 }
