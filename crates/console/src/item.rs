@@ -295,9 +295,10 @@ pub async fn load_for(
             .filter(|i| **i != approval_id)
             .map(|i| i.to_string());
         let dry = exec.dry_decide(&v.request).await?;
+        // The reason may quote the agent's inputs: shown as text people may safely see.
         v.would_refuse = dry
             .refused_by()
-            .map(|(rule, reason)| (rule.to_string(), reason.to_string()));
+            .map(|(rule, reason)| (crate::fmt::text(rule), crate::fmt::text(reason)));
     }
     if crate::mask::masks(&exec.registry, viewer, &v.request.tool) {
         let tool = v.request.tool.clone();

@@ -649,8 +649,8 @@ async fn refuse_if_it_cannot_run(
     }
     match exec.dry_decide(&req).await?.refused_by() {
         Some((rule, reason)) => Err(ConsoleError::WouldBeRefused {
-            rule: rule.to_string(),
-            reason: reason.to_string(),
+            rule: crate::fmt::text(rule),
+            reason: crate::fmt::text(reason),
         }),
         None => Ok(()),
     }
