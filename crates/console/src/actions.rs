@@ -19,7 +19,7 @@ pub enum Approved {
         needed: i64,
     },
     /// Enough people approved and the parked step ran (or was settled) through the executor.
-    Ran(StepReport),
+    Ran(Box<StepReport>),
     /// Enough people approved a step that was left for a worker to run (`run_now` false).
     Queued { step_id: String },
     /// Enough people approved a direct call: the agent's retry of the same call now passes.
@@ -46,7 +46,7 @@ fn require_eligible(
 ) -> Result<(), ConsoleError> {
     registry
         .may_approve(approver, &req.principal, &req.tool, &req.rule)
-        .map_err(ConsoleError::Ineligible)
+        .map_err(|why| ConsoleError::Ineligible(Box::new(why)))
 }
 
 /// Refuses unless the request is open and not past its expiry. A lapsed request is marked
@@ -129,7 +129,9 @@ pub async fn approve(
         });
     }
     match step {
-        Some(s) if run_now => Ok(Approved::Ran(exec.execute_step(&s.step_id).await?)),
+        Some(s) if run_now => Ok(Approved::Ran(Box::new(
+            exec.execute_step(&s.step_id).await?,
+        ))),
         Some(s) => Ok(Approved::Queued { step_id: s.step_id }),
         None => Ok(Approved::DirectCall),
     }

@@ -27,7 +27,7 @@ pub enum ConsoleError {
     /// Segregation of duties: the requester, the person behind it, or someone outside the
     /// gate's approvers.
     #[error("refused: {0}")]
-    Ineligible(toolgate_core::approvers::Ineligible),
+    Ineligible(Box<toolgate_core::approvers::Ineligible>),
     #[error(
         "nothing was approved: decided again now, this call would be refused by {rule} ({reason}); \
          reject it with a note instead"

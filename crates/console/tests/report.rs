@@ -447,7 +447,8 @@ async fn text_and_prometheus_carry_the_same_figures() {
 async fn reviewer_closures_auto_consumed_and_approved_not_run_are_told_apart() {
     let e = crate::common::env().await;
     // (id, status, grants, decided_by): on the two-person tool payment.urgent.
-    let rows: &[(&str, &str, &[(&str, i64)], Option<&str>)] = &[
+    type Row<'a> = (&'a str, &'a str, &'a [(&'a str, i64)], Option<&'a str>);
+    let rows: &[Row] = &[
         ("r1", "rejected", &[], None),        // a reviewer's step.reject
         ("r2", "rejected", &[], Some("bob")), // a person's rejection
         ("r3", "consumed", &[], None),        // consumed 3 ms after, by a retry

@@ -30,7 +30,7 @@ pub enum StoreError {
     #[error("{id}: {why}")]
     Ineligible {
         id: String,
-        why: toolgate_core::approvers::Ineligible,
+        why: Box<toolgate_core::approvers::Ineligible>,
     },
     #[error("'{approver}' already approved {id}; a second approval must come from someone else")]
     SameApprover { id: String, approver: String },

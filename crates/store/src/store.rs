@@ -759,7 +759,7 @@ impl Store {
             .may_approve(approver, &req.text(10)?, &req.text(1)?, &req.text(8)?)
             .map_err(|why| StoreError::Ineligible {
                 id: approval_id.to_string(),
-                why,
+                why: Box::new(why),
             })?;
         let (subject, tool, version, hash, status, expires, needed) = (
             req.text(0)?,
@@ -875,7 +875,7 @@ impl Store {
                 .may_approve(approver, &r.text(0)?, &r.text(1)?, &r.text(2)?)
                 .map_err(|why| StoreError::Ineligible {
                     id: approval_id.to_string(),
-                    why,
+                    why: Box::new(why),
                 })?;
         }
         let n = tx

@@ -110,7 +110,7 @@ async fn the_person_behind_the_agent_does_not_count(db: &TestDb) {
     // alice is an approver, but `worker` acts for her: refused, nothing issued.
     match store.approve(&reg, &keys(), &id, "alice", T0).await {
         Err(StoreError::Ineligible { why, .. }) => assert_eq!(
-            why,
+            *why,
             Ineligible::BehindAgent {
                 person: "alice".into(),
                 agent: "worker".into()
@@ -168,7 +168,7 @@ async fn a_requester_cannot_approve_or_reject_their_own_call(db: &TestDb) {
     ] {
         match result {
             Err(StoreError::Ineligible { why, .. }) => {
-                assert_eq!(why, Ineligible::Requester("henry".into()))
+                assert_eq!(*why, Ineligible::Requester("henry".into()))
             }
             other => panic!("henry decided his own request: {other:?}"),
         }
