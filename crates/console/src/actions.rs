@@ -5,7 +5,7 @@
 //! through the executor (every check again, the lease consumed in the transaction that starts
 //! the call).
 
-use toolgate_core::{InputHash, PrincipalKind, Registry, StepStatus};
+use toolgate_core::{InputHash, Registry, StepStatus};
 use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, StepReport};
 
 use crate::error::ConsoleError;
@@ -19,18 +19,34 @@ pub enum Approved {
         needed: i64,
     },
     /// Enough people approved and the parked step ran (or was settled) through the executor.
-    Ran(StepReport),
+    Ran(Box<StepReport>),
     /// Enough people approved a step that was left for a worker to run (`run_now` false).
     Queued { step_id: String },
     /// Enough people approved a direct call: the agent's retry of the same call now passes.
     DirectCall,
 }
 
-/// True when `principal` is a person whose role may approve.
+/// True when `principal` is a person who may approve some gate (and so may sign in).
 pub fn is_approver(registry: &Registry, principal: &str) -> bool {
-    registry.principal(principal).is_some_and(|p| {
-        p.config.kind == PrincipalKind::Human && registry.role(p.role()).is_some_and(|r| r.approver)
-    })
+    registry.approves_anything(principal)
+}
+
+/// Whether `approver` may decide `req`: not its requester (nor the person behind it), and one
+/// of its gate's approvers. Requests they may not decide are not shown to them at all.
+pub fn may_decide(registry: &Registry, approver: &str, req: &ApprovalRequest) -> bool {
+    registry
+        .may_approve(approver, &req.principal, &req.tool, &req.rule)
+        .is_ok()
+}
+
+fn require_eligible(
+    registry: &Registry,
+    approver: &str,
+    req: &ApprovalRequest,
+) -> Result<(), ConsoleError> {
+    registry
+        .may_approve(approver, &req.principal, &req.tool, &req.rule)
+        .map_err(|why| ConsoleError::Ineligible(Box::new(why)))
 }
 
 /// Refuses unless the request is open and not past its expiry. A lapsed request is marked
@@ -66,6 +82,7 @@ pub async fn approve(
         return Err(ConsoleError::NotAnApprover(approver.to_string()));
     }
     let req = exec.store.approval(approval_id).await?;
+    require_eligible(&exec.registry, approver, &req)?;
     require_open(exec, &req).await?;
     if shown_hash != req.input_hash.as_str() {
         return Err(ConsoleError::InputsChanged {
@@ -112,7 +129,9 @@ pub async fn approve(
         });
     }
     match step {
-        Some(s) if run_now => Ok(Approved::Ran(exec.execute_step(&s.step_id).await?)),
+        Some(s) if run_now => Ok(Approved::Ran(Box::new(
+            exec.execute_step(&s.step_id).await?,
+        ))),
         Some(s) => Ok(Approved::Queued { step_id: s.step_id }),
         None => Ok(Approved::DirectCall),
     }
@@ -133,6 +152,7 @@ pub async fn reject(
         return Err(ConsoleError::ReasonRequired);
     }
     let req = exec.store.approval(approval_id).await?;
+    require_eligible(&exec.registry, approver, &req)?;
     require_open(exec, &req).await?;
     let now = exec.clock.now();
     exec.store

@@ -24,6 +24,18 @@ pub enum ConsoleError {
     InputsChanged { shown: String, current: String },
     #[error("{approver} already approved {id}; a two-person approval needs a different person")]
     SameApprover { id: String, approver: String },
+    /// Segregation of duties: the requester, the person behind it, or someone outside the
+    /// gate's approvers.
+    #[error("refused: {0}")]
+    Ineligible(Box<toolgate_core::approvers::Ineligible>),
+    #[error(
+        "nothing was approved: decided again now, this call would be refused by {rule} ({reason}); \
+         reject it with a note instead"
+    )]
+    WouldBeRefused { rule: String, reason: String },
+    /// A bulk approval refused whole: nothing was approved.
+    #[error("nothing was approved: {0}")]
+    BulkRefused(String),
     #[error("a rejection needs a reason (it is recorded in the audit log and shown to the agent)")]
     ReasonRequired,
     #[error(transparent)]
@@ -40,6 +52,7 @@ impl From<StoreError> for ConsoleError {
                 id,
                 expires_at: crate::fmt::datetime(toolgate_core::Timestamp::from_millis(expires_at)),
             },
+            StoreError::Ineligible { why, .. } => ConsoleError::Ineligible(why),
             StoreError::SameApprover { id, approver } => {
                 ConsoleError::SameApprover { id, approver }
             }

@@ -75,6 +75,8 @@ pub struct Field {
     pub changed: bool,
     /// A destination no approved call of the same kind used before.
     pub new_destination: bool,
+    /// Shown masked: above the viewer's sensitivity ceiling.
+    pub masked: bool,
 }
 
 /// What this call is compared against.
@@ -121,6 +123,16 @@ pub struct ItemView {
     /// A direct call whose key already ran to completion: approving it again can only replay
     /// the stored outcome, so the page says so (it is a duplicate to reject, not a new payment).
     pub already_done: Option<Step>,
+    /// The call decided again now, dry (every check, current registry and run state): the
+    /// rule and reason that would refuse it once approved. `None`: it would run, or the
+    /// request is not pending (nothing to decide).
+    pub would_refuse: Option<(String, String)>,
+    /// Decision facts looked up through the tool's `approval_context`.
+    pub facts: Vec<crate::facts::Facts>,
+    /// Other requests for the same operation (same identity) in the retention window.
+    pub duplicates: Vec<ApprovalRequest>,
+    /// The next item in the viewer's queue (after a decision, the page goes there).
+    pub next: Option<String>,
     pub now: Timestamp,
 }
 
@@ -137,9 +149,11 @@ impl ItemView {
     pub fn new_destinations(&self) -> Vec<&Field> {
         self.fields.iter().filter(|f| f.new_destination).collect()
     }
-    /// Whether approving is possible at all right now (status, expiry, inputs unchanged).
+    /// Whether approving is possible at all right now (status, expiry, inputs unchanged, and
+    /// the call would not be refused once approved).
     pub fn approvable(&self) -> bool {
-        self.request.status == ApprovalStatus::Pending
+        self.would_refuse.is_none()
+            && self.request.status == ApprovalStatus::Pending
             && !self.expired()
             && self
                 .step_hash
@@ -184,6 +198,9 @@ pub fn compare(
     let party = PARTY_FIELDS
         .iter()
         .find_map(|f| req.inputs.get(*f).map(|v| (f.to_string(), v.clone())));
+    // "The same kind": the same party, or the same operation (identity); with neither there is
+    // nothing to compare with (an unrelated payment would mark every field changed).
+    let identity: Vec<String> = tool.map(|t| t.config.identity.clone()).unwrap_or_default();
     let mut same: Vec<&ApprovalRequest> = all
         .iter()
         .filter(|o| {
@@ -194,9 +211,13 @@ pub fn compare(
                     ApprovalStatus::Approved | ApprovalStatus::Consumed
                 )
                 && o.created_at <= req.created_at
-                && party
+                && (party
                     .as_ref()
-                    .is_none_or(|(f, v)| o.inputs.get(f.as_str()) == Some(v))
+                    .is_some_and(|(f, v)| o.inputs.get(f.as_str()) == Some(v))
+                    || (!identity.is_empty()
+                        && identity
+                            .iter()
+                            .all(|f| o.inputs.get(f.as_str()) == req.inputs.get(f.as_str()))))
         })
         .collect();
     same.sort_by_key(|r| std::cmp::Reverse(r.created_at));
@@ -226,6 +247,7 @@ pub fn compare(
                 previous,
                 changed,
                 new_destination,
+                masked: false,
             }
         })
         .collect();
@@ -239,11 +261,80 @@ pub fn compare(
     )
 }
 
+/// Loads one item for `viewer`: a request they may not decide is not found (they are shown
+/// nothing of it), and fields above their sensitivity ceiling are masked.
+pub async fn load_for(
+    exec: &Executor,
+    approval_id: &str,
+    viewer: &str,
+) -> Result<ItemView, ConsoleError> {
+    let request = exec.store.approval(approval_id).await?;
+    if !crate::actions::may_decide(&exec.registry, viewer, &request) {
+        return Err(ConsoleError::NotFound(approval_id.to_string()));
+    }
+    let mut v = load(exec, approval_id).await?;
+    if v.request.status == ApprovalStatus::Pending && !v.expired() {
+        v.facts = crate::facts::look_up(exec, &v.request).await;
+        let all = exec.store.approvals(Some(ApprovalStatus::Pending)).await?;
+        let queue = crate::queue::build_for(
+            all,
+            &exec.registry,
+            exec.clock.now(),
+            &crate::queue::Filter::default(),
+            viewer,
+        );
+        let ids: Vec<&str> = queue
+            .iter()
+            .flat_map(|g| g.items.iter().map(|i| i.request.approval_id.as_str()))
+            .collect();
+        v.next = ids
+            .iter()
+            .position(|i| *i == approval_id)
+            .and_then(|at| ids.get(at + 1).or(ids.get(at.wrapping_sub(1))))
+            .or_else(|| ids.iter().find(|i| **i != approval_id))
+            .filter(|i| **i != approval_id)
+            .map(|i| i.to_string());
+        let dry = exec.dry_decide(&v.request).await?;
+        // The reason may quote the agent's inputs: shown as text people may safely see.
+        v.would_refuse = dry
+            .refused_by()
+            .map(|(rule, reason)| (crate::fmt::text(rule), crate::fmt::text(reason)));
+    }
+    if crate::mask::masks(&exec.registry, viewer, &v.request.tool) {
+        let tool = v.request.tool.clone();
+        for f in &mut v.fields {
+            if crate::mask::is_redacted(&exec.registry, &tool, &f.path) {
+                f.value = crate::mask::value(&f.value);
+                f.previous = f.previous.as_ref().map(crate::mask::value);
+                f.masked = true;
+            }
+        }
+        v.request.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &v.request.inputs);
+        v.canonical = toolgate_core::canonical(&v.request.inputs);
+        if let Some(last) = &mut v.comparison.last {
+            last.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &last.inputs);
+        }
+        for d in &mut v.duplicates {
+            d.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &d.inputs);
+        }
+    }
+    Ok(v)
+}
+
 /// Loads one item for display.
 pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, ConsoleError> {
     let request = exec.store.approval(approval_id).await?;
     let all = exec.store.approvals(None).await?;
     let (fields, comparison) = compare(&exec.registry, &request, &all);
+    let duplicates: Vec<ApprovalRequest> = crate::facts::duplicates(
+        &exec.registry,
+        &request,
+        &all,
+        exec.store.config().retention_ms(),
+    )
+    .into_iter()
+    .cloned()
+    .collect();
     let step = match exec.store.step(&request.subject).await {
         Ok(s) => Some(s),
         Err(StoreError::NotFound { .. }) => None,
@@ -293,6 +384,10 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
         earlier,
         reviews,
         already_done,
+        would_refuse: None,
+        facts: Vec::new(),
+        duplicates,
+        next: None,
         now: exec.clock.now(),
         request,
     })

@@ -15,10 +15,13 @@
 
 pub mod actions;
 pub mod auth;
+pub mod bulk;
 pub mod error;
+pub mod facts;
 pub mod fmt;
 pub mod headers;
 pub mod item;
+pub mod mask;
 pub mod metrics;
 mod pages;
 pub mod peer;

@@ -43,7 +43,11 @@ button { font: inherit; padding: .35rem .9rem; cursor: pointer; }
 button.approve { background:#1e7a34; color:#fff; border:1px solid #1e7a34; }
 button.reject { background:#fff; color:var(--warn); border:1px solid var(--warn); }
 textarea, input[type=text], input[type=password] { font: inherit; width: 100%; max-width: 36rem; padding: .3rem; }
-.actions { display:flex; gap:2rem; flex-wrap: wrap; align-items: flex-start; border-top: 1px solid var(--line); padding-top: .8rem; }
+.actions { display:flex; gap:2rem; flex-wrap: wrap; align-items: flex-start; border-top: 1px solid var(--line); padding: .6rem 0; position: sticky; bottom: 0; background: var(--bg); z-index: 2; }
+.mismatch td { background: var(--warnbg); color: var(--warn); font-weight: 700; }
+.facts th { width: 12rem; }
+kbd { border: 1px solid var(--line); border-radius: 3px; padding: 0 .3rem; font-size: 13px; }
+@media (max-width: 700px) { .actions { flex-direction: column; gap: .6rem; } main { padding: .6rem; } }
 .filters input { width: 12rem; }
 .scroll { overflow-x: auto; }
 .scroll td, .scroll th { white-space: nowrap; }
@@ -57,6 +61,21 @@ document.addEventListener('keydown', function (e) {
   var i = links.indexOf(document.activeElement);
   i = e.key === 'j' ? Math.min(i + 1, links.length - 1) : Math.max(i - 1, 0);
   links[i].focus(); e.preventDefault();
+});
+"#;
+
+const ITEM_JS: &str = r#"
+document.addEventListener('keydown', function (e) {
+  var el;
+  if (e.target.id === 'reason-input' && e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+    el = document.getElementById('reject-form'); if (el) { el.requestSubmit(); e.preventDefault(); }
+    return;
+  }
+  if (e.target.matches('input, textarea') || e.ctrlKey || e.metaKey || e.altKey) return;
+  if (e.key === 'a') { el = document.getElementById('approve'); if (el) { el.click(); e.preventDefault(); } }
+  else if (e.key === 'r') { el = document.getElementById('reason-input'); if (el) { el.focus(); e.preventDefault(); } }
+  else if (e.key === 'j') { el = document.getElementById('next'); if (el) { el.click(); e.preventDefault(); } }
+  else if (e.key === 'k') { el = document.getElementById('back'); if (el) { el.click(); e.preventDefault(); } }
 });
 "#;
 
@@ -74,9 +93,10 @@ pub fn csp() -> &'static str {
             )
         };
         format!(
-            "default-src 'none'; style-src {}; script-src {}; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; style-src {}; script-src {} {}; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
             hash(CSS),
-            hash(QUEUE_JS)
+            hash(QUEUE_JS),
+            hash(ITEM_JS)
         )
     });
     &CSP
@@ -155,6 +175,7 @@ pub fn queue(
     base: &str,
     who: (&str, &str),
     groups: &[Group],
+    offers: &[Option<crate::bulk::Offer>],
     filter: &Filter,
     now_label: &str,
 ) -> Markup {
@@ -174,9 +195,20 @@ pub fn queue(
                 button type="submit" { "Filter" }
             }
             @if groups.is_empty() { p #empty { "Nothing is waiting." } }
-            @for g in groups {
+            @for (gi, g) in groups.iter().enumerate() {
                 section.group {
                     h2 { code { (g.tool) } " · gated by " code { (g.rule) } " (" (g.items.len()) ")" }
+                    @if let Some(Some(o)) = offers.get(gi) {
+                        form.bulk id={"bulk-" (gi)} method="post" action={(base) "/bulk"} data-count=(o.members.len()) {
+                            input type="hidden" name="csrf" value=(who.1);
+                            input type="hidden" name="set" value=(o.set());
+                            strong { (o.members.len()) " of these " (g.items.len()) " may be approved as one" }
+                            " (total " span.bulk-total { (money_text(o.total, &o.currency)) } "; never new destinations, two-person, reviewer-flagged, possible duplicates or calls that would be refused). Type "
+                            code { (o.phrase()) } " to confirm: "
+                            input.bulk-confirm type="text" name="confirm" autocomplete="off" required;
+                            " " button.approve type="submit" { "Approve these " (o.members.len()) }
+                        }
+                    }
                     div.scroll { table {
                         thead { tr {
                             th { "Item" } th { "Tier" } th { "Time left" } th { "Waiting" } th { "Approvals" }
@@ -209,6 +241,22 @@ pub fn queue(
             script { (PreEscaped(QUEUE_JS)) }
         },
     )
+}
+
+/// An amount as people write money, with its currency.
+fn money_text(x: f64, currency: &str) -> String {
+    let cents = (x.abs() * 100.0).round() as u64;
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{grouped}.{:02} {currency}", cents % 100)
+        .trim_end()
+        .to_string()
 }
 
 /// Free-text fields are read on the item page, not compared in the queue.
@@ -274,19 +322,69 @@ fn step_row(base: &str, s: &Step) -> Markup {
     }
 }
 
-pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Markup {
+/// What the previous decision led to, shown at the top of the next item.
+pub struct LastResult {
+    pub id: String,
+    pub status: String,
+    pub text: String,
+}
+
+pub fn item(
+    base: &str,
+    who: (&str, &str),
+    v: &ItemView,
+    approver: &str,
+    last: Option<&LastResult>,
+) -> Markup {
     let r = &v.request;
     let alerts = v.new_destinations();
     let already = r.approved_by.iter().any(|a| a == approver);
     html! {
         (layout(base, "Item", Some(who), html! {
-            p { a href=(home(base)) { "← Queue" } }
+            @if let Some(l) = last {
+                div #last-result class=(if l.status == "refused" || l.status == "failed" { "alert" } else { "ok" }) role="status" data-status=(l.status) data-id=(l.id) {
+                    "Previous item " code { (short(&l.id)) } ": " (l.text)
+                }
+            }
+            p { a #back href=(home(base)) { "← Queue" }
+                @if let Some(n) = &v.next { " · " a #next href={(base) "/item/" (n)} { "Next item →" } }
+                span.muted { " · keys: " kbd { "a" } " approve, " kbd { "r" } " reject (type the note, Ctrl+Enter), " kbd { "j" } " next, " kbd { "k" } " back" } }
             h1 { code #tool { (r.tool) } " "
                 @if let Some(t) = &v.tool { (tier_tag(&t.tier)) " " span.tag #effect { (t.effect) } } }
             p #status data-status=(status_text(v)) {
                 "Status: " strong { (status_text(v)) } " · raised " (datetime(r.created_at))
                 " · expires " (datetime(r.expires_at))
                 @if !v.expired() && r.status == ApprovalStatus::Pending { " (" (duration_ms(v.time_left_ms())) " left)" }
+            }
+            @if !v.facts.is_empty() {
+                section #facts {
+                    h2 { "Decision facts" }
+                    @for f in &v.facts {
+                        table.facts data-tool=(f.tool) { tbody {
+                            @if let Some(e) = &f.error { tr.mismatch { td colspan="2" { "No facts: " (e) } } }
+                            @for x in &f.facts {
+                                tr id={"fact-" (x.label)} { th { (x.label) } td { code.value { (plain(&x.value)) } @if x.masked { " " span.tag { "masked" } } } }
+                            }
+                            @for m in &f.mismatches {
+                                tr.mismatch id={"mismatch-" (m.input)} { th { "MISMATCH" } td { code { (m.input) } " = " code { (plain(&m.sent)) } " but " (m.label) " = " code { (plain(&m.found)) } } }
+                            }
+                        } }
+                    }
+                }
+            }
+            @if !v.duplicates.is_empty() {
+                div.alert role="alert" #duplicate-alert {
+                    "Possible duplicate: the same operation (same " (v.tool.as_ref().map(|_| "identity").unwrap_or("inputs")) ") is also "
+                    @for d in &v.duplicates {
+                        a href={(base) "/item/" (d.approval_id)} { (d.status.as_str()) } " (" (d.principal) ", run " (short(d.run_id.as_deref().unwrap_or("-"))) ", raised " (datetime(d.created_at)) ") "
+                    }
+                }
+            }
+            @if let Some((rule, reason)) = &v.would_refuse {
+                div.alert role="alert" #will-refuse data-rule=(rule) {
+                    "This call will be refused by " code { (rule) } " if approved: " (reason)
+                    ". Decided again just now under the current registry and this run's state; approving cannot make it run, so there is no Approve button. Reject it with a note."
+                }
             }
             @if v.expired() {
                 div.alert role="alert" #expired { "This request has expired. It fails closed and cannot be approved; the call goes back through the gate if the agent retries it." }
@@ -372,6 +470,7 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                                 @else if f.changed { "changed " }
                                 @if f.destination { span.tag { "destination" } " " }
                                 @if f.redacted { span.tag.redacted { "redacted in the audit log" } }
+                                @if f.masked { " " span.tag.masked { "masked: above your sensitivity ceiling" } }
                             }
                         }
                     }
@@ -389,6 +488,7 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                 div.actions {
                     form #approve-form method="post" action={(base) "/item/" (r.approval_id) "/approve"} {
                         input type="hidden" name="csrf" value=(who.1);
+                        @if let Some(n) = &v.next { input type="hidden" name="next" value=(n); }
                         input type="hidden" name="input_hash" value=(r.input_hash);
                         @if already {
                             p { "You approved this already; a second, different approver is needed." }
@@ -398,12 +498,14 @@ pub fn item(base: &str, who: (&str, &str), v: &ItemView, approver: &str) -> Mark
                     }
                     form #reject-form method="post" action={(base) "/item/" (r.approval_id) "/reject"} {
                         input type="hidden" name="csrf" value=(who.1);
+                        @if let Some(n) = &v.next { input type="hidden" name="next" value=(n); }
                         label for="reason-input" { "Reason for rejecting (required; the agent and the audit log see it)" } br;
                         textarea #reason-input name="reason" rows="2" required {} br;
                         button.reject #reject type="submit" { "Reject" }
                     }
                 }
             }
+            script { (PreEscaped(ITEM_JS)) }
         }))
     }
 }
@@ -529,13 +631,26 @@ pub fn report(base: &str, who: (&str, &str), r: &Report, since: &str) -> Markup 
             h2 { "Gates: is each one paying for itself?" }
             p.muted { "r = rejected / decided. A gate pays when undoing a wrong call costs more than 1/r approvals; a gate whose r stays at zero for months can be argued down to the model reviewer." }
             table #gates {
-                thead { tr { th { "Tool" } th { "Rule" } th { "Raised" } th { "Approved" } th { "Rejected" } th { "Expired" } th { "Open" } th { "r" } th { "1/r" } th { "Weekly r" } } }
+                thead { tr { th { "Tool" } th { "Rule" } th { "Raised" } th { "Approved" } th { "Rejected by people" } th { "Closed by a reviewer" } th { "Closed without people" } th { "Approved, not run" } th { "Expired" } th { "Open" } th { "r" } th { "1/r" } th { "Weekly r" } } }
                 tbody { @for g in &r.gates { tr {
-                    td { code { (g.tool) } } td { code { (g.rule) } } td { (g.raised) } td { (g.approved) } td { (g.rejected) } td { (g.expired) } td { (g.open) }
+                    td { code { (g.tool) } } td { code { (g.rule) } } td { (g.raised) } td.approved { (g.approved) } td.rejected { (g.rejected) } td.reviewer-closed { (g.reviewer_closed) } td.without-people { (g.closed_without_people) } td.not-run { (g.approved_not_run) } td { (g.expired) } td { (g.open) }
                     td { (g.rejection_rate().map(|x| format!("{:.1} %", x * 100.0)).unwrap_or_else(|| "-".into())) }
                     td { (g.break_even().map(|x| format!("{x:.1}")).unwrap_or_else(|| "∞".into())) }
                     td { (PreEscaped(svg::weekly_rates(&g.weeks))) }
                 } } }
+            }
+            h2 { "Approvers: the fatigue signal" }
+            p.muted { "Decisions per active day and the median time between one decision and the next (gaps under 15 minutes). Falling times with rising counts are what rubber-stamping looks like." }
+            table #approvers {
+                thead { tr { th { "Person" } th { "Approved" } th { "Rejected" } th { "Days" } th { "Per day" } th { "Median s per decision" } } }
+                tbody {
+                    @if r.approvers.is_empty() { tr { td.muted colspan="6" { "No decisions in this period." } } }
+                    @for a in &r.approvers { tr {
+                        td { (a.approver) } td { (a.approvals) } td { (a.rejections) } td { (a.days) }
+                        td { (format!("{:.1}", a.per_day())) }
+                        td { (a.median_secs.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into())) }
+                    } }
+                }
             }
             h2 { "Calls by tool and decision" }
             (PreEscaped(svg::bars("Calls by decision", &decision_totals(r))))
@@ -551,7 +666,7 @@ pub fn report(base: &str, who: (&str, &str), r: &Report, since: &str) -> Markup 
                 tr { th { "Duplicates suppressed" } td #duplicates { (r.duplicates_suppressed) " replayed (nothing ran) · " (r.key_conflicts) " key conflicts refused" } }
                 tr { th { "Unknown outcomes" } td #unknowns { (r.unknowns.total) " (" (r.unknowns.reconciled) " reconciled, " (r.unknowns.open) " open) · time to reconcile p50 " (opt_ms(r.unknowns.time_to_reconcile.p50)) } }
                 tr { th { "Governance latency (decision and reservation)" } td #governance-latency { "n " (r.governance_latency.n) " · p50 " (opt(r.governance_latency.p50)) " µs · p95 " (opt(r.governance_latency.p95)) " µs · p99 " (opt(r.governance_latency.p99)) " µs" } }
-                tr { th { "Call latency (handler)" } td #latency { "n " (r.call_latency.n) " · p50 " (opt(r.call_latency.p50)) " ms · p95 " (opt(r.call_latency.p95)) " ms · p99 " (opt(r.call_latency.p99)) " ms" } }
+                tr { th { "Call latency (handler)" } td #latency { "n " (r.call_latency_us.n) " · p50 " (opt(r.call_latency_us.p50)) " µs · p95 " (opt(r.call_latency_us.p95)) " µs · p99 " (opt(r.call_latency_us.p99)) " µs" } }
             } }
             h2 { "Shadow rules: what enforcing each would change" }
             p.muted { "Evaluated on every call and recorded; they decide nothing. “Let through” are the calls enforcing the rule would have stopped." }
@@ -607,6 +722,7 @@ mod tests {
             previous: None,
             changed: false,
             new_destination: false,
+            masked: false,
         }
     }
 

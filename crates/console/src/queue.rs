@@ -92,13 +92,40 @@ pub fn build(
     now: Timestamp,
     filter: &Filter,
 ) -> Vec<Group> {
+    build_inner(requests, registry, now, filter, None)
+}
+
+/// The queue `approver` works: only the requests they may decide (not their own, not those of
+/// an agent acting for them, only gates they are an approver of), with data above their
+/// sensitivity ceiling masked.
+pub fn build_for(
+    requests: Vec<ApprovalRequest>,
+    registry: &Registry,
+    now: Timestamp,
+    filter: &Filter,
+    approver: &str,
+) -> Vec<Group> {
+    build_inner(requests, registry, now, filter, Some(approver))
+}
+
+fn build_inner(
+    requests: Vec<ApprovalRequest>,
+    registry: &Registry,
+    now: Timestamp,
+    filter: &Filter,
+    viewer: Option<&str>,
+) -> Vec<Group> {
     let mut items: Vec<QueueItem> = requests
         .iter()
         .filter(|r| r.status == ApprovalStatus::Pending && filter.keeps(r))
+        .filter(|r| viewer.is_none_or(|v| crate::actions::may_decide(registry, v, r)))
         .cloned()
-        .map(|r| {
+        .map(|mut r| {
             let tool = registry.tool(&r.tool);
             let (fields, _) = crate::item::compare(registry, &r, &requests);
+            if let Some(v) = viewer {
+                r.inputs = crate::mask::inputs(registry, v, &r.tool, &r.inputs);
+            }
             QueueItem {
                 new_destinations: fields
                     .into_iter()

@@ -85,6 +85,15 @@ pub struct Gate {
     pub rejected: u64,
     pub expired: u64,
     pub open: u64,
+    /// Closed by a model reviewer's `step.reject` before a person decided: a check, not a
+    /// person's rejection, so not in r.
+    pub reviewer_closed: u64,
+    /// Consumed or approved without the people it needed (a retry that superseded it, an
+    /// approval carried by a presented token): not counted as approved.
+    pub closed_without_people: u64,
+    /// Approved by the people it needed, but the call never ran (refused when it was decided
+    /// again, or the lease expired unused).
+    pub approved_not_run: u64,
     pub weeks: Vec<Week>,
 }
 
@@ -179,11 +188,74 @@ pub struct Report {
     pub budgets: Vec<Budget>,
     /// Handler latency of calls that ran, in milliseconds.
     pub call_latency: Percentiles,
+    /// The same in microseconds (records that kept only milliseconds count as whole ms), so a
+    /// fast upstream does not read as 0 ms.
+    pub call_latency_us: Percentiles,
     /// Governance latency of decided calls, in microseconds: from the request to its decision
     /// and reservation (destination lookups included), without the handler.
     pub governance_latency: Percentiles,
     /// Shadow rules that matched in the period, by rule and what it would have done.
     pub shadow: Vec<ShadowUse>,
+    /// Per person: decisions per active day and the median time per decision.
+    pub approvers: Vec<ApproverLoad>,
+}
+
+/// One person's decisions on approval requests: the fatigue signal.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApproverLoad {
+    pub approver: String,
+    pub approvals: u64,
+    pub rejections: u64,
+    /// Distinct UTC days with at least one decision.
+    pub days: u64,
+    /// Median seconds between one decision and the next by the same person, counting only
+    /// gaps under 15 minutes (a working session); none with fewer than two such decisions.
+    pub median_secs: Option<f64>,
+}
+
+impl ApproverLoad {
+    pub fn per_day(&self) -> f64 {
+        (self.approvals + self.rejections) as f64 / self.days.max(1) as f64
+    }
+}
+
+/// A gap longer than this between two decisions starts a new working session.
+const SESSION_GAP_MS: i64 = 15 * 60 * 1000;
+
+/// Per-approver load from the decisions in the period.
+pub fn approver_loads(decisions: &[toolgate_store::ApprovalDecision]) -> Vec<ApproverLoad> {
+    let mut by: BTreeMap<&str, Vec<&toolgate_store::ApprovalDecision>> = BTreeMap::new();
+    for d in decisions {
+        by.entry(d.approver.as_str()).or_default().push(d);
+    }
+    by.into_iter()
+        .map(|(who, mut ds)| {
+            ds.sort_by_key(|d| d.at);
+            let days: std::collections::BTreeSet<i64> = ds.iter().map(|d| d.at.utc_day()).collect();
+            let mut gaps: Vec<i64> = ds
+                .windows(2)
+                .map(|w| w[1].at.millis() - w[0].at.millis())
+                .filter(|g| *g < SESSION_GAP_MS)
+                .collect();
+            gaps.sort_unstable();
+            let median_secs = (!gaps.is_empty()).then(|| {
+                let n = gaps.len();
+                let mid = if n % 2 == 1 {
+                    gaps[n / 2] as f64
+                } else {
+                    (gaps[n / 2 - 1] + gaps[n / 2]) as f64 / 2.0
+                };
+                mid / 1000.0
+            });
+            ApproverLoad {
+                approver: who.to_string(),
+                approvals: ds.iter().filter(|d| d.approved).count() as u64,
+                rejections: ds.iter().filter(|d| !d.approved).count() as u64,
+                days: days.len() as u64,
+                median_secs,
+            }
+        })
+        .collect()
 }
 
 fn decision_name(d: AuditDecision) -> String {
@@ -218,6 +290,7 @@ pub fn compute(
     let mut duplicates = 0;
     let mut conflicts = 0;
     let mut latencies = Vec::new();
+    let mut latencies_us = Vec::new();
     let mut governance = Vec::new();
     for r in &records {
         let b = &r.body;
@@ -239,6 +312,13 @@ pub fn compute(
             AuditDecision::Allow => {
                 if let Some(ms) = b.outcome.latency_ms {
                     latencies.push(ms);
+                }
+                if let Some(us) = b
+                    .outcome
+                    .latency_us
+                    .or(b.outcome.latency_ms.map(|m| m * 1000))
+                {
+                    latencies_us.push(us);
                 }
             }
             _ => {}
@@ -290,14 +370,38 @@ pub fn compute(
             rejected: 0,
             expired: 0,
             open: 0,
+            reviewer_closed: 0,
+            closed_without_people: 0,
+            approved_not_run: 0,
             weeks: Vec::new(),
         });
         g.raised += 1;
         let week = weeks
             .entry((key.0, key.1, week_start(a.created_at).millis()))
             .or_insert((0, 0));
+        let by_people = a.approved_by.len() as i64 >= a.approvers_needed.max(1);
         match a.status {
+            ApprovalStatus::Approved | ApprovalStatus::Consumed if !by_people => {
+                g.closed_without_people += 1;
+            }
+            ApprovalStatus::Rejected if a.decided_by.is_none() && a.approved_by.is_empty() => {
+                g.reviewer_closed += 1;
+            }
             ApprovalStatus::Approved | ApprovalStatus::Consumed => {
+                if a.status == ApprovalStatus::Approved && a.expires_at <= now {
+                    g.approved_not_run += 1;
+                } else if a.status == ApprovalStatus::Approved {
+                    // Approved and not consumed: it ran nowhere yet; refused at run time if
+                    // its subject was decided since.
+                    let refused = records.iter().any(|x| {
+                        x.body.ts >= a.created_at
+                            && x.body.why.decision == AuditDecision::Deny
+                            && x.body.step_id.as_deref() == Some(a.subject.as_str())
+                    });
+                    if refused {
+                        g.approved_not_run += 1;
+                    }
+                }
                 g.approved += 1;
                 week.0 += 1;
                 if let Some(at) = a.decided_at {
@@ -335,7 +439,12 @@ pub fn compute(
                     ages.push(x.body.ts.millis() - a.created_at.millis());
                 }
             }
-            ApprovalStatus::Expired => g.expired += 1,
+            ApprovalStatus::Expired => {
+                g.expired += 1;
+                if by_people {
+                    g.approved_not_run += 1;
+                }
+            }
             ApprovalStatus::Pending => g.open += 1,
         }
     }
@@ -376,8 +485,10 @@ pub fn compute(
         unknowns,
         budgets,
         call_latency: Percentiles::of(latencies),
+        call_latency_us: Percentiles::of(latencies_us),
         governance_latency: Percentiles::of(governance),
         shadow,
+        approvers: Vec::new(),
     }
 }
 
@@ -423,9 +534,15 @@ pub async fn gather(
     let records = store.audit_records(None, None).await?;
     let approvals = store.approvals(None).await?;
     let budgets = store.budget_use(now).await?;
-    Ok(compute(
-        registry, &records, &approvals, &budgets, since, now,
-    ))
+    let mut report = compute(registry, &records, &approvals, &budgets, since, now);
+    let decisions: Vec<_> = store
+        .approval_decisions()
+        .await?
+        .into_iter()
+        .filter(|d| since.is_none_or(|s| d.at >= s) && d.at <= now)
+        .collect();
+    report.approvers = approver_loads(&decisions);
+    Ok(report)
 }
 
 /// Parses `--since`: `7d`, `36h`, `2w`, or a date `2026-06-01` (UTC midnight).
@@ -522,6 +639,37 @@ impl Report {
                 );
             }
         }
+        for g in self
+            .gates
+            .iter()
+            .filter(|g| g.reviewer_closed + g.closed_without_people + g.approved_not_run > 0)
+        {
+            let _ = writeln!(
+                s,
+                "  {} [{}]: closed by a reviewer {}, closed without the people it needed {}, approved but not run {}",
+                g.tool, g.rule, g.reviewer_closed, g.closed_without_people, g.approved_not_run
+            );
+        }
+        if !self.approvers.is_empty() {
+            let _ = writeln!(
+                s,
+                "\napprovers (decisions per active day, median time per decision)"
+            );
+        }
+        for a in &self.approvers {
+            let _ = writeln!(
+                s,
+                "  {:<16} {} approved, {} rejected over {} day(s): {:.1} a day; median {}",
+                a.approver,
+                a.approvals,
+                a.rejections,
+                a.days,
+                a.per_day(),
+                a.median_secs
+                    .map(|x| format!("{x:.1} s"))
+                    .unwrap_or_else(|| "-".into())
+            );
+        }
         let a = &self.approval_age;
         let _ = writeln!(
             s,
@@ -599,10 +747,10 @@ impl Report {
                 );
             }
         }
-        let l = &self.call_latency;
+        let l = &self.call_latency_us;
         let _ = writeln!(
             s,
-            "\ncall latency (handler, ms): n {}, p50 {}, p95 {}, p99 {}, max {}",
+            "\ncall latency (handler, µs): n {}, p50 {}, p95 {}, p99 {}, max {}",
             l.n,
             opt(l.p50),
             opt(l.p95),

@@ -136,6 +136,7 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/item/{id}", get(item_page))
         .route("/item/{id}/approve", post(approve))
         .route("/item/{id}/reject", post(reject))
+        .route("/bulk", post(bulk_approve))
         .route("/evidence/{id}", get(evidence_page))
         .route("/report", get(report_page))
         .with_state(state)
@@ -350,10 +351,12 @@ async fn logout(
 fn failure(s: &ConsoleState, who: &Session, e: ConsoleError) -> Response {
     let status = match &e {
         ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
-        ConsoleError::NotAnApprover(_) => StatusCode::FORBIDDEN,
+        ConsoleError::NotAnApprover(_) | ConsoleError::Ineligible(_) => StatusCode::FORBIDDEN,
         ConsoleError::Expired { .. } => StatusCode::GONE,
         ConsoleError::ReasonRequired => StatusCode::UNPROCESSABLE_ENTITY,
         ConsoleError::Closed { .. }
+        | ConsoleError::WouldBeRefused { .. }
+        | ConsoleError::BulkRefused(_)
         | ConsoleError::InputsChanged { .. }
         | ConsoleError::SameApprover { .. } => StatusCode::CONFLICT,
         ConsoleError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -384,13 +387,31 @@ async fn queue_page(
     let now = exec.clock.now();
     match exec.store.approvals(None).await {
         Ok(reqs) => {
-            let groups = queue::build(reqs, &exec.registry, now, &filter);
+            let raw = reqs.clone();
+            let groups = queue::build_for(reqs, &exec.registry, now, &filter, &who.principal);
+            let mut offers = Vec::with_capacity(groups.len());
+            for g in &groups {
+                let members: Vec<toolgate_store::ApprovalRequest> = g
+                    .items
+                    .iter()
+                    .filter_map(|i| {
+                        raw.iter()
+                            .find(|r| r.approval_id == i.request.approval_id)
+                            .cloned()
+                    })
+                    .collect();
+                match crate::bulk::offer(exec, &who.principal, &members, &raw).await {
+                    Ok(o) => offers.push(o),
+                    Err(e) => return failure(&s, &who, e),
+                }
+            }
             html(
                 StatusCode::OK,
                 pages::queue(
                     s.base(),
                     (&who.principal, &who.csrf),
                     &groups,
+                    &offers,
                     &filter,
                     &crate::fmt::datetime(now),
                 ),
@@ -400,27 +421,105 @@ async fn queue_page(
     }
 }
 
+#[derive(Deserialize, Default)]
+struct ItemQuery {
+    last: Option<String>,
+}
+
+/// What became of the item decided before this one: the store's word, not the page's.
+async fn last_result(exec: &Executor, id: &str, viewer: &str) -> Option<pages::LastResult> {
+    let req = exec.store.approval(id).await.ok()?;
+    if !actions::may_decide(&exec.registry, viewer, &req) {
+        return None;
+    }
+    let step = exec.store.step(&req.subject).await.ok();
+    let (status, text) = match (&req.status, &step) {
+        (_, Some(s)) if s.status == toolgate_core::StepStatus::Done => {
+            ("done".to_string(), "approved, and it ran once".to_string())
+        }
+        (_, Some(s)) if s.status == toolgate_core::StepStatus::Refused => (
+            "refused".to_string(),
+            format!(
+                "refused ({}): it did not run",
+                s.outcome
+                    .as_ref()
+                    .and_then(|o| o.rule.clone())
+                    .unwrap_or_default()
+            ),
+        ),
+        (toolgate_store::ApprovalStatus::Rejected, _) => (
+            "rejected".to_string(),
+            "rejected; nothing was sent".to_string(),
+        ),
+        (toolgate_store::ApprovalStatus::Pending, _) => (
+            "pending".to_string(),
+            format!(
+                "{} of {} approvals; still waiting",
+                req.approved_by.len(),
+                req.approvers_needed
+            ),
+        ),
+        (toolgate_store::ApprovalStatus::Approved, None) => (
+            "approved".to_string(),
+            "approved; the agent's retry of exactly this call runs it once".to_string(),
+        ),
+        (other, _) => (other.as_str().to_string(), other.as_str().to_string()),
+    };
+    Some(pages::LastResult {
+        id: id.to_string(),
+        status,
+        text,
+    })
+}
+
 async fn item_page(
     State(s): State<ConsoleState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(q): Query<ItemQuery>,
 ) -> Response {
     let Some(who) = s.session(&headers).await else {
         return to_login(&s);
     };
-    match item::load(&s.exec(), &id).await {
+    let exec = s.exec();
+    let last = match &q.last {
+        Some(l) => last_result(&exec, l, &who.principal).await,
+        None => None,
+    };
+    match item::load_for(&exec, &id, &who.principal).await {
         Ok(view) => html(
             StatusCode::OK,
-            pages::item(s.base(), (&who.principal, &who.csrf), &view, &who.principal),
+            pages::item(
+                s.base(),
+                (&who.principal, &who.csrf),
+                &view,
+                &who.principal,
+                last.as_ref(),
+            ),
         ),
         Err(e) => failure(&s, &who, e),
     }
+}
+
+/// After a decision, the next item (with what became of this one), when the form named one.
+fn to_next(s: &ConsoleState, next: &Option<String>, id: &str) -> Option<Response> {
+    let n = next.as_deref().filter(|n| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })?;
+    let id: String = id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    Some(redirect(&format!("{}/item/{n}?last={id}", s.base())))
 }
 
 #[derive(Deserialize)]
 struct ApproveForm {
     csrf: Option<String>,
     input_hash: Option<String>,
+    next: Option<String>,
 }
 
 async fn approve(
@@ -437,6 +536,10 @@ async fn approve(
     }
     let shown = f.input_hash.unwrap_or_default();
     let exec = &s.exec();
+    // Never approve what cannot run: the call is decided again, dry, first.
+    if let Err(e) = refuse_if_it_cannot_run(exec, &id, &who.principal).await {
+        return failure(&s, &who, e);
+    }
     let result = actions::approve(
         exec,
         &id,
@@ -446,6 +549,11 @@ async fn approve(
     )
     .await;
     let w = (who.principal.as_str(), who.csrf.as_str());
+    if result.is_ok()
+        && let Some(r) = to_next(&s, &f.next, &id)
+    {
+        return r;
+    }
     match result {
         Ok(Approved::Waiting {
             approved_by,
@@ -466,7 +574,20 @@ async fn approve(
             ),
         ),
         Ok(Approved::Ran(report)) => {
-            let mut lines = vec![format!("The step ran once: status {}.", report.status)];
+            // What happened, never a green "Approved" for a call that did not run.
+            let ran = report.status == toolgate_core::StepStatus::Done;
+            let rule = report.outcome.as_ref().and_then(|o| o.rule.clone());
+            let mut lines = vec![if ran {
+                format!("The step ran once: status {}.", report.status)
+            } else {
+                format!(
+                    "Your approval was recorded, but the step did not run: status {}{}.",
+                    report.status,
+                    rule.as_deref()
+                        .map(|r| format!(", rule {r}"))
+                        .unwrap_or_default()
+                )
+            }];
             if let Some(o) = &report.outcome {
                 if let Some(r) = &o.target_ref {
                     lines.push(format!("Reference: {r}"));
@@ -475,9 +596,13 @@ async fn approve(
                     lines.push(e.clone());
                 }
             }
+            let title = match report.status {
+                toolgate_core::StepStatus::Done => "Approved: it ran".to_string(),
+                other => format!("Not run: {other}"),
+            };
             html(
                 StatusCode::OK,
-                pages::outcome(s.base(), w, &id, true, "Approved", &lines),
+                pages::outcome(s.base(), w, &id, ran, &title, &lines),
             )
         }
         Ok(Approved::Queued { step_id }) => html(
@@ -509,10 +634,96 @@ async fn approve(
     }
 }
 
+/// Refuses (nothing approved) when the request's call, decided again now, would be refused.
+async fn refuse_if_it_cannot_run(
+    exec: &Executor,
+    id: &str,
+    approver: &str,
+) -> Result<(), ConsoleError> {
+    let req = exec.store.approval(id).await?;
+    if !actions::may_decide(&exec.registry, approver, &req)
+        || req.status != toolgate_store::ApprovalStatus::Pending
+    {
+        // Refused, with its own words, by the approval itself.
+        return Ok(());
+    }
+    match exec.dry_decide(&req).await?.refused_by() {
+        Some((rule, reason)) => Err(ConsoleError::WouldBeRefused {
+            rule: crate::fmt::text(rule),
+            reason: crate::fmt::text(reason),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[derive(Deserialize)]
+struct BulkForm {
+    csrf: Option<String>,
+    set: Option<String>,
+    confirm: Option<String>,
+}
+
+async fn bulk_approve(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Form(f): Form<BulkForm>,
+) -> Response {
+    let Some(who) = s.session(&headers).await else {
+        return to_login(&s);
+    };
+    if !csrf_ok(&who, &f.csrf) {
+        return csrf_refusal(&s, &who);
+    }
+    let exec = &s.exec();
+    let set = f.set.unwrap_or_default();
+    let confirm = f.confirm.unwrap_or_default();
+    match crate::bulk::approve(
+        exec,
+        &who.principal,
+        &set,
+        &confirm,
+        s.inner.opts.run_on_approve,
+    )
+    .await
+    {
+        Ok(done) => {
+            let lines: Vec<String> = done
+                .iter()
+                .map(|(id, a)| match a {
+                    Approved::DirectCall => {
+                        format!(
+                            "{id}: approved; the agent's retry of exactly this call runs it once"
+                        )
+                    }
+                    Approved::Ran(r) => format!("{id}: status {}", r.status),
+                    Approved::Queued { step_id } => format!("{id}: step {step_id} queued"),
+                    Approved::Waiting { .. } => format!("{id}: waiting for another approver"),
+                })
+                .collect();
+            let ran_all = done
+                .iter()
+                .all(|(_, a)| !matches!(a, Approved::Ran(r) if r.status != toolgate_core::StepStatus::Done));
+            html(
+                StatusCode::OK,
+                pages::outcome(
+                    s.base(),
+                    (&who.principal, &who.csrf),
+                    "",
+                    ran_all,
+                    &format!("Approved {} calls as one", done.len()),
+                    &lines,
+                ),
+            )
+        }
+        Err(e) => failure(&s, &who, e),
+    }
+}
+
 #[derive(Deserialize)]
 struct RejectForm {
     csrf: Option<String>,
     reason: Option<String>,
+    next: Option<String>,
 }
 
 async fn reject(
@@ -528,7 +739,13 @@ async fn reject(
         return csrf_refusal(&s, &who);
     }
     let reason = f.reason.unwrap_or_default();
-    match actions::reject(&s.exec(), &id, &who.principal, &reason).await {
+    let result = actions::reject(&s.exec(), &id, &who.principal, &reason).await;
+    if result.is_ok()
+        && let Some(r) = to_next(&s, &f.next, &id)
+    {
+        return r;
+    }
+    match result {
         Ok(()) => html(
             StatusCode::OK,
             pages::outcome(

@@ -60,6 +60,7 @@ fn draft(tool: &str, decision: AuditDecision, rule: Option<&str>, i: i64) -> Aud
             },
             target_ref: None,
             latency_ms: Some(3),
+            latency_us: None,
             governance_us: Some(1500),
             error: None,
         },

@@ -76,6 +76,7 @@ fn draft(x: &R) -> AuditDraft {
             status: x.status,
             target_ref: None,
             latency_ms: x.latency,
+            latency_us: None,
             governance_us: x.gov,
             error: None,
         },
@@ -238,6 +239,26 @@ async fn seeded() -> crate::common::Env {
             ))
             .await
             .unwrap();
+        // People decided them: an approval granted for each consumed request, and the
+        // rejections name who rejected (a rejection naming nobody is a reviewer's closure).
+        if *status == "consumed" {
+            let granted = decided.parse::<i64>().unwrap_or(at + 30 * MIN);
+            e.store
+                .execute_raw(&format!(
+                    "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, \
+                     granted_at) VALUES ('a{i}', 'alice', 't', 'f', 'n{i}', {granted})"
+                ))
+                .await
+                .unwrap();
+        }
+        if *status == "rejected" {
+            e.store
+                .execute_raw(&format!(
+                    "UPDATE approval_requests SET decided_by = 'bob' WHERE approval_id = 'a{i}'"
+                ))
+                .await
+                .unwrap();
+        }
     }
     let day = Timestamp::from_millis(NOW).utc_day();
     e.store
@@ -417,4 +438,96 @@ async fn text_and_prometheus_carry_the_same_figures() {
     ] {
         assert!(prom.contains(line), "missing `{line}` in:\n{prom}");
     }
+}
+
+/// The honest figures: a reviewer's closure is not a person's rejection, a request consumed
+/// without the people it needed is not an approval, an approved call that never ran is
+/// counted, and each person's decisions per day and median time per decision are reported.
+#[tokio::test]
+async fn reviewer_closures_auto_consumed_and_approved_not_run_are_told_apart() {
+    let e = crate::common::env().await;
+    // (id, status, grants, decided_by): on the two-person tool payment.urgent.
+    type Row<'a> = (&'a str, &'a str, &'a [(&'a str, i64)], Option<&'a str>);
+    let rows: &[Row] = &[
+        ("r1", "rejected", &[], None),        // a reviewer's step.reject
+        ("r2", "rejected", &[], Some("bob")), // a person's rejection
+        ("r3", "consumed", &[], None),        // consumed 3 ms after, by a retry
+        (
+            "r4",
+            "consumed",
+            &[("alice", 10 * MIN), ("bob", 10 * MIN + 40_000)],
+            None,
+        ),
+        (
+            "r5",
+            "approved",
+            &[("alice", 10 * MIN + 70_000), ("bob", 10 * MIN + 90_000)],
+            None,
+        ),
+        (
+            "r6",
+            "expired",
+            &[("alice", 10 * MIN + 100_000), ("bob", 2 * H)],
+            None,
+        ),
+    ];
+    for (i, (id, status, grants, by)) in rows.iter().enumerate() {
+        let at = W2 + i as i64 * MIN;
+        e.store
+            .execute_raw(&format!(
+                "INSERT INTO approval_requests (approval_id, subject, run_id, principal, tool, \
+                 tool_version, input_hash, inputs, reason, evidence, rule, approvers_needed, \
+                 status, created_at, expires_at, decided_at, decided_by) VALUES ('{id}', 'sub-{id}', \
+                 'run-1', 'fin-worker', 'payment.urgent', '1.0.0', 'sha256:00', '{{}}', NULL, '[]', \
+                 'gate.always', 2, '{status}', {at}, {}, {}, {})",
+                if *status == "expired" { W2 + 3 * H } else { NOW + H },
+                at + 3,
+                by.map(|b| format!("'{b}'")).unwrap_or_else(|| "NULL".into())
+            ))
+            .await
+            .unwrap();
+        for (who, t) in grants.iter() {
+            e.store
+                .execute_raw(&format!(
+                    "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, \
+                     granted_at) VALUES ('{id}', '{who}', 't', 'f', 'n-{id}-{who}', {})",
+                    W2 + t
+                ))
+                .await
+                .unwrap();
+        }
+    }
+    let r = gather(&e, None).await;
+    let g = r.gates.iter().find(|g| g.tool == "payment.urgent").unwrap();
+    assert_eq!(g.raised, 6);
+    assert_eq!(g.rejected, 1, "only bob's rejection is a person's");
+    assert_eq!(g.reviewer_closed, 1);
+    assert_eq!(
+        g.closed_without_people, 1,
+        "r3 was consumed by nobody's approval"
+    );
+    assert_eq!(g.approved, 2, "r4 ran, r5 is approved and waits");
+    assert_eq!(g.expired, 1);
+    assert_eq!(
+        g.approved_not_run, 1,
+        "r6 was approved by two people and expired unused"
+    );
+    assert_eq!(g.rejection_rate(), Some(1.0 / 3.0));
+    // alice: 3 approvals at 10 min, +70 s, +100 s (gaps 70 s and 30 s: median 50 s).
+    let alice = r.approvers.iter().find(|a| a.approver == "alice").unwrap();
+    assert_eq!((alice.approvals, alice.rejections, alice.days), (3, 0, 1));
+    assert_eq!(alice.median_secs, Some(50.0));
+    assert_eq!(alice.per_day(), 3.0);
+    // bob: the rejection of r2 at 1 min + 3 ms, approvals at 10 min + 40 s and + 90 s, and
+    // one at 2 h (past the 15-minute session gap): gaps 579.997 s and 50 s.
+    let bob = r.approvers.iter().find(|a| a.approver == "bob").unwrap();
+    assert_eq!((bob.approvals, bob.rejections), (3, 1));
+    let m = bob.median_secs.unwrap();
+    assert!((m - 314.9985).abs() < 1e-6, "{m}");
+    let text = r.to_text();
+    assert!(
+        text.contains("payment.urgent [gate.always]: closed by a reviewer 1, closed without the people it needed 1, approved but not run 1"),
+        "{text}"
+    );
+    assert!(text.contains("call latency (handler, µs)"), "{text}");
 }

@@ -229,6 +229,9 @@ pub struct ApprovalConfig {
     /// those tokens name (keep one until its tokens have expired: `expiry_hours`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous: Vec<PreviousKey>,
+    /// Who approves the calls each `@gate` policy gates (by its @id), and how many.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gates: BTreeMap<String, crate::approvers::GateApprovers>,
 }
 
 /// A retired key, kept for verification only: its id and where to read it (`env` or `file`).
@@ -262,6 +265,7 @@ impl Default for ApprovalConfig {
             key_env: default_key_env(),
             key_file: None,
             previous: Vec::new(),
+            gates: BTreeMap::new(),
         }
     }
 }
@@ -347,6 +351,12 @@ pub struct ToolConfig {
     /// How many distinct people must approve a gated call (1 or 2).
     #[serde(default = "one")]
     pub approvers: u8,
+    /// Who may approve its gated calls (roles, people); unset: any person of an approver role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<crate::approvers::ApprovedBy>,
+    /// Read-tool lookups shown beside a parked call's inputs on the approval page.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_context: Vec<crate::approvers::ContextLookup>,
     /// Calls of this tool allowed per run.
     #[serde(default)]
     pub rate_limit: Option<u32>,
@@ -631,6 +641,9 @@ pub struct PrincipalConfig {
     /// that one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_purpose: Option<String>,
+    /// The person an agent acts for: never counted as an approver of the agent's requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf_of: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::budget::{self, WindowCheck, WindowView};
 use crate::canon::InputHash;
 use crate::config::{DestinationKind, GrantConfig};
-use crate::model::{PrincipalKind, Tier, Timestamp};
+use crate::model::{Tier, Timestamp};
 use crate::policy::{PolicyVerdict, RunCounts};
 use crate::registry::{Registry, Tool};
 use crate::token::{ApprovalClaims, ApprovalKeys, ApprovalToken, Expected};
@@ -818,7 +818,11 @@ impl<'r> Engine<'r> {
             Some(c) => Verdict::NeedsApproval {
                 rule: c.rule.clone().unwrap_or_default(),
                 reason: c.detail.clone(),
-                approvers_needed: tool.config.approvers.saturating_sub(approved.len() as u8),
+                approvers_needed: self
+                    .registry
+                    .approvers(&tool.config.name, c.rule.as_deref().unwrap_or_default())
+                    .count
+                    .saturating_sub(approved.len() as u8),
                 approved_by: approved.iter().map(|c| c.approver.clone()).collect(),
             },
             None => Verdict::Allow,
@@ -1158,15 +1162,13 @@ impl<'r> Engine<'r> {
                     short_version(&self.registry.version.hash),
                 )),
                 Ok(claims) => {
-                    let is_approver = self.registry.principal(&claims.approver).is_some_and(|p| {
-                        p.config.kind == PrincipalKind::Human
-                            && self.registry.role(p.role()).is_some_and(|r| r.approver)
-                    });
-                    if !is_approver {
-                        refused.push(format!(
-                            "'{}' is not a person with an approver role",
-                            claims.approver
-                        ));
+                    // Segregation of duties: the requester (and the person behind it) never
+                    // counts, and only the gate's own approvers do.
+                    if let Err(why) =
+                        self.registry
+                            .may_approve(&claims.approver, req.principal, &cfg.name, rule)
+                    {
+                        refused.push(why.to_string());
                     } else if valid.iter().any(|v| v.approver == claims.approver) {
                         refused.push(format!(
                             "'{}' already approved; a second approver must be someone else",
@@ -1179,7 +1181,7 @@ impl<'r> Engine<'r> {
                 Err(e) => refused.push(e.to_string()),
             }
         }
-        let needed = cfg.approvers as usize;
+        let needed = self.registry.approvers(&cfg.name, rule).count as usize;
         if valid.len() >= needed {
             let by: Vec<&str> = valid.iter().map(|c| c.approver.as_str()).collect();
             rec.push(

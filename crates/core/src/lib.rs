@@ -2,6 +2,7 @@
 //! and the values derived from it. Pure and synchronous: no I/O beyond reading the registry
 //! folder, no async, no clock of its own. The store and the gateway build on it.
 
+pub mod approvers;
 pub mod bounds;
 pub mod budget;
 pub mod canon;

@@ -105,6 +105,7 @@ pub fn lint(registry: &Registry) -> Vec<Finding> {
     for (i, p) in registry.principals().iter().enumerate() {
         lint_principal(i, &p.config, &mut out);
     }
+    out.extend(crate::approvers::lint(registry));
     for w in registry.policies.warnings() {
         push(
             &mut out,

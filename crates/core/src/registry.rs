@@ -714,6 +714,13 @@ impl Registry {
                 None
             }
         };
+        let tool_configs: Vec<(&str, usize, &ToolConfig)> = tools
+            .iter()
+            .map(|t| (t.file.as_str(), t.index, &t.config))
+            .collect();
+        for f in crate::approvers::check(&gateway, &tool_configs, &pfile, policies.as_ref()) {
+            finding(&f.file, f.path, &f.rule, f.message, f.fix);
+        }
         if !findings.is_empty() {
             return Err(LoadError::Invalid(findings));
         }

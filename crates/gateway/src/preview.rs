@@ -367,6 +367,7 @@ async fn record(
             },
             target_ref: r.plan_id,
             latency_ms: None,
+            latency_us: None,
             error: None,
             governance_us: None,
         },

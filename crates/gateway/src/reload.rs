@@ -370,6 +370,7 @@ pub(crate) fn reload_draft(dir: &Path, r: &ReloadReport) -> AuditDraft {
             },
             target_ref: None,
             latency_ms: None,
+            latency_us: None,
             governance_us: None,
             error: (!applied).then(|| r.errors.join("\n")),
         },

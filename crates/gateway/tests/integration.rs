@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod common;
+mod approvals_browser;
 mod auth;
 mod clients;
 mod console;

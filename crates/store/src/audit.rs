@@ -103,6 +103,9 @@ pub struct AuditOutcome {
     pub target_ref: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<i64>,
+    /// The handler's latency in microseconds (records before it was kept have only `latency_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Governance latency in microseconds: from the request to its decision and reservation

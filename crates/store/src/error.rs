@@ -26,6 +26,12 @@ pub enum StoreError {
     ApprovalExpired { id: String, expires_at: i64 },
     #[error("'{0}' cannot approve: only a person with an approver role can")]
     NotAnApprover(String),
+    /// Segregation of duties: this person may not decide this request.
+    #[error("{id}: {why}")]
+    Ineligible {
+        id: String,
+        why: Box<toolgate_core::approvers::Ineligible>,
+    },
     #[error("'{approver}' already approved {id}; a second approval must come from someone else")]
     SameApprover { id: String, approver: String },
     #[error("approval token refused: {0}")]

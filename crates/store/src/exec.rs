@@ -583,6 +583,7 @@ impl Executor {
                 status: outcome.status,
                 target_ref: outcome.target_ref.clone(),
                 latency_ms: outcome.latency_ms,
+                latency_us: outcome.latency_us,
                 error: outcome.error.clone(),
                 governance_us: Some(p.governance_us.unwrap_or_else(|| p.elapsed_us())),
             },
@@ -1580,7 +1581,8 @@ impl Executor {
             Ok(r) => r,
             Err(_) => Err(HandlerError::Timeout),
         };
-        let latency = started.elapsed().as_millis() as i64;
+        let latency_us = started.elapsed().as_micros() as i64;
+        let latency = latency_us / 1000;
         self.point(SyncPoint::Called);
         let now = self.clock.now();
         let backoff = self.store.config().retry_backoff.as_millis() as i64;
@@ -1590,6 +1592,7 @@ impl Executor {
                 o.result = Some(out.result);
                 o.target_ref = out.target_ref;
                 o.latency_ms = Some(latency);
+                o.latency_us = Some(latency_us);
                 let stored = to_json(&o);
                 (CallStatus::Done, o, IdemAction::Done(stored), charge, None)
             }
@@ -1599,6 +1602,7 @@ impl Executor {
                 o.error = Some(msg);
                 o.rule = Some("handler.failed".into());
                 o.latency_ms = Some(latency);
+                o.latency_us = Some(latency_us);
                 let stored = to_json(&o);
                 (
                     CallStatus::Failed,
@@ -1626,6 +1630,7 @@ impl Executor {
                     _ => "timeout.irreversible".into(),
                 });
                 o.latency_ms = Some(latency);
+                o.latency_us = Some(latency_us);
                 (
                     CallStatus::Unknown,
                     o,
@@ -1646,6 +1651,7 @@ impl Executor {
                     o.rule = Some("timeout.retryable".into());
                 }
                 o.latency_ms = Some(latency);
+                o.latency_us = Some(latency_us);
                 let retry = (p.attempts < 4).then_some(now.millis() + backoff);
                 (
                     CallStatus::Failed,
@@ -2613,6 +2619,127 @@ impl Executor {
             });
         }
         Ok(reports)
+    }
+}
+
+/// A parked call decided again now, without doing anything: what would happen if people
+/// approved it.
+#[derive(Debug, Clone)]
+pub struct DryRun {
+    /// The decision of every check under the registry serving now and the run as it stands.
+    pub decision: Decision,
+}
+
+impl DryRun {
+    /// The rule that would refuse the call once approved (a failing check other than the gate).
+    pub fn refused_by(&self) -> Option<(&str, &str)> {
+        match &self.decision.verdict {
+            Verdict::Deny { rule, reason, .. } => Some((rule.as_str(), reason.as_str())),
+            _ => None,
+        }
+    }
+}
+
+impl Executor {
+    /// Asks a read tool on behalf of the approval page (the decision facts of a parked call),
+    /// through the same handler as destination lookups, with the tool's schema checked first
+    /// and the store's call timeout.
+    pub async fn look_up_for_approval(
+        &self,
+        principal: &str,
+        run_id: Option<&str>,
+        tool: &str,
+        inputs: &Value,
+    ) -> std::result::Result<Value, String> {
+        system_inputs_fit(&self.registry, tool, inputs)?;
+        let with: Vec<String> = inputs
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        let run = run_id.unwrap_or("approval-page");
+        let meta = CallMeta {
+            idempotency_key: IdempotencyKey::for_call(run, tool, &with, inputs),
+            run_id: run.to_string(),
+            step_id: String::new(),
+            approval_tokens: Vec::new(),
+            principal: principal.to_string(),
+        };
+        let target = self.target(tool);
+        match tokio::time::timeout(
+            self.store.config().call_timeout,
+            self.handler.call(&target, inputs, &meta),
+        )
+        .await
+        {
+            Ok(Ok(out)) => Ok(out.result),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("{tool} did not answer in time")),
+        }
+    }
+
+    /// Decides a parked call again, dry: the same gathering and every check as when it runs
+    /// (run so far, budgets, windows, idempotency, destination lookups), inside a transaction
+    /// that is rolled back, so nothing is reserved, recorded or sent. The approval page shows
+    /// its verdict before anyone approves.
+    pub async fn dry_decide(&self, req: &crate::model::ApprovalRequest) -> Result<DryRun> {
+        let now = self.clock.now();
+        let mut p = match self.store.step(&req.subject).await {
+            Ok(s) => Pending::from_step(&s),
+            Err(StoreError::NotFound { .. }) => {
+                let key = req
+                    .subject
+                    .strip_prefix(&format!("{}/", req.principal))
+                    .unwrap_or(&req.subject)
+                    .to_string();
+                // A direct call's purpose is recorded with its gated attempt.
+                let purpose = match &req.run_id {
+                    Some(run) => self
+                        .store
+                        .audit_records(None, Some(run))
+                        .await?
+                        .into_iter()
+                        .rev()
+                        .find(|r| r.body.idem_key.as_deref() == Some(key.as_str()))
+                        .and_then(|r| r.body.why.purpose),
+                    None => None,
+                };
+                Pending {
+                    step_id: String::new(),
+                    run_id: req.run_id.clone().unwrap_or_default(),
+                    seq: 0,
+                    kind: StepKind::Direct,
+                    principal: req.principal.clone(),
+                    tool: req.tool.clone(),
+                    inputs: req.inputs.clone(),
+                    idem_key: IdempotencyKey::from_stored(key),
+                    purpose,
+                    reason: req.reason.clone(),
+                    purpose_from: None,
+                    argument_errors: Vec::new(),
+                    evidence: req.evidence.clone(),
+                    actor: Actor::default(),
+                    presented: Vec::new(),
+                    attempts: 1,
+                    started: Instant::now(),
+                    governance_us: None,
+                    destinations: None,
+                    lookups: Vec::new(),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        self.look_up_destinations(&mut p, &mut LookupCache::default())
+            .await;
+        let mut tx = self.store.begin().await?;
+        let prepared = self
+            .prepare(&mut tx, p, now, &mut BatchCache::default())
+            .await;
+        // Dropped, never committed: the dry run leaves no trace.
+        drop(tx);
+        let decision = match prepared? {
+            Prepared::Call { decision, .. } | Prepared::Settled { decision, .. } => decision,
+        };
+        Ok(DryRun { decision })
     }
 }
 

@@ -37,12 +37,12 @@ pub use checkpoint::{
 pub use db::ConnectOptions;
 pub use error::{Result, StoreError};
 pub use exec::{
-    BoxFuture, CallMeta, CallResult, CallStatus, DirectCall, Executor, Handler, HandlerError,
-    HandlerOutput, SyncHook, SyncPoint, Target,
+    BoxFuture, CallMeta, CallResult, CallStatus, DirectCall, DryRun, Executor, Handler,
+    HandlerError, HandlerOutput, SyncHook, SyncPoint, Target,
 };
 pub use model::{
-    Actor, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepKind, StepOutcome,
-    StepReport,
+    Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
+    StepKind, StepOutcome, StepReport,
 };
 pub use plan::{
     PlanSubmission, Review, ReviewVerdict, RunStatus, StepProblem, SubmittedPlan, WorkSignal,

@@ -80,6 +80,9 @@ pub struct StepOutcome {
     pub target_ref: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<i64>,
+    /// The same, in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<i64>,
     /// The approval request a parked step waits on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
@@ -94,6 +97,7 @@ impl StepOutcome {
             rule: None,
             target_ref: None,
             latency_ms: None,
+            latency_us: None,
             approval_id: None,
         }
     }
@@ -185,6 +189,20 @@ pub struct ApprovalRequest {
     /// consumed approval keeps the time it was approved.
     #[serde(default)]
     pub decided_at: Option<Timestamp>,
+    /// The person who rejected it. A rejected request that names nobody was closed by a
+    /// model reviewer's `step.reject`, not decided by a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+}
+
+/// One decision a person made on an approval request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    pub approval_id: String,
+    pub approver: String,
+    pub at: Timestamp,
+    /// An approval given (false: a rejection).
+    pub approved: bool,
 }
 
 /// Today's use of one budget counter.

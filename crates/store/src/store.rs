@@ -11,8 +11,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::config::Durability;
 use toolgate_core::{
-    ApprovalClaims, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash, PrincipalKind,
-    Redactor, Registry, StepStatus, Tier, Timestamp, canonical,
+    ApprovalClaims, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash, Redactor,
+    Registry, StepStatus, Tier, Timestamp, canonical,
 };
 
 use crate::audit::{
@@ -23,7 +23,8 @@ use crate::db::{ConnectOptions, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
 use crate::model::{
-    Actor, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepKind, StepOutcome,
+    Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
+    StepKind, StepOutcome,
 };
 use crate::reserve::{self, ReserveJob};
 
@@ -237,6 +238,7 @@ fn approval_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalReques
         created_at: Timestamp::from_millis(r.i64(13)?),
         expires_at: Timestamp::from_millis(r.i64(14)?),
         decided_at: r.opt_i64(15)?.map(Timestamp::from_millis),
+        decided_by: r.opt_text(16)?,
     })
 }
 
@@ -631,7 +633,7 @@ impl Store {
             Some(s) => {
                 c.rows(
                     "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at \
+                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at, decided_by \
                      FROM approval_requests WHERE status = $1 ORDER BY created_at DESC",
                     args![s.as_str()],
                 )
@@ -640,7 +642,7 @@ impl Store {
             None => {
                 c.rows(
                     "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at \
+                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at, decided_by \
                      FROM approval_requests ORDER BY created_at DESC",
                     args![],
                 )
@@ -664,12 +666,50 @@ impl Store {
         Ok(out)
     }
 
+    /// Every decision people made on approval requests, oldest first: each approval given
+    /// (`approval_grants`) and each rejection by a person (a reviewer's closure names nobody).
+    pub async fn approval_decisions(&self) -> Result<Vec<ApprovalDecision>> {
+        let mut c = self.inner.pool.conn().await?;
+        let mut out = Vec::new();
+        for r in c
+            .rows(
+                "SELECT approval_id, approver, granted_at FROM approval_grants ORDER BY granted_at",
+                args![],
+            )
+            .await?
+        {
+            out.push(ApprovalDecision {
+                approval_id: r.text(0)?,
+                approver: r.text(1)?,
+                at: Timestamp::from_millis(r.i64(2)?),
+                approved: true,
+            });
+        }
+        for r in c
+            .rows(
+                "SELECT approval_id, decided_by, decided_at FROM approval_requests \
+                 WHERE status = 'rejected' AND decided_by IS NOT NULL AND decided_at IS NOT NULL",
+                args![],
+            )
+            .await?
+        {
+            out.push(ApprovalDecision {
+                approval_id: r.text(0)?,
+                approver: r.text(1)?,
+                at: Timestamp::from_millis(r.i64(2)?),
+                approved: false,
+            });
+        }
+        out.sort_by_key(|d| (d.at, d.approver.clone()));
+        Ok(out)
+    }
+
     pub async fn approval(&self, approval_id: &str) -> Result<ApprovalRequest> {
         let mut tx = self.inner.pool.conn().await?;
         let row = tx
             .opt(
                 "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                 inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at \
+                 inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at, decided_by \
                  FROM approval_requests WHERE approval_id = $1",
                 args![approval_id],
             )
@@ -701,24 +741,27 @@ impl Store {
         approver: &str,
         now: Timestamp,
     ) -> Result<ApprovalToken> {
-        let is_approver = registry.principal(approver).is_some_and(|p| {
-            p.config.kind == PrincipalKind::Human
-                && registry.role(p.role()).is_some_and(|r| r.approver)
-        });
-        if !is_approver {
+        if !registry.approves_anything(approver) {
             return Err(StoreError::NotAnApprover(approver.to_string()));
         }
         let mut tx = self.begin().await?;
         let req = tx
             .opt(
                 "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed, \
-                 definition_hash, rule, registry_version FROM approval_requests WHERE approval_id = $1",
+                 definition_hash, rule, registry_version, principal FROM approval_requests WHERE approval_id = $1",
                 args![approval_id],
             )
             .await?
             .ok_or_else(|| StoreError::NotFound {
                 what: "approval request",
                 id: approval_id.to_string(),
+            })?;
+        // Segregation of duties, under the registry serving now.
+        registry
+            .may_approve(approver, &req.text(10)?, &req.text(1)?, &req.text(8)?)
+            .map_err(|why| StoreError::Ineligible {
+                id: approval_id.to_string(),
+                why: Box::new(why),
             })?;
         let (subject, tool, version, hash, status, expires, needed) = (
             req.text(0)?,
@@ -823,6 +866,20 @@ impl Store {
         now: Timestamp,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
+        if let Some(r) = tx
+            .opt(
+                "SELECT principal, tool, rule FROM approval_requests WHERE approval_id = $1",
+                args![approval_id],
+            )
+            .await?
+        {
+            registry
+                .may_approve(approver, &r.text(0)?, &r.text(1)?, &r.text(2)?)
+                .map_err(|why| StoreError::Ineligible {
+                    id: approval_id.to_string(),
+                    why: Box::new(why),
+                })?;
+        }
         let n = tx
             .exec(
                 "UPDATE approval_requests SET status = 'rejected', decided_at = $1, decided_by = $3, \
@@ -896,6 +953,7 @@ impl Store {
                 status: StepStatus::Refused,
                 target_ref: None,
                 latency_ms: None,
+                latency_us: None,
                 governance_us: None,
                 error: outcome.error.clone(),
             },

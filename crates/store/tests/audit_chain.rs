@@ -60,6 +60,7 @@ fn draft(i: i64) -> AuditDraft {
             status: StepStatus::Done,
             target_ref: None,
             latency_ms: Some(1),
+            latency_us: None,
             governance_us: None,
             error: None,
         },

@@ -5,6 +5,7 @@
 mod common;
 mod audit_chain;
 mod conflicts;
+mod duties;
 mod faults;
 mod lookups;
 mod plans;

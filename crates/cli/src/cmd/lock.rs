@@ -286,6 +286,7 @@ pub(crate) fn approval_record(
             status: StepStatus::Done,
             target_ref: None,
             latency_ms: None,
+            latency_us: None,
             governance_us: None,
             error: None,
         },

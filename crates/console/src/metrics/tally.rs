@@ -230,7 +230,9 @@ impl Tally {
             }
             AuditDecision::Replay => self.duplicates_suppressed += 1,
             AuditDecision::Allow => {
-                if let Some(ms) = b.outcome.latency_ms {
+                if let Some(us) = b.outcome.latency_us {
+                    self.call_latency.observe(us as f64 / 1e6);
+                } else if let Some(ms) = b.outcome.latency_ms {
                     self.call_latency.observe(ms as f64 / 1e3);
                 }
                 if b.outcome.status == StepStatus::Unknown {

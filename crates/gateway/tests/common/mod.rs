@@ -150,11 +150,23 @@ principals:
         purposes: [billing]
         max_tier: read
         max_sensitivity: confidential
+  # A second person who may approve: the two-person IBAN change needs two (lint approval.nobody).
+  - id: test-clerk-b
+    kind: human
+    role: ap.clerk
+    credentials:
+      - {{id: test, sha256: "{clerk_b}"}}
+    grants:
+      - scopes: [invoices:read, payments:read]
+        purposes: [billing]
+        max_tier: read
+        max_sensitivity: confidential
 "#,
         planner = api_key_hash(PLANNER_KEY),
         worker = api_key_hash(WORKER_KEY),
         worker_b = api_key_hash(WORKER_B_KEY),
         clerk = api_key_hash(CLERK_KEY),
+        clerk_b = api_key_hash("tg-test-clerk-b-key-0001"),
         subject = OAUTH_SUBJECT,
     )
 }

@@ -37,6 +37,7 @@ pub fn draft(run_id: &str, i: i64) -> AuditDraft {
             status: StepStatus::Done,
             target_ref: None,
             latency_ms: Some(1),
+            latency_us: None,
             governance_us: None,
             error: None,
         },

@@ -3,5 +3,12 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    toolgate_fakes::run(toolgate_fakes::finance::Finance::default()).await
+    // TOOLGATE_FAKE_FINANCE_BULK set: every INV-9xxxxxxx is an approved invoice too (queues of
+    // many distinct payments for tests and benchmarks through the real binary).
+    let finance = if std::env::var_os("TOOLGATE_FAKE_FINANCE_BULK").is_some() {
+        toolgate_fakes::finance::Finance::with_bulk_invoices()
+    } else {
+        toolgate_fakes::finance::Finance::default()
+    };
+    toolgate_fakes::run(finance).await
 }

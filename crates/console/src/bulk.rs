@@ -1,0 +1,162 @@
+//! Bulk approval of like, low-risk items: one decision for a group a person has read as one,
+//! bound to the exact set of requests and input hashes shown, with the count and total, and a
+//! typed confirmation. Never offered for a new destination, a two-person item, one a reviewer
+//! flagged, a possible duplicate, restricted data, or a call that would be refused now; and the
+//! whole set is refused, nothing approved, if any member changed since it was shown.
+
+use serde_json::Value;
+use toolgate_core::Sensitivity;
+use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, ReviewVerdict, StoreError};
+
+use crate::actions::{self, Approved};
+use crate::error::ConsoleError;
+
+/// A group's offer: the members (approval id, input hash) and their total amount.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    pub members: Vec<(String, String)>,
+    pub total: f64,
+    pub currency: String,
+}
+
+impl Offer {
+    /// The set as the form carries it: `id:hash` joined by commas.
+    pub fn set(&self) -> String {
+        self.members
+            .iter()
+            .map(|(id, h)| format!("{id}:{h}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+    /// What the person types to confirm.
+    pub fn phrase(&self) -> String {
+        format!("approve {}", self.members.len())
+    }
+}
+
+/// Why an item is kept out of a bulk approval, or `None` when it may be in one.
+pub async fn excluded(
+    exec: &Executor,
+    viewer: &str,
+    req: &ApprovalRequest,
+    all: &[ApprovalRequest],
+) -> Result<Option<&'static str>, ConsoleError> {
+    let reg = &exec.registry;
+    if req.status != ApprovalStatus::Pending || exec.clock.now() >= req.expires_at {
+        return Ok(Some("not open"));
+    }
+    if !actions::may_decide(reg, viewer, req) {
+        return Ok(Some("not yours to decide"));
+    }
+    if req.approvers_needed > 1 || !req.approved_by.is_empty() {
+        return Ok(Some("two-person"));
+    }
+    if reg
+        .tool(&req.tool)
+        .is_none_or(|t| t.config.sensitivity >= Sensitivity::Restricted)
+    {
+        return Ok(Some("restricted"));
+    }
+    let (fields, _) = crate::item::compare(reg, req, all);
+    if fields.iter().any(|f| f.new_destination) {
+        return Ok(Some("new destination"));
+    }
+    if !crate::facts::duplicates(reg, req, all, exec.store.config().retention_ms()).is_empty() {
+        return Ok(Some("possible duplicate"));
+    }
+    match exec.store.step(&req.subject).await {
+        Ok(s) => {
+            if toolgate_core::InputHash::of(&s.inputs) != req.input_hash {
+                return Ok(Some("inputs changed"));
+            }
+            let reviews = exec.store.step_reviews(&s.step_id).await?;
+            if reviews.iter().any(|r| r.verdict != ReviewVerdict::Approved) {
+                return Ok(Some("reviewer-flagged"));
+            }
+        }
+        Err(StoreError::NotFound { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if exec.dry_decide(req).await?.refused_by().is_some() {
+        return Ok(Some("would be refused"));
+    }
+    Ok(None)
+}
+
+/// The offer for one queue group, when at least two of its items qualify.
+pub async fn offer(
+    exec: &Executor,
+    viewer: &str,
+    group: &[ApprovalRequest],
+    all: &[ApprovalRequest],
+) -> Result<Option<Offer>, ConsoleError> {
+    let mut members = Vec::new();
+    let mut total = 0.0;
+    let mut currency = String::new();
+    for r in group {
+        if excluded(exec, viewer, r, all).await?.is_none() {
+            members.push((r.approval_id.clone(), r.input_hash.to_string()));
+            total += r
+                .inputs
+                .get("amount")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+            if let Some(c) = r.inputs.get("currency").and_then(Value::as_str) {
+                currency = c.to_string();
+            }
+        }
+    }
+    Ok((members.len() >= 2).then_some(Offer {
+        members,
+        total,
+        currency,
+    }))
+}
+
+/// Approves the exact set shown, or nothing: every member must still be open, unchanged (the
+/// same input hash) and qualify, and the confirmation must name the count.
+pub async fn approve(
+    exec: &Executor,
+    viewer: &str,
+    set: &str,
+    confirm: &str,
+    run_now: bool,
+) -> Result<Vec<(String, Approved)>, ConsoleError> {
+    let members: Vec<(&str, &str)> = set
+        .split(',')
+        .filter(|m| !m.is_empty())
+        .filter_map(|m| m.split_once(':'))
+        .collect();
+    if members.len() < 2 || confirm.trim() != format!("approve {}", members.len()) {
+        return Err(ConsoleError::BulkRefused(format!(
+            "type 'approve {}' to confirm the {} calls shown",
+            members.len(),
+            members.len()
+        )));
+    }
+    let all = exec.store.approvals(None).await?;
+    for (id, hash) in &members {
+        let Some(req) = all.iter().find(|r| r.approval_id == *id) else {
+            return Err(ConsoleError::BulkRefused(format!("{id} is not a request")));
+        };
+        if req.input_hash.as_str() != *hash {
+            return Err(ConsoleError::BulkRefused(format!(
+                "the inputs of {id} changed after they were shown (shown {hash}, now {})",
+                req.input_hash
+            )));
+        }
+        if let Some(why) = excluded(exec, viewer, req, &all).await? {
+            return Err(ConsoleError::BulkRefused(format!(
+                "{id} can no longer be approved with the others ({why})"
+            )));
+        }
+    }
+    let mut out = Vec::new();
+    for (id, hash) in members {
+        out.push((
+            id.to_string(),
+            actions::approve(exec, id, viewer, hash, run_now).await?,
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,955 @@
+//! The approver's page in a real browser (headless Chromium over WebDriver, installed by
+//! `scripts/install-browser.sh`), on a queue of 44 calls parked through the real `toolgate
+//! serve` (the finance example's tools and policies, its fake ERP binary with bulk invoices) by
+//! real MCP clients (rmcp over streamable HTTP, as any agent connects). Checked: a requester,
+//! and the person an agent acts for, cannot approve their own request; a person outside the
+//! tool's approvers sees nothing of it and is refused; a payment's decision facts (payee,
+//! masked account, invoice amount and status, a mismatch marked) are on the first screen; a
+//! duplicate is flagged; an item that would be refused says so before anyone approves; and the
+//! whole queue is cleared with the keyboard alone, each approved call then running once by the
+//! fake's record. Prints the interactions and page loads per approved and rejected item.
+//!
+//! Runs when CI=true (installing the browser if missing); elsewhere skipped with a notice
+//! without Chromium.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolgate_core::registry::api_key_hash;
+use toolgate_fakes::record::read_records;
+use toolgate_store::{ApprovalStatus, Store, StoreConfig};
+
+use crate::clients::workspace_binary;
+use crate::common::{call, connect};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+const WORKER_A: &str = "tg-test-sod-worker-a-0001";
+const WORKER_B: &str = "tg-test-sod-worker-b-0001";
+const ALICE: &str = "tg-test-sod-alice-0001";
+const BOB: &str = "tg-test-sod-bob-0001";
+const SAM: &str = "tg-test-sod-sam-0001";
+const VERA: &str = "tg-test-sod-vera-0001";
+const APPROVAL_KEY: &str = "toolgate-test-approval-key-0123456789abcdef";
+const REDACTION_KEY: &str = "toolgate-test-redaction-key-0123456789";
+
+fn browser_available() -> bool {
+    let present = || Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
+    if present() {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-browser.sh");
+        let status = Command::new("bash").arg(&script).status();
+        assert!(present(), "CI=true and Chromium is missing; {status:?}");
+        return true;
+    }
+    eprintln!("NOTICE: skipping the approvals browser test: Chromium is not installed");
+    false
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A chromedriver process and one browser session (a minimal W3C WebDriver client); counts
+/// the keys pressed and the clicks made.
+struct Browser {
+    driver: Child,
+    http: reqwest::Client,
+    url: String,
+    session: String,
+    keys: usize,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = http.get(format!("{url}/status")).send().await
+                && r.status().is_success()
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", "--disable-quic",
+                    "--no-proxy-server", "--window-size=1280,800",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }
+        }}});
+        let r: Value = http
+            .post(format!("{url}/session"))
+            .json(&caps)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = r["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {r}"))
+            .to_string();
+        Browser {
+            driver,
+            http,
+            url,
+            session,
+            keys: 0,
+            _profile: profile,
+        }
+    }
+
+    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}/session/{}{path}", self.url, self.session);
+        let mut req = self.http.request(method, url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let v: Value = req.send().await.unwrap().json().await.unwrap();
+        v["value"].clone()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.cmd(reqwest::Method::POST, "/url", Some(json!({"url": url})))
+            .await;
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let v = self
+                .cmd(
+                    reqwest::Method::POST,
+                    "/element",
+                    Some(json!({"using": "css selector", "value": css})),
+                )
+                .await;
+            if let Some(id) = v[ELEMENT].as_str() {
+                return id.to_string();
+            }
+            if Instant::now() >= deadline {
+                let src = self.cmd(reqwest::Method::GET, "/source", None).await;
+                panic!("no element '{css}': {}", src.as_str().unwrap_or_default());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn count(&self, css: &str) -> usize {
+        let v = self
+            .cmd(
+                reqwest::Method::POST,
+                "/elements",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        v.as_array().map(|a| a.len()).unwrap_or(0)
+    }
+
+    async fn text(&self, css: &str) -> String {
+        let id = self.find(css).await;
+        self.cmd(reqwest::Method::GET, &format!("/element/{id}/text"), None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    /// Presses keys (WebDriver key actions on whatever has focus), counted as interactions.
+    async fn press(&mut self, keys: &[&str]) {
+        let mut actions = Vec::new();
+        for k in keys {
+            actions.push(json!({"type": "keyDown", "value": k}));
+        }
+        for k in keys.iter().rev() {
+            actions.push(json!({"type": "keyUp", "value": k}));
+        }
+        self.cmd(
+            reqwest::Method::POST,
+            "/actions",
+            Some(json!({"actions": [{"type": "key", "id": "kb", "actions": actions}]})),
+        )
+        .await;
+        self.keys += 1;
+    }
+
+    /// Types text into the focused element (one interaction: the note).
+    async fn type_text(&mut self, text: &str) {
+        let actions: Vec<Value> = text
+            .chars()
+            .flat_map(|c| {
+                [
+                    json!({"type": "keyDown", "value": c.to_string()}),
+                    json!({"type": "keyUp", "value": c.to_string()}),
+                ]
+            })
+            .collect();
+        self.cmd(
+            reqwest::Method::POST,
+            "/actions",
+            Some(json!({"actions": [{"type": "key", "id": "kb", "actions": actions}]})),
+        )
+        .await;
+        self.keys += 1;
+    }
+
+    async fn url_now(&self) -> String {
+        self.cmd(reqwest::Method::GET, "/url", None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    async fn sign_in(&self, base: &str, key: &str) {
+        self.cmd(reqwest::Method::DELETE, "/cookie", None).await;
+        self.goto(&format!("{base}/login")).await;
+        let id = self.find("#api_key").await;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            Some(json!({"text": format!("{key}\u{E007}")})),
+        )
+        .await;
+        self.find("#who").await;
+    }
+
+    /// Submits an approve form for `id` from the current page (as a crafted request would),
+    /// with the session's CSRF token; returns the page's text.
+    async fn post_approve(&self, base: &str, id: &str, hash: &str) -> String {
+        self.eval(&format!(
+            "var c = document.querySelector('input[name=csrf]').value;\
+             var f = document.createElement('form'); f.method = 'post';\
+             f.action = '{base}/item/{id}/approve';\
+             [['csrf', c], ['input_hash', '{hash}']].forEach(function (p) {{\
+               var i = document.createElement('input'); i.type = 'hidden'; i.name = p[0];\
+               i.value = p[1]; f.appendChild(i); }});\
+             document.body.appendChild(f); f.submit();"
+        ))
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.text("main").await
+    }
+
+    async fn quit(mut self) {
+        self.cmd(reqwest::Method::DELETE, "", None).await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{} has no {from:?}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+fn person(id: &str, role: &str, key: &str, grants: &str) -> String {
+    format!(
+        "  - id: {id}\n    kind: human\n    role: {role}\n    credentials:\n      - {{id: test, sha256: \"{}\"}}\n{grants}",
+        api_key_hash(key)
+    )
+}
+
+/// The finance example's tools, policies and lock, with test principals: worker-a acts for
+/// alice; sam (a person) changes IBANs and may approve others' changes, with the vendor-master
+/// leads; the AP clerks approve payments. Per-run and 24 h limits raised for a queue of 44.
+fn write_registry(dir: &Path, record: &Path, store: &Path) {
+    let ex = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
+    copy_dir(&ex.join("tools"), &dir.join("tools"));
+    copy_dir(&ex.join("policies"), &dir.join("policies"));
+    std::fs::copy(ex.join("toolgate.lock"), dir.join("toolgate.lock")).unwrap();
+    let pay = dir.join("tools/payments.yaml");
+    edit(&pay, "    rate_limit: 3\n", "    rate_limit: 100\n");
+    edit(
+        &pay,
+        "limit: 20000, window: 24h",
+        "limit: 10000000, window: 24h",
+    );
+    let sup = dir.join("tools/suppliers.yaml");
+    edit(
+        &sup,
+        "    approvers: 2\n",
+        "    approvers: 2\n    approved_by: {roles: [vendor.lead], people: [sam]}\n",
+    );
+    let agent = |id: &str, key: &str, extra: &str| {
+        format!(
+            "  - id: {id}\n    kind: agent\n    role: worker.finance\n{extra}    credentials:\n      - {{id: test, sha256: \"{}\"}}\n    grants:\n      - {{scopes: [invoices:read, purchase_orders:read, payments:write], purposes: [billing], max_tier: spend, max_sensitivity: confidential}}\n    budgets: {{act: 500, spend: 500}}\n",
+            api_key_hash(key)
+        )
+    };
+    let clerk = "    grants:\n      - {scopes: [invoices:read, payments:read], purposes: [billing], max_tier: read, max_sensitivity: confidential}\n";
+    let principals = format!(
+        "roles:\n  planner: {{}}\n  worker.comms: {{}}\n  reviewer: {{}}\n  reconciler: {{}}\n  worker.finance: {{description: \"finance agents (direct calls here)\"}}\n  ap.clerk: {{description: \"approve payments\", approver: true}}\n  supplier.admin: {{description: \"change supplier bank details\"}}\n  vendor.lead: {{description: \"approve IBAN changes\"}}\nprincipals:\n{}{}{}{}{}{}",
+        agent("worker-a", WORKER_A, "    on_behalf_of: alice\n"),
+        agent("worker-b", WORKER_B, ""),
+        person("alice", "ap.clerk", ALICE, clerk),
+        person("bob", "ap.clerk", BOB, clerk),
+        person(
+            "sam",
+            "supplier.admin",
+            SAM,
+            "    grants:\n      - {scopes: [suppliers:admin, suppliers:read], purposes: [supplier_maintenance], max_tier: act, max_sensitivity: restricted}\n    budgets: {act: 20}\n"
+        ),
+        person(
+            "vera",
+            "vendor.lead",
+            VERA,
+            "    grants:\n      - {scopes: [suppliers:read], purposes: [supplier_maintenance], max_tier: read, max_sensitivity: restricted}\n"
+        ),
+    );
+    std::fs::write(dir.join("principals.yaml"), principals).unwrap();
+    let fake = workspace_binary("toolgate-fake-finance", "toolgate-fakes");
+    std::fs::write(
+        dir.join("toolgate.yaml"),
+        format!(
+            "label: approvals-browser\nstore:\n  url: \"sqlite://{}\"\nupstreams:\n  erp:\n    command: {:?}\n    args: [\"--record\", {:?}]\n    env: [TOOLGATE_FAKE_FINANCE_BULK]\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 10\napprovals:\n  expiry_hours: 72\n",
+            store.display(),
+            fake.display().to_string(),
+            record.display().to_string()
+        ),
+    )
+    .unwrap();
+    toolgate_gateway::pins::rehome_lock(dir).unwrap();
+}
+
+fn payment(invoice: &str, amount: f64, reason: &str) -> Value {
+    json!({"invoice_id": invoice, "amount": amount, "currency": "EUR", "value_date": "2026-06-30", "reason": reason})
+}
+
+const GOOD: &str = "Three-way match complete against PO-77812; the invoice is approved";
+
+fn meta(run: &str) -> Value {
+    json!({"purpose": "billing", "run_id": run})
+}
+
+fn structured(r: &rmcp::model::CallToolResult) -> Value {
+    r.structured_content.clone().unwrap_or(Value::Null)
+}
+
+/// `toolgate serve` on the test registry, ready; its fake ERP records to `record`.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    port: u16,
+    record: PathBuf,
+    store_path: PathBuf,
+    serve: tokio::process::Child,
+    mcp: String,
+    base: String,
+}
+
+impl Setup {
+    async fn start() -> Setup {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("finance");
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = tmp.path().join("erp-calls.jsonl");
+        let store_path = tmp.path().join("store.db");
+        write_registry(&dir, &record, &store_path);
+        let port = free_port();
+        let log = tmp.path().join("serve.log");
+        let logf = std::fs::File::create(&log).unwrap();
+        let serve = tokio::process::Command::new(workspace_binary("toolgate", "toolgate"))
+            .args(["serve", "-c"])
+            .arg(&dir)
+            .args(["--http", &format!("127.0.0.1:{port}"), "--no-watch"])
+            .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
+            .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
+            .env("TOOLGATE_FAKE_FINANCE_BULK", "1")
+            .env("RUST_LOG", "warn")
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "serve not ready: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mcp = format!("http://127.0.0.1:{port}/mcp");
+        let base = format!("http://localhost:{port}/approvals");
+        Setup {
+            _tmp: tmp,
+            port,
+            record,
+            store_path,
+            serve,
+            mcp,
+            base,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_shown() {
+    if !browser_available() {
+        return;
+    }
+    let Setup {
+        _tmp,
+        port,
+        record,
+        store_path,
+        mut serve,
+        mcp,
+        base,
+    } = Setup::start().await;
+
+    // The queue, parked by real MCP clients: 40 payments of distinct invoices by worker-a...
+    let a = connect(&mcp, WORKER_A).await;
+    let b = connect(&mcp, WORKER_B).await;
+    let invoice = |n: usize| format!("INV-9{n:07}");
+    for n in 1..=40 {
+        let r = call(
+            &a,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+        assert_eq!(structured(&r)["status"], "needs_approval", "{r:?}");
+    }
+    // ... the same invoice as #1 asked again by another agent in another run (a duplicate) ...
+    let dup = call(
+        &b,
+        "payment.schedule",
+        payment(&invoice(1), 4180.0, GOOD),
+        meta("dup-b"),
+    )
+    .await
+    .unwrap();
+    let dup_id = structured(&dup)["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // ... a transposed amount (the invoice says 4,180.00) ...
+    let typo = call(
+        &a,
+        "payment.schedule",
+        payment(&invoice(99), 4810.0, GOOD),
+        meta("typo"),
+    )
+    .await
+    .unwrap();
+    let typo_id = structured(&typo)["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // ... a payment whose run is then refused once (a reason citing no PO): once approved it
+    // would be refused by no-spend-after-denial ...
+    let doomed = call(
+        &a,
+        "payment.schedule",
+        payment(&invoice(98), 4180.0, GOOD),
+        meta("doomed"),
+    )
+    .await
+    .unwrap();
+    let doomed_id = structured(&doomed)["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let refused = call(
+        &a,
+        "payment.schedule",
+        payment(&invoice(97), 4180.0, "Paying this one today as agreed"),
+        meta("doomed"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert_ne!(structured(&refused)["status"], "needs_approval");
+    // ... and an IBAN change asked for by sam himself, a person.
+    let s = connect(&mcp, SAM).await;
+    let iban = call(
+        &s,
+        "supplier.update_iban",
+        json!({"supplier_id": "SUP-0002", "iban": "ES7921000813610123456780", "reason": "New bank letter received from Costa Verde on 2026-06-10"}),
+        json!({"purpose": "supplier_maintenance", "run_id": "iban-1"}),
+    )
+    .await
+    .unwrap();
+    let iban_id = structured(&iban)["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!iban_id.is_empty(), "{iban:?}");
+
+    let store = Store::connect(
+        &format!("sqlite://{}", store_path.display()),
+        StoreConfig::default(),
+    )
+    .await
+    .unwrap();
+    let open = store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 44, "40 + duplicate + typo + doomed + IBAN");
+    let first_a = open
+        .iter()
+        .find(|r| r.principal == "worker-a" && r.run_id.as_deref() == Some("bulk-1"))
+        .unwrap()
+        .clone();
+
+    let mut br = Browser::start().await;
+
+    // sam may approve IBAN changes, but not his own: not in his queue, not found, refused.
+    br.sign_in(&base, SAM).await;
+    br.goto(&base).await;
+    br.find("h1").await;
+    assert_eq!(br.count("a.item").await, 0, "sam sees his own request");
+    br.goto(&format!("{base}/item/{iban_id}")).await;
+    assert!(br.text("#error").await.contains("no approval request"));
+    let text = br.post_approve(&base, &iban_id, "sha256:x").await;
+    assert!(text.contains("nobody approves their own request"), "{text}");
+
+    // vera approves IBAN changes only: the payments are not shown to her, nor approvable.
+    br.sign_in(&base, VERA).await;
+    br.goto(&base).await;
+    br.find("h1").await;
+    assert_eq!(br.count("a.item").await, 1, "only the IBAN change");
+    assert!(br.count(&format!("a.item[href$='{iban_id}']")).await == 1);
+    br.goto(&format!("{base}/item/{}", first_a.approval_id))
+        .await;
+    assert!(br.text("#error").await.contains("no approval request"));
+    assert!(
+        !br.text("main").await.contains("INV-9"),
+        "vera was shown the payment"
+    );
+    let text = br
+        .post_approve(&base, &first_a.approval_id, first_a.input_hash.as_str())
+        .await;
+    assert!(text.contains("may not approve payment.schedule"), "{text}");
+    // The restricted IBAN is shown to her in clear (her ceiling is restricted).
+    br.goto(&format!("{base}/item/{iban_id}")).await;
+    assert!(
+        br.text("#field-iban .value")
+            .await
+            .contains("ES7921000813610123456780")
+    );
+
+    // alice is an AP clerk, but worker-a acts for her: only worker-b's request is hers.
+    br.sign_in(&base, ALICE).await;
+    br.goto(&base).await;
+    br.find("h1").await;
+    assert_eq!(
+        br.count("a.item").await,
+        1,
+        "alice sees her own agent's requests"
+    );
+    let text = br
+        .post_approve(&base, &first_a.approval_id, first_a.input_hash.as_str())
+        .await;
+    assert!(text.contains("the person behind 'worker-a'"), "{text}");
+    assert!(
+        store
+            .approval(&first_a.approval_id)
+            .await
+            .unwrap()
+            .approved_by
+            .is_empty()
+    );
+
+    // bob works the payments: 43 of them.
+    br.sign_in(&base, BOB).await;
+    br.goto(&base).await;
+    br.find("h1").await;
+    assert_eq!(br.count("a.item").await, 43);
+
+    // The transposed amount: decision facts on the first screen, the mismatch marked.
+    br.goto(&format!("{base}/item/{typo_id}")).await;
+    assert_eq!(
+        br.text("#fact-payee .value").await,
+        "Nordlicht Verpackung GmbH"
+    );
+    assert_eq!(br.text("#fact-invoice_status .value").await, "approved");
+    assert_eq!(br.text("#fact-invoice_amount .value").await, "4180");
+    let account = br.text("#fact-account .value").await;
+    assert!(
+        account.contains("••••4931") && !account.contains("DE4450"),
+        "{account}"
+    );
+    let mismatch = br.text("#mismatch-amount").await;
+    assert!(
+        mismatch.contains("4810") && mismatch.contains("4180"),
+        "{mismatch}"
+    );
+    let top = br
+        .eval("return document.getElementById('mismatch-amount').getBoundingClientRect().bottom")
+        .await;
+    assert!(
+        top.as_f64().unwrap() < 800.0,
+        "the mismatch is below the fold: {top}"
+    );
+    let bar = br
+        .eval("var r = document.querySelector('.actions').getBoundingClientRect(); return r.top < window.innerHeight && r.bottom > 0")
+        .await;
+    assert_eq!(bar, true, "the decision bar is not visible at 1280x800");
+    let wide = br
+        .eval("return document.documentElement.scrollWidth <= window.innerWidth")
+        .await;
+    assert_eq!(wide, true, "the page is wider than 1280 px");
+
+    // The duplicate: worker-b's request for invoice 1 names worker-a's pending one.
+    br.goto(&format!("{base}/item/{dup_id}")).await;
+    let alert = br.text("#duplicate-alert").await;
+    assert!(
+        alert.contains("pending") && alert.contains("worker-a"),
+        "{alert}"
+    );
+
+    // The doomed payment says so before approval, and offers no Approve.
+    br.goto(&format!("{base}/item/{doomed_id}")).await;
+    let will = br.text("#will-refuse").await;
+    assert!(will.contains("no-spend-after-denial"), "{will}");
+    assert_eq!(br.count("#approve").await, 0);
+
+    // Keyboard only: from the first item in risk order, `a` approves, `r` + note + Ctrl+Enter
+    // rejects (a duplicate, a mismatch, or a call that would be refused); each decision opens
+    // the next item.
+    br.goto(&base).await;
+    let first = br
+        .eval("return document.querySelector('a.item').getAttribute('href')")
+        .await;
+    br.goto(&format!(
+        "http://localhost:{port}{}",
+        first.as_str().unwrap()
+    ))
+    .await;
+    let mut loads = 1;
+    let (mut approved, mut rejected) = (0usize, 0usize);
+    let (mut keys_approved, mut keys_rejected) = (0usize, 0usize);
+    let mut rejected_ids = Vec::new();
+    loop {
+        br.find("#status").await;
+        let here = br.url_now().await;
+        let id = here
+            .rsplit("/item/")
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_string();
+        let reject = br.count("#will-refuse").await > 0
+            || br.count("#duplicate-alert").await > 0
+            || br.count(".mismatch").await > 0;
+        let before = br.keys;
+        if reject {
+            br.press(&["r"]).await;
+            br.type_text("Not paying: see the marked facts").await;
+            br.press(&["\u{E009}", "\u{E007}"]).await; // Ctrl+Enter
+            rejected += 1;
+            keys_rejected += br.keys - before;
+            rejected_ids.push(id.clone());
+        } else {
+            br.press(&["a"]).await;
+            approved += 1;
+            keys_approved += br.keys - before;
+        }
+        loads += 1;
+        // The next page: another item, or the last decision's outcome.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = br.url_now().await;
+            if now != here {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no page after deciding {id}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if br.count("#result").await > 0 || br.count("#status").await == 0 {
+            break;
+        }
+        assert!(approved + rejected <= 43, "the queue does not end");
+    }
+    br.goto(&base).await;
+    assert!(br.count("#empty").await == 1, "bob's queue is not empty");
+    assert_eq!(approved + rejected, 43);
+    // Rejected: both of the duplicate pair (each names the other), the typo and the doomed
+    // payment; approved: the other 39.
+    assert!(rejected_ids.contains(&typo_id) && rejected_ids.contains(&doomed_id));
+    assert!(rejected_ids.contains(&dup_id));
+    assert_eq!((approved, rejected), (39, 4), "{rejected_ids:?}");
+    eprintln!(
+        "MEASURED: {approved} approved with {} key(s) each, {rejected} rejected with {} interaction(s) each; {} page loads for {} items ({:.2} per item)",
+        keys_approved / approved.max(1),
+        keys_rejected / rejected.max(1),
+        loads,
+        approved + rejected,
+        loads as f64 / (approved + rejected) as f64
+    );
+
+    // The agent retries each approved call once: each runs once, by the fake's record.
+    for n in 2..=40 {
+        let r = call(
+            &a,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+        assert_ne!(r.is_error, Some(true), "{n}: {r:?}");
+    }
+    // Invoice 1 was rejected: its retry hears so, and nothing is sent.
+    let r = call(
+        &a,
+        "payment.schedule",
+        payment(&invoice(1), 4180.0, GOOD),
+        meta("bulk-1"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let booked: Vec<_> = read_records(&record)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.tool == "schedule_payment")
+        .collect();
+    let mut per_invoice = std::collections::BTreeMap::new();
+    for r in &booked {
+        *per_invoice
+            .entry(
+                r.arguments["invoice_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+            .or_insert(0) += 1;
+    }
+    assert_eq!(per_invoice.len(), 39, "{per_invoice:?}");
+    assert!(per_invoice.values().all(|n| *n == 1), "{per_invoice:?}");
+    for n in [1, 98, 99] {
+        assert!(!per_invoice.contains_key(&invoice(n)), "{n} ran");
+    }
+    br.quit().await;
+    serve.kill().await.ok();
+}
+
+/// Bulk approval of a group of like, low-risk payments: offered with the count and total,
+/// bound to the exact set shown; refused whole (nothing approved) once one member changed
+/// after it was shown; then, shown again and confirmed, each call runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
+    if !browser_available() {
+        return;
+    }
+    let Setup {
+        _tmp,
+        port: _,
+        record,
+        store_path,
+        mut serve,
+        mcp,
+        base,
+    } = Setup::start().await;
+    let b = connect(&mcp, WORKER_B).await;
+    let invoice = |n: usize| format!("INV-9{n:07}");
+    for n in 1..=6 {
+        call(
+            &b,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+    }
+    // A possible duplicate (invoice 6 again, in another run) is kept out of the group.
+    let a = connect(&mcp, WORKER_A).await;
+    call(
+        &a,
+        "payment.schedule",
+        payment(&invoice(6), 4180.0, GOOD),
+        meta("dup"),
+    )
+    .await
+    .unwrap();
+    let store = Store::connect(
+        &format!("sqlite://{}", store_path.display()),
+        StoreConfig::default(),
+    )
+    .await
+    .unwrap();
+    let br = Browser::start().await;
+    br.sign_in(&base, BOB).await;
+    br.goto(&base).await;
+    let count = br
+        .eval("return document.querySelector('form.bulk').getAttribute('data-count')")
+        .await;
+    assert_eq!(
+        count, "5",
+        "invoices 1 to 5; 6 and its duplicate are kept out"
+    );
+    let total = br.text("form.bulk .bulk-total").await;
+    assert_eq!(total, "20,900.00 EUR");
+    // Between showing and confirming, one member is decided elsewhere (the terminal's reject):
+    // the group is refused whole.
+    let shown: Vec<(String, String)> = br
+        .eval("return document.querySelector('form.bulk input[name=set]').value")
+        .await
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(|m| {
+            let (id, h) = m.split_once(':').unwrap();
+            (id.to_string(), h.to_string())
+        })
+        .collect();
+    assert_eq!(shown.len(), 5);
+    let reg = toolgate_core::Registry::load(_tmp.path().join("finance")).unwrap();
+    store
+        .reject(
+            &reg,
+            &shown[0].0,
+            "alice",
+            "paid by cheque already",
+            toolgate_core::Timestamp::from_millis(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64,
+            ),
+        )
+        .await
+        .unwrap();
+    let id = br.find("form.bulk .bulk-confirm").await;
+    br.cmd(
+        reqwest::Method::POST,
+        &format!("/element/{id}/value"),
+        Some(json!({"text": "approve 5\u{E007}"})),
+    )
+    .await;
+    let refused = br.text("#error").await;
+    assert!(refused.contains("nothing was approved"), "{refused}");
+    for (id, _) in &shown[1..] {
+        assert!(
+            store.approval(id).await.unwrap().approved_by.is_empty(),
+            "{id} was approved"
+        );
+    }
+    // Shown again: four like calls; a wrong confirmation is refused, the right one approves
+    // exactly those four.
+    br.goto(&base).await;
+    let count = br
+        .eval("return document.querySelector('form.bulk').getAttribute('data-count')")
+        .await;
+    assert_eq!(count, "4");
+    let id = br.find("form.bulk .bulk-confirm").await;
+    br.cmd(
+        reqwest::Method::POST,
+        &format!("/element/{id}/value"),
+        Some(json!({"text": "approve 4\u{E007}"})),
+    )
+    .await;
+    let result = br.text("#result").await;
+    assert!(result.contains("Approved 4 calls as one"), "{result}");
+    for (id, _) in &shown[1..] {
+        assert_eq!(
+            store.approval(id).await.unwrap().status,
+            ApprovalStatus::Approved
+        );
+    }
+    // The agent retries each; each runs once; the rejected one and the duplicates never.
+    for n in 1..=6 {
+        call(
+            &b,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+        call(
+            &b,
+            "payment.schedule",
+            payment(&invoice(n), 4180.0, GOOD),
+            meta(&format!("bulk-{n}")),
+        )
+        .await
+        .unwrap();
+    }
+    let mut per_invoice = std::collections::BTreeMap::new();
+    for r in read_records(&record)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.tool == "schedule_payment")
+    {
+        *per_invoice
+            .entry(
+                r.arguments["invoice_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+            .or_insert(0) += 1;
+    }
+    assert_eq!(per_invoice.len(), 4, "{per_invoice:?}");
+    assert!(per_invoice.values().all(|n| *n == 1), "{per_invoice:?}");
+    br.quit().await;
+    serve.kill().await.ok();
+}
