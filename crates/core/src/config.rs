@@ -16,25 +16,30 @@ use crate::model::{Effect, Gate, PrincipalKind, Sensitivity, Tier};
 pub struct GatewayFile {
     /// A human label for this registry; recorded with its content hash in every decision.
     #[serde(default)]
-    #[schemars(example = "finance-2026-11")]
+    #[schemars(example = &"finance-2026-11")]
     pub label: Option<String>,
     #[serde(default)]
+    /// Where the gateway listens: the HTTP address and its public URL.
     pub server: ServerConfig,
     #[serde(default)]
+    /// The database: SQLite (one file, the default) or PostgreSQL, and how durable a commit is.
     pub store: StoreConfig,
     #[serde(default)]
     #[schemars(example = serde_json::json!({"erp": {"command": "erp-mcp", "args": ["--stdio"], "package": "erp-mcp@2.4.1"}}))]
+    /// The upstream MCP servers by name: a command to run over stdio or a streamable-HTTP URL, each pinned to an exact package version.
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     #[serde(default)]
+    /// How long an approval request stays open, and where the key that signs approval tokens comes from.
     pub approvals: ApprovalConfig,
     #[serde(default)]
+    /// How long a completed call is replayed to a retry.
     pub idempotency: IdempotencyConfig,
     /// Where the key for redaction hashes comes from.
     #[serde(default)]
     pub redaction: RedactionConfig,
     /// The typed ontology of the domain, if it has one (a path relative to the folder).
     #[serde(default)]
-    #[schemars(example = "ontology.yaml")]
+    #[schemars(example = &"ontology.yaml")]
     pub ontology: Option<String>,
     /// What "the run so far" is for calls that name no run.
     #[serde(default, skip_serializing_if = "RunsConfig::is_default")]
@@ -55,22 +60,22 @@ pub struct GatewayFile {
 #[serde(deny_unknown_fields)]
 pub struct AcceptanceConfig {
     /// The lint rule accepted (`toolgate check --explain RULE` says what it finds).
-    #[schemars(example = "irreversible.unguarded")]
+    #[schemars(example = &"irreversible.unguarded")]
     pub rule: String,
     /// What the finding is about: a tool's name, a principal's id, or a policy's id (as
     /// `toolgate check` prints it after `subject`).
-    #[schemars(example = "bank.send_money")]
+    #[schemars(example = &"bank.send_money")]
     pub subject: String,
     /// Where inside the subject, as `toolgate check` prints it (`input_schema.properties.memo`);
     /// unset, every finding of the rule on the subject is accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(example = "input_schema.properties.subject")]
+    #[schemars(example = &"input_schema.properties.subject")]
     pub at: Option<String>,
     /// Why the finding is acceptable here.
-    #[schemars(example = "the bank API has no lookup by key; every transfer above 100 EUR is gated by policy")]
+    #[schemars(example = &"the bank API has no lookup by key; every transfer above 100 EUR is gated by policy")]
     pub reason: String,
     /// Who accepted it (a CODEOWNERS handle or an email address).
-    #[schemars(example = "@acme/security")]
+    #[schemars(example = &"@acme/security")]
     pub by: String,
 }
 
@@ -83,6 +88,7 @@ pub struct AcceptanceConfig {
 pub struct RunsConfig {
     #[serde(default = "default_idle_minutes")]
     #[schemars(example = 30)]
+    /// Minutes without a call after which a principal's next call that names no run starts a new run (1 to 10080).
     pub idle_minutes: u32,
 }
 
@@ -109,11 +115,11 @@ impl RunsConfig {
 pub struct ServerConfig {
     /// Address for streamable HTTP; loopback unless the operator says otherwise.
     #[serde(default = "default_http")]
-    #[schemars(example = "127.0.0.1:8480")]
+    #[schemars(example = &"127.0.0.1:8480")]
     pub http: String,
     /// Public base URL of the MCP endpoint, used in OAuth protected-resource metadata.
     #[serde(default)]
-    #[schemars(example = "https://gateway.example.com/mcp")]
+    #[schemars(example = &"https://gateway.example.com/mcp")]
     pub public_url: Option<String>,
 }
 
@@ -135,7 +141,7 @@ impl Default for ServerConfig {
 pub struct StoreConfig {
     /// `sqlite://path` (the embedded default) or `postgres://…`.
     #[serde(default = "default_store_url")]
-    #[schemars(example = "sqlite://toolgate.db")]
+    #[schemars(example = &"sqlite://toolgate.db")]
     pub url: String,
     /// SQLite only: `serve` and `worker` grow the WAL file to this size (MiB) in the background
     /// at start, so commits overwrite blocks already on disk rather than extend the file, whose
@@ -150,7 +156,7 @@ pub struct StoreConfig {
     /// NORMAL`; PostgreSQL: `synchronous_commit = off`, so a crash of the database server
     /// loses its last fraction of a second too).
     #[serde(default)]
-    #[schemars(example = "fsync")]
+    #[schemars(example = &"fsync")]
     pub durability: Durability,
 }
 
@@ -212,20 +218,23 @@ impl Default for StoreConfig {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     #[serde(default)]
-    #[schemars(example = "npx")]
+    #[schemars(example = &"npx")]
+    /// The command that starts a stdio upstream (with `args`); or give `url`.
     pub command: Option<String>,
     #[serde(default)]
     #[schemars(example = ["-y", "@modelcontextprotocol/server-everything@2026.8.31"])]
+    /// Arguments of `command`.
     pub args: Vec<String>,
     /// Names of environment variables passed through to the child; values are never in the file.
     #[serde(default)]
     #[schemars(example = ["GITHUB_TOKEN"])]
     pub env: Vec<String>,
     #[serde(default)]
-    #[schemars(example = "http://127.0.0.1:9000/mcp")]
+    #[schemars(example = &"http://127.0.0.1:9000/mcp")]
+    /// A streamable-HTTP upstream's MCP endpoint; or give `command`.
     pub url: Option<String>,
     /// The exact package version this upstream is pinned to (`name@1.2.3`).
-    #[schemars(example = "@modelcontextprotocol/server-everything@2026.8.31")]
+    #[schemars(example = &"@modelcontextprotocol/server-everything@2026.8.31")]
     pub package: String,
     /// Seconds before a call to this upstream is a timeout.
     #[serde(default = "default_timeout")]
@@ -262,11 +271,11 @@ pub struct ApprovalConfig {
     pub expiry_hours: i64,
     /// The id of the current MAC key; tokens name it so keys can rotate.
     #[serde(default = "default_key_id")]
-    #[schemars(example = "k1")]
+    #[schemars(example = &"k1")]
     pub key_id: String,
     /// Environment variable holding the current key (hex or any string of ≥ 32 bytes).
     #[serde(default = "default_key_env")]
-    #[schemars(example = "TOOLGATE_APPROVAL_KEY")]
+    #[schemars(example = &"TOOLGATE_APPROVAL_KEY")]
     pub key_env: String,
 }
 
@@ -316,7 +325,7 @@ impl Default for IdempotencyConfig {
 pub struct RedactionConfig {
     /// Environment variable holding the key for redaction hashes.
     #[serde(default = "default_redaction_env")]
-    #[schemars(example = "TOOLGATE_REDACTION_KEY")]
+    #[schemars(example = &"TOOLGATE_REDACTION_KEY")]
     pub key_env: String,
 }
 
@@ -336,6 +345,7 @@ impl Default for RedactionConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsFile {
+    /// The tools of this family, each a complete declaration.
     pub tools: Vec<ToolConfig>,
 }
 
@@ -343,24 +353,27 @@ pub struct ToolsFile {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolConfig {
-    #[schemars(example = "invoice.pay")]
+    #[schemars(example = &"invoice.pay")]
+    /// The tool's name as agents see it in `tools/list` (unique in the registry).
     pub name: String,
     /// Bumped on any change of behaviour (`toolgate registry diff` enforces it).
-    #[schemars(example = "1.2.0")]
+    #[schemars(example = &"1.2.0")]
     pub version: String,
     /// Who reviews changes: a CODEOWNERS handle such as `@acme/billing-platform`.
-    #[schemars(example = "@acme/billing-platform")]
+    #[schemars(example = &"@acme/billing-platform")]
     pub owner: String,
-    #[schemars(example = "Pay one approved supplier invoice.")]
+    #[schemars(example = &"Pay one approved supplier invoice.")]
+    /// What the tool does, as agents see it in `tools/list`. Reviewed like code: descriptions are a poisoning channel.
     pub description: String,
-    #[schemars(example = "irreversible")]
+    #[schemars(example = &"irreversible")]
     pub effect: Effect,
-    #[schemars(example = "spend")]
+    #[schemars(example = &"spend")]
     pub tier: Tier,
-    #[schemars(example = "confidential")]
+    #[schemars(example = &"confidential")]
     pub sensitivity: Sensitivity,
     #[serde(default)]
     #[schemars(example = ["payments"])]
+    /// The scopes a grant must hold (all of them, for the call's purpose) to use this tool.
     pub scopes: Vec<String>,
     /// The purposes this tool may be used for at all; a call naming another purpose is refused.
     #[schemars(example = ["billing"])]
@@ -369,7 +382,7 @@ pub struct ToolConfig {
     #[schemars(example = ["worker.finance"])]
     pub roles: Vec<String>,
     #[serde(default)]
-    #[schemars(example = "never")]
+    #[schemars(example = &"never")]
     pub gate: Gate,
     /// How many distinct people must approve a gated call (1 or 2).
     #[serde(default = "one")]
@@ -384,6 +397,7 @@ pub struct ToolConfig {
     #[schemars(example = ["invoice_id", "amount"])]
     pub identity: Vec<String>,
     #[serde(default)]
+    /// Constraints on inputs that choose where data or money goes, enforced against data at call time (check 4).
     pub destinations: Vec<DestinationConfig>,
     /// Input or output fields stored as keyed hashes in the audit log.
     #[serde(default)]
@@ -391,11 +405,11 @@ pub struct ToolConfig {
     pub redact: Vec<String>,
     /// The tool that undoes a `write`.
     #[serde(default)]
-    #[schemars(example = "note.discard")]
+    #[schemars(example = &"note.discard")]
     pub compensate: Option<String>,
     /// The read tool that asks the target, by idempotency key, whether an `irreversible` call landed.
     #[serde(default)]
-    #[schemars(example = "invoice.lookup")]
+    #[schemars(example = &"invoice.lookup")]
     pub reconcile: Option<String>,
     /// For an `irreversible` tool whose target has no lookup by key: a read that lists what the
     /// target did (recent transactions, say), asked with arguments derived from the call's
@@ -411,9 +425,11 @@ pub struct ToolConfig {
     #[schemars(example = serde_json::json!({"upstream": "erp", "tool": "schedule_payment"}))]
     pub handler: HandlerConfig,
     #[schemars(example = serde_json::json!({"type": "object", "additionalProperties": false, "required": ["invoice_id", "amount"], "properties": {"invoice_id": {"type": "string", "pattern": "^INV-[0-9]{4,8}$"}, "amount": {"type": "number", "exclusiveMinimum": 0, "maximum": 50000}}}))]
+    /// The closed JSON Schema (draft 2020-12) of the tool's inputs, enforced before anything else: `type: object`, `additionalProperties: false`, every field bounded.
     pub input_schema: Value,
     #[serde(default)]
     #[schemars(example = serde_json::json!({"type": "object", "properties": {"payment_id": {"type": "string"}}}))]
+    /// The JSON Schema of the tool's structured result, if it has one (listed to clients; `redact` may name its fields).
     pub output_schema: Option<Value>,
     /// MCP annotations, if the author sets them; checked against the effect, never trusted over it.
     #[serde(default)]
@@ -438,7 +454,7 @@ pub struct ToolConfig {
     /// An input of the tool's own that is also the call's reason (it stays in the inputs and
     /// is forwarded), for tools whose upstream takes a reason or memo of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(example = "memo")]
+    #[schemars(example = &"memo")]
     pub reason_from: Option<String>,
     /// Length bounds, in characters, of the `reason` argument toolgate lists (default 10–500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -473,8 +489,10 @@ impl CallField {
 #[serde(deny_unknown_fields)]
 pub struct LengthBounds {
     #[schemars(example = 10)]
+    /// The fewest characters.
     pub min: u32,
     #[schemars(example = 500)]
+    /// The most characters.
     pub max: u32,
 }
 
@@ -504,7 +522,7 @@ pub enum KeyScope {
 #[serde(deny_unknown_fields)]
 pub struct ToolIdempotency {
     #[serde(default)]
-    #[schemars(example = "principal")]
+    #[schemars(example = &"principal")]
     pub scope: KeyScope,
     /// Whether a repeated call returns the first call's stored outcome. Always for a tool that
     /// changes state; for a read only when set (a read replayed would answer from before a
@@ -547,29 +565,29 @@ fn preview_expiry() -> u64 {
 pub struct WindowBudgetConfig {
     /// `[a-z][a-z0-9_]*`, unique in the registry: the rule `budget.window.<id>` and the policy
     /// context's `context.budgets.<id>`.
-    #[schemars(example = "supplier_daily")]
+    #[schemars(example = &"supplier_daily")]
     pub id: String,
     /// The numeric input summed (non-negative, required); without it, calls are counted.
     #[serde(default)]
-    #[schemars(example = "amount")]
+    #[schemars(example = &"amount")]
     pub sum: Option<String>,
     /// The most the window may hold: a sum in the input's unit, or a number of calls.
     #[schemars(example = 50000)]
     pub limit: serde_json::Number,
     /// What the sum is in (`EUR`), for messages.
     #[serde(default)]
-    #[schemars(example = "EUR")]
+    #[schemars(example = &"EUR")]
     pub unit: Option<String>,
     /// The window's length: `90s`, `15m`, `1h`, `24h`, `7d` (at most 31 days).
-    #[schemars(example = "24h")]
+    #[schemars(example = &"24h")]
     pub window: String,
     /// An input (required, string or integer) whose value splits the budget: one window per value.
     #[serde(default)]
-    #[schemars(example = "supplier_id")]
+    #[schemars(example = &"supplier_id")]
     pub key: Option<String>,
     /// Which part of the key's value is compared (`email_domain` for a recipient's domain).
     #[serde(default)]
-    #[schemars(example = "exact")]
+    #[schemars(example = &"exact")]
     pub key_kind: Option<DestinationKind>,
     /// Limits that differ for named principals (a parent's pooled limit, say).
     #[serde(default)]
@@ -586,15 +604,19 @@ fn one() -> u8 {
 pub struct AnnotationsConfig {
     #[serde(default)]
     #[schemars(example = false)]
+    /// MCP `readOnlyHint`.
     pub read_only_hint: Option<bool>,
     #[serde(default)]
     #[schemars(example = true)]
+    /// MCP `destructiveHint`.
     pub destructive_hint: Option<bool>,
     #[serde(default)]
     #[schemars(example = true)]
+    /// MCP `idempotentHint`.
     pub idempotent_hint: Option<bool>,
     #[serde(default)]
     #[schemars(example = true)]
+    /// MCP `openWorldHint`.
     pub open_world_hint: Option<bool>,
 }
 
@@ -604,15 +626,15 @@ pub struct AnnotationsConfig {
 pub struct HandlerConfig {
     /// An upstream server named in `toolgate.yaml`.
     #[serde(default)]
-    #[schemars(example = "erp")]
+    #[schemars(example = &"erp")]
     pub upstream: Option<String>,
     /// The tool's name on that upstream (defaults to the registry name).
     #[serde(default)]
-    #[schemars(example = "schedule_payment")]
+    #[schemars(example = &"schedule_payment")]
     pub tool: Option<String>,
     /// A built-in handler: `plan.submit`, `step.approve`, `step.reject`, `run.status`.
     #[serde(default)]
-    #[schemars(example = "plan.submit")]
+    #[schemars(example = &"plan.submit")]
     pub builtin: Option<String>,
 }
 
@@ -621,10 +643,10 @@ pub struct HandlerConfig {
 #[serde(deny_unknown_fields)]
 pub struct DestinationConfig {
     /// The input field holding the destination (a top-level property name).
-    #[schemars(example = "recipient")]
+    #[schemars(example = &"recipient")]
     pub field: String,
     /// What part of the value is compared.
-    #[schemars(example = "exact")]
+    #[schemars(example = &"exact")]
     pub kind: DestinationKind,
     /// A static allowlist.
     #[serde(default)]
@@ -636,7 +658,7 @@ pub struct DestinationConfig {
     /// What happens to a value that is not on the list: `refuse` (the default) or `gate` (the
     /// call waits for a person's approval, with the reason "destination not on the list").
     #[serde(default, skip_serializing_if = "UnknownDestination::is_refuse")]
-    #[schemars(example = "gate")]
+    #[schemars(example = &"gate")]
     pub unknown: UnknownDestination,
 }
 
@@ -695,7 +717,7 @@ impl FieldNames {
 #[serde(deny_unknown_fields)]
 pub struct ReconcileQueryConfig {
     /// The read tool asked.
-    #[schemars(example = "bank.recent_transactions")]
+    #[schemars(example = &"bank.recent_transactions")]
     pub tool: String,
     /// The read tool's arguments taken from the call's inputs.
     #[serde(default, skip_serializing_if = "FieldNames::is_empty")]
@@ -708,7 +730,7 @@ pub struct ReconcileQueryConfig {
     /// Where the list of items is in the read's structured answer (a dotted path); unset, the
     /// answer is the list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(example = "transactions")]
+    #[schemars(example = &"transactions")]
     pub result: Option<String>,
     /// The fields of an item that must equal the call's inputs for the item to be this call.
     #[serde(rename = "match")]
@@ -721,7 +743,7 @@ pub struct ReconcileQueryConfig {
 #[serde(deny_unknown_fields)]
 pub struct CompensateWithConfig {
     /// The read tool that answers the current values, asked just before the write.
-    #[schemars(example = "bank.get_user_info")]
+    #[schemars(example = &"bank.get_user_info")]
     pub read: String,
     /// The read tool's arguments taken from the call's inputs.
     #[serde(default, skip_serializing_if = "FieldNames::is_empty")]
@@ -734,7 +756,7 @@ pub struct CompensateWithConfig {
     /// Where the record is in the read's structured answer (a dotted path); unset, the answer
     /// is the record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(example = "user")]
+    #[schemars(example = &"user")]
     pub result: Option<String>,
     /// When the answer there is a list: the fields that pick this call's record from it (equal
     /// to the call's inputs).
@@ -763,13 +785,13 @@ pub enum DestinationKind {
 #[serde(deny_unknown_fields)]
 pub struct DestinationLookup {
     /// A read tool whose structured result carries the allowed values.
-    #[schemars(example = "account.verified_domains")]
+    #[schemars(example = &"account.verified_domains")]
     pub tool: String,
     /// Input fields of this call passed to the lookup tool under the same names.
     #[schemars(example = ["account_id"])]
     pub with: Vec<String>,
     /// The field of the lookup result holding the list of allowed values.
-    #[schemars(example = "domains")]
+    #[schemars(example = &"domains")]
     pub result: String,
 }
 
@@ -778,7 +800,9 @@ pub struct DestinationLookup {
 #[serde(deny_unknown_fields)]
 pub struct PrincipalsFile {
     #[serde(default)]
+    /// The roles by name: what each is for, whether it is plan-bound, whether its people approve.
     pub roles: BTreeMap<String, RoleConfig>,
+    /// The agents and people, each with one role.
     pub principals: Vec<PrincipalConfig>,
 }
 
@@ -786,7 +810,8 @@ pub struct PrincipalsFile {
 #[serde(deny_unknown_fields)]
 pub struct RoleConfig {
     #[serde(default)]
-    #[schemars(example = "Pays approved invoices.")]
+    #[schemars(example = &"Pays approved invoices.")]
+    /// What the role is for, for people reading the registry.
     pub description: Option<String>,
     /// A plan-bound role may only call what a submitted plan assigned to it.
     #[serde(default)]
@@ -799,26 +824,30 @@ pub struct RoleConfig {
     /// The purpose of a call that states none, for principals of this role (see
     /// `PrincipalConfig::default_purpose`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(example = "billing")]
+    #[schemars(example = &"billing")]
     pub default_purpose: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrincipalConfig {
-    #[schemars(example = "ap-agent")]
+    #[schemars(example = &"ap-agent")]
+    /// The principal's id (unique): recorded in every audit record it causes.
     pub id: String,
-    #[schemars(example = "agent")]
+    #[schemars(example = &"agent")]
     pub kind: PrincipalKind,
-    #[schemars(example = "worker.finance")]
+    #[schemars(example = &"worker.finance")]
+    /// Its role: decides which tools it is listed.
     pub role: String,
     #[serde(default)]
-    #[schemars(example = "The accounts-payable agent.")]
+    #[schemars(example = &"The accounts-payable agent.")]
+    /// Who or what this is, for people reading the registry.
     pub description: Option<String>,
     /// API keys, stored as hashes only.
     #[serde(default)]
     pub credentials: Vec<CredentialConfig>,
     #[serde(default)]
+    /// What it may do: scopes for purposes, up to a tier and a sensitivity.
     pub grants: Vec<GrantConfig>,
     /// Daily budgets per tier (read is never budgeted).
     #[serde(default)]
@@ -826,14 +855,14 @@ pub struct PrincipalConfig {
     pub budgets: BudgetsConfig,
     /// The principal whose budget this one also draws from.
     #[serde(default)]
-    #[schemars(example = "ap-parent")]
+    #[schemars(example = &"ap-parent")]
     pub parent: Option<String>,
     /// The purpose of a call that states none (no `_meta.purpose`, no `purpose` argument), when
     /// the tool may be used for it. A credential's default comes first, then this, then the
     /// role's; without any, a caller whose grants allow the tool for exactly one purpose uses
     /// that one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(example = "billing")]
+    #[schemars(example = &"billing")]
     pub default_purpose: Option<String>,
 }
 
@@ -841,18 +870,18 @@ pub struct PrincipalConfig {
 #[serde(deny_unknown_fields)]
 pub struct CredentialConfig {
     /// A name for the key, so it can be revoked on its own.
-    #[schemars(example = "key1")]
+    #[schemars(example = &"key1")]
     pub id: String,
     /// `sha256:<hex>` of the API key.
-    #[schemars(example = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")]
+    #[schemars(example = &"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")]
     pub sha256: String,
     /// The subject of an OAuth access token that maps to this principal.
     #[serde(default)]
-    #[schemars(example = "agent-7@idp.example.com")]
+    #[schemars(example = &"agent-7@idp.example.com")]
     pub oauth_subject: Option<String>,
     /// The purpose of calls made with this key that state none (before the principal's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(example = "billing")]
+    #[schemars(example = &"billing")]
     pub default_purpose: Option<String>,
 }
 
@@ -860,13 +889,15 @@ pub struct CredentialConfig {
 #[serde(deny_unknown_fields)]
 pub struct GrantConfig {
     #[schemars(example = ["payments"])]
+    /// The scopes granted (a tool needs all of its scopes from one grant).
     pub scopes: Vec<String>,
     #[schemars(example = ["billing"])]
+    /// The purposes these scopes are granted for.
     pub purposes: Vec<String>,
-    #[schemars(example = "spend")]
+    #[schemars(example = &"spend")]
     pub max_tier: Tier,
     #[serde(default = "default_sensitivity")]
-    #[schemars(example = "confidential")]
+    #[schemars(example = &"confidential")]
     pub max_sensitivity: Sensitivity,
 }
 
@@ -879,9 +910,11 @@ fn default_sensitivity() -> Sensitivity {
 pub struct BudgetsConfig {
     #[serde(default)]
     #[schemars(example = 50)]
+    /// Calls of tier `act` allowed per day.
     pub act: Option<u32>,
     #[serde(default)]
     #[schemars(example = 10)]
+    /// Calls of tier `spend` allowed per day.
     pub spend: Option<u32>,
 }
 
@@ -892,12 +925,12 @@ pub struct BudgetsConfig {
 pub struct MetricsConfig {
     /// Environment variable holding the scrape token (at least 16 characters).
     #[serde(default = "default_metrics_token_env")]
-    #[schemars(example = "TOOLGATE_METRICS_TOKEN")]
+    #[schemars(example = &"TOOLGATE_METRICS_TOKEN")]
     pub token_env: String,
     /// A file holding the scrape token, relative to the registry folder; read instead of
     /// `token_env` when set. Surrounding whitespace is ignored.
     #[serde(default)]
-    #[schemars(example = "secrets/metrics-token")]
+    #[schemars(example = &"secrets/metrics-token")]
     pub token_file: Option<String>,
     /// Answer scrapes from peers that are not on this host (loopback only by default).
     #[serde(default)]
@@ -942,11 +975,7 @@ fn same_value(a: &Value, b: &Value) -> bool {
 }
 
 /// A read tool's arguments: the fixed `args`, then the call's inputs named by `with`.
-fn read_arguments(
-    with: &FieldNames,
-    args: &BTreeMap<String, Value>,
-    call_inputs: &Value,
-) -> Value {
+fn read_arguments(with: &FieldNames, args: &BTreeMap<String, Value>, call_inputs: &Value) -> Value {
     let mut out: serde_json::Map<String, Value> =
         args.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     for (arg, input) in with.pairs() {
@@ -959,13 +988,13 @@ fn read_arguments(
 
 /// Whether an item of an answer has these fields equal to the call's inputs.
 fn matches_call(item: &Value, fields: &FieldNames, call_inputs: &Value) -> bool {
-    fields.pairs().iter().all(|(field, input)| {
-        match (item.get(*field), call_inputs.get(*input)) {
+    fields.pairs().iter().all(
+        |(field, input)| match (item.get(*field), call_inputs.get(*input)) {
             (Some(a), Some(b)) => same_value(a, b),
             (None, None) => true,
             _ => false,
-        }
-    })
+        },
+    )
 }
 
 impl ReconcileQueryConfig {
@@ -977,7 +1006,11 @@ impl ReconcileQueryConfig {
     /// Whether the read's answer shows the call landed: the item that matches it, `None`
     /// when it does not, and `Err` when the answer holds no list where one was declared (the
     /// question was not answered, so nothing is concluded).
-    pub fn find<'a>(&self, answer: &'a Value, call_inputs: &Value) -> Result<Option<&'a Value>, String> {
+    pub fn find<'a>(
+        &self,
+        answer: &'a Value,
+        call_inputs: &Value,
+    ) -> Result<Option<&'a Value>, String> {
         let list = value_at(answer, self.result.as_deref())
             .and_then(Value::as_array)
             .ok_or_else(|| {

@@ -235,7 +235,9 @@ pub fn review(registry: &Registry) -> Review {
                     "the accepted finding [{}] on '{}'{} no longer occurs",
                     a.rule,
                     a.subject,
-                    a.at.as_deref().map(|at| format!(" at {at}")).unwrap_or_default()
+                    a.at.as_deref()
+                        .map(|at| format!(" at {at}"))
+                        .unwrap_or_default()
                 ),
                 fix: "remove this acceptance (the finding was fixed), or correct its `subject` \
                       or `at` to what `toolgate check` prints"

@@ -351,7 +351,10 @@ fn inline(v: &Value) -> String {
     match v {
         Value::String(s)
             if !s.is_empty()
-                && !s.contains([':', '#', '{', '}', '[', ']', ',', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`'])
+                && !s.contains([
+                    ':', '#', '{', '}', '[', ']', ',', '&', '*', '!', '|', '>', '\'', '"', '%',
+                    '@', '`',
+                ])
                 && !s.starts_with(['-', '?', ' '])
                 && !matches!(s.as_str(), "true" | "false" | "null" | "yes" | "no")
                 && s.parse::<f64>().is_err() =>
@@ -421,6 +424,7 @@ mod tests {
     /// whose own section has them.
     #[test]
     fn reference_every_key_is_described_with_an_example_or_default() {
+        let mut missing = Vec::new();
         for kind in FileKind::ALL {
             let schema = kind.schema();
             let defs = schema["$defs"].as_object().cloned().unwrap_or_default();
@@ -435,16 +439,24 @@ mod tests {
                         || ref_name(p)
                             .and_then(|n| defs.get(&n))
                             .is_some_and(|d| d.get("description").is_some());
-                    assert!(described, "{} {name}.{key} has no description", kind.name());
+                    if !described {
+                        missing.push(format!("{} {name}.{key}: no description", kind.name()));
+                    }
                     let shown = p.get("examples").is_some()
                         || p.get("default").is_some()
                         || ref_name(p).is_some()
                         || p.get("items").and_then(ref_name).is_some()
                         || p.get("additionalProperties").and_then(ref_name).is_some();
-                    assert!(shown, "{} {name}.{key} has no example or default", kind.name());
+                    if !shown {
+                        missing.push(format!(
+                            "{} {name}.{key}: no example or default",
+                            kind.name()
+                        ));
+                    }
                 }
             }
         }
+        assert!(missing.is_empty(), "{missing:#?}");
     }
 
     /// The schemas accept the example registries the project ships.
@@ -455,7 +467,10 @@ mod tests {
             let text = std::fs::read_to_string(file).expect("read");
             let value: Value = yaml_serde::from_str(&text).expect("yaml");
             let validator = jsonschema::validator_for(&kind.schema()).expect("schema compiles");
-            let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+            let errors: Vec<String> = validator
+                .iter_errors(&value)
+                .map(|e| e.to_string())
+                .collect();
             assert!(errors.is_empty(), "{}: {errors:?}", file.display());
         };
         check(FileKind::Toolgate, &dir.join("toolgate.yaml"));
@@ -471,9 +486,18 @@ mod tests {
     #[test]
     fn reference_kinds_by_name_and_file() {
         assert_eq!(FileKind::from_name("tools"), Some(FileKind::Tools));
-        assert_eq!(FileKind::from_name("toolgate.yaml"), Some(FileKind::Toolgate));
-        assert_eq!(FileKind::of_file("tools/payments.yaml"), Some(FileKind::Tools));
-        assert_eq!(FileKind::of_file("principals.yaml"), Some(FileKind::Principals));
+        assert_eq!(
+            FileKind::from_name("toolgate.yaml"),
+            Some(FileKind::Toolgate)
+        );
+        assert_eq!(
+            FileKind::of_file("tools/payments.yaml"),
+            Some(FileKind::Tools)
+        );
+        assert_eq!(
+            FileKind::of_file("principals.yaml"),
+            Some(FileKind::Principals)
+        );
         assert_eq!(FileKind::from_name("lock"), None);
     }
 }

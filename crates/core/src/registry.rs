@@ -910,9 +910,14 @@ fn check_reads(
 ) {
     use crate::model::Effect;
     let c = &t.config;
-    let is_input = |f: &str| c.input_schema.pointer(&format!("/properties/{f}")).is_some();
-    let mut read_tool = |at: String, name: &str, finding: &mut dyn FnMut(&str, String, &str, String, String)| {
-        match tool_index.get(name) {
+    let is_input = |f: &str| {
+        c.input_schema
+            .pointer(&format!("/properties/{f}"))
+            .is_some()
+    };
+    let read_tool =
+        |at: String, name: &str, finding: &mut dyn FnMut(&str, String, &str, String, String)| {
+            match tool_index.get(name) {
             None => finding(
                 &t.file,
                 at,
@@ -930,8 +935,10 @@ fn check_reads(
             ),
             Some(_) => {}
         }
-    };
-    let mut fields = |at: String, names: &crate::config::FieldNames, finding: &mut dyn FnMut(&str, String, &str, String, String)| {
+        };
+    let fields = |at: String,
+                  names: &crate::config::FieldNames,
+                  finding: &mut dyn FnMut(&str, String, &str, String, String)| {
         for (_, input) in names.pairs() {
             if !is_input(input) {
                 finding(
@@ -972,7 +979,10 @@ fn check_reads(
                 &t.file,
                 at,
                 "config.reconcile",
-                format!("'{}' is a {} tool; only an irreversible call is reconciled", c.name, c.effect),
+                format!(
+                    "'{}' is a {} tool; only an irreversible call is reconciled",
+                    c.name, c.effect
+                ),
                 "remove `reconcile_query`, or declare the tool `effect: irreversible`".into(),
             );
         }
@@ -1008,7 +1018,10 @@ fn check_reads(
                 &t.file,
                 at,
                 "config.compensate",
-                format!("'{}' is a {} tool; only a write is compensated", c.name, c.effect),
+                format!(
+                    "'{}' is a {} tool; only a write is compensated",
+                    c.name, c.effect
+                ),
                 "remove `compensate_with`, or declare the tool `effect: write`".into(),
             );
         }
@@ -1042,9 +1055,21 @@ fn check_acceptances(
             );
         }
         for (field, value, want) in [
-            ("subject", &a.subject, "the tool, principal or policy `toolgate check` names"),
-            ("reason", &a.reason, "why the finding is acceptable here, for the next reviewer"),
-            ("by", &a.by, "who accepted it: a CODEOWNERS handle or an email address"),
+            (
+                "subject",
+                &a.subject,
+                "the tool, principal or policy `toolgate check` names",
+            ),
+            (
+                "reason",
+                &a.reason,
+                "why the finding is acceptable here, for the next reviewer",
+            ),
+            (
+                "by",
+                &a.by,
+                "who accepted it: a CODEOWNERS handle or an email address",
+            ),
         ] {
             if value.trim().is_empty() {
                 finding(

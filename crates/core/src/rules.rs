@@ -147,7 +147,9 @@ mod tests {
     /// lint's sources) is explained here.
     #[test]
     fn every_rule_the_lint_raises_is_explained() {
-        let sources = [include_str!("lint.rs"), include_str!("budget.rs")];
+        let budget = include_str!("budget.rs");
+        let budget_lint = &budget[budget.find("pub fn lint_tool").expect("budget::lint_tool")..];
+        let sources = [include_str!("lint.rs"), budget_lint];
         let mut raised = std::collections::BTreeSet::new();
         for src in sources {
             for (i, _) in src.match_indices('"') {
@@ -184,7 +186,10 @@ mod tests {
             assert!(raised.contains(id), "the scan found {id}: {raised:?}");
         }
         let missing: Vec<&String> = raised.iter().filter(|r| explain(r).is_none()).collect();
-        assert!(missing.is_empty(), "rules without an explanation: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "rules without an explanation: {missing:?}"
+        );
     }
 
     #[test]

@@ -995,7 +995,13 @@ pub fn normalize_null_types(schema: &mut Value) {
         }
         _ => {}
     }
-    for key in ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"] {
+    for key in [
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+    ] {
         if let Some(Value::Object(children)) = m.get_mut(key) {
             children.values_mut().for_each(normalize_null_types);
         }

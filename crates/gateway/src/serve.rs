@@ -161,6 +161,7 @@ impl Gateway {
                 source,
             })?,
         );
+        crate::reload::log_review(&registry);
         let upstreams = Arc::new(Upstreams::new(
             &dir,
             &registry.gateway.upstreams,

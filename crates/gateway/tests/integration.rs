@@ -6,6 +6,7 @@ mod common;
 mod auth;
 mod clients;
 mod console;
+mod destinations;
 mod gateway;
 mod hostile;
 mod jwks_https;

@@ -1574,9 +1574,7 @@ impl Executor {
         // A write undone with the same tool and the previous values reads them first; one
         // whose previous values cannot be read is not made (it could not be undone).
         let unread = match tool {
-            Some(t) if t.config.compensate_with.is_some() => {
-                self.read_previous(&p, t).await.err()
-            }
+            Some(t) if t.config.compensate_with.is_some() => self.read_previous(&p, t).await.err(),
             _ => None,
         };
         let res = match &unread {
@@ -1721,7 +1719,11 @@ impl Executor {
     /// `compensate_with`: asks the declared read for the values the call is about to change
     /// and keeps them with the step (with a `lookup` audit record of the question), so
     /// aborting the run can set them back with the same tool.
-    async fn read_previous(&self, p: &Pending, tool: &toolgate_core::registry::Tool) -> std::result::Result<(), String> {
+    async fn read_previous(
+        &self,
+        p: &Pending,
+        tool: &toolgate_core::registry::Tool,
+    ) -> std::result::Result<(), String> {
         let Some(w) = &tool.config.compensate_with else {
             return Ok(());
         };
@@ -1773,7 +1775,10 @@ impl Executor {
             tool: w.read.clone(),
             inputs: inputs.clone(),
             idem_key: key,
-            reason: Some(format!("the values {} is about to change, to undo it", p.tool)),
+            reason: Some(format!(
+                "the values {} is about to change, to undo it",
+                p.tool
+            )),
             presented: Vec::new(),
             lookups: Vec::new(),
             ..p.clone()
@@ -2481,14 +2486,15 @@ impl Executor {
             };
             let now = self.clock.now();
             let (found, result) = match &query {
-                Some(q) if tool.config.reconcile.is_none() => match q.find(&answer.result, &s.inputs)
-                {
-                    Ok(item) => (item.is_some(), item.cloned().unwrap_or(Value::Null)),
-                    Err(why) => {
-                        tracing::error!(step = %s.step_id, %why, "not reconciled: a person must settle it");
-                        continue; // no usable answer: still unknown
+                Some(q) if tool.config.reconcile.is_none() => {
+                    match q.find(&answer.result, &s.inputs) {
+                        Ok(item) => (item.is_some(), item.cloned().unwrap_or(Value::Null)),
+                        Err(why) => {
+                            tracing::error!(step = %s.step_id, %why, "not reconciled: a person must settle it");
+                            continue; // no usable answer: still unknown
+                        }
                     }
-                },
+                }
                 _ => (
                     answer
                         .result

@@ -151,7 +151,11 @@ impl Handler for Bank {
     }
 }
 
-fn bank_executor(store: &toolgate_store::Store, bank: Arc<Bank>, clock: Arc<FixedClock>) -> Executor {
+fn bank_executor(
+    store: &toolgate_store::Store,
+    bank: Arc<Bank>,
+    clock: Arc<FixedClock>,
+) -> Executor {
     Executor::new(store.clone(), bank_registry(), keys(), bank, clock)
 }
 
@@ -203,7 +207,12 @@ async fn an_unlisted_payee_goes_to_a_person_and_the_approved_call_runs_once(db: 
     // A payee off the list is not refused: it waits for a person, saying why.
     let unlisted = transfer("US133000000121212121212", 250.0);
     let parked = ex.governed_call(send(unlisted.clone())).await.unwrap();
-    assert_eq!(parked.status, CallStatus::NeedsApproval, "{:?}", parked.decision);
+    assert_eq!(
+        parked.status,
+        CallStatus::NeedsApproval,
+        "{:?}",
+        parked.decision
+    );
     assert_eq!(parked.decision.rule(), Some("destination.recipient"));
     let dest = parked.decision.check(CheckName::Destination);
     assert_eq!(dest.outcome, Outcome::Gate, "{dest:?}");
@@ -212,7 +221,11 @@ async fn an_unlisted_payee_goes_to_a_person_and_the_approved_call_runs_once(db: 
     };
     assert!(reason.contains("destination not on the list"), "{reason}");
     assert!(reason.contains("US133000000121212121212"), "{reason}");
-    assert_eq!(bank.count("send_money"), 1, "the unlisted transfer was not sent");
+    assert_eq!(
+        bank.count("send_money"),
+        1,
+        "the unlisted transfer was not sent"
+    );
     let approval_id = parked.approval_id.clone().unwrap();
     let request = store.approval(&approval_id).await.unwrap();
     assert_eq!(
@@ -292,7 +305,11 @@ async fn an_unknown_transfer_is_settled_by_the_reconciling_query(db: &TestDb) {
         .find(|r| r.status == StepStatus::Done)
         .unwrap();
     let item = done.outcome.as_ref().unwrap().result.as_ref().unwrap();
-    assert_eq!(item["amount"], json!(480.0), "the matched transaction is the result");
+    assert_eq!(
+        item["amount"],
+        json!(480.0),
+        "the matched transaction is the result"
+    );
     assert_eq!(
         done.outcome.as_ref().unwrap().rule.as_deref(),
         Some("reconciled.bank.transactions")
@@ -312,7 +329,11 @@ async fn an_unknown_transfer_is_settled_by_the_reconciling_query(db: &TestDb) {
         .unwrap();
     assert_eq!(retry.status, CallStatus::Done, "{retry:?}");
     let txs = bank.transactions.lock().unwrap().clone();
-    assert_eq!(txs.len(), 3, "the old one, the booked one, the retried one: {txs:?}");
+    assert_eq!(
+        txs.len(),
+        3,
+        "the old one, the booked one, the retried one: {txs:?}"
+    );
     assert_eq!(bank.count("send_money"), 3);
     let records = store.audit_records(None, None).await.unwrap();
     assert_eq!(
@@ -348,7 +369,13 @@ async fn a_change_is_undone_with_the_same_tool_and_the_previous_values(db: &Test
     assert_eq!(reports[0].status, StepStatus::Done, "{reports:?}");
     assert_eq!(bank.user.lock().unwrap()["city"], "New York");
     // The previous values were read just before the write, and the read is audited.
-    let tools: Vec<String> = bank.calls.lock().unwrap().iter().map(|c| c.0.clone()).collect();
+    let tools: Vec<String> = bank
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.0.clone())
+        .collect();
     assert_eq!(tools, vec!["get_user_info", "update_user_info"]);
     let records = store.audit_records(None, Some(&run)).await.unwrap();
     let read = records
