@@ -307,14 +307,19 @@ properties:
     assert_eq!(schema["properties"]["channel"]["type"], Value::Null);
     crate::schema::normalize_null_types(&mut schema);
     assert_eq!(schema["properties"]["channel"]["type"], json!("null"));
-    assert_eq!(schema["properties"]["cc"]["type"], json!(["string", "null"]));
+    assert_eq!(
+        schema["properties"]["cc"]["type"],
+        json!(["string", "null"])
+    );
     // Data keeps its nulls.
     assert_eq!(schema["properties"]["cc"]["enum"][1], Value::Null);
     assert_eq!(rules(&tool(schema.clone())), Vec::<String>::new());
     let compiled = crate::schema::InputSchema::compile(&schema).unwrap();
     assert!(compiled.validate(&json!({"to": null})).is_ok());
     assert!(
-        compiled.validate(&json!({"to": "ceo@attacker.example"})).is_err(),
+        compiled
+            .validate(&json!({"to": "ceo@attacker.example"}))
+            .is_err(),
         "the null alternative does not let any string through"
     );
 }
@@ -329,18 +334,19 @@ fn a_reconciling_query_guards_an_irreversible_tool_and_compensate_with_undoes_a_
         rules(&irreversible),
         ["irreversible.unguarded @ tools[0].reconcile"]
     );
-    irreversible.reconcile_query = Some(
-        serde_json::from_value(json!({"tool": "email.sent", "match": ["to"]})).unwrap(),
-    );
+    irreversible.reconcile_query =
+        Some(serde_json::from_value(json!({"tool": "email.sent", "match": ["to"]})).unwrap());
     assert_eq!(rules(&irreversible), Vec::<String>::new());
 
     let mut write = tool(schema);
     write.effect = Effect::Write;
     write.reconcile = None;
-    assert_eq!(rules(&write), ["write.no-compensation @ tools[0].compensate"]);
-    write.compensate_with = Some(
-        serde_json::from_value(json!({"read": "email.get", "restore": ["to"]})).unwrap(),
+    assert_eq!(
+        rules(&write),
+        ["write.no-compensation @ tools[0].compensate"]
     );
+    write.compensate_with =
+        Some(serde_json::from_value(json!({"read": "email.get", "restore": ["to"]})).unwrap());
     assert_eq!(rules(&write), Vec::<String>::new());
 }
 
@@ -356,10 +362,17 @@ fn the_query_finds_the_call_in_the_answer_and_the_previous_values_are_its_record
     assert_eq!(q.arguments(&call), json!({"n": 50, "account": "ACC-1"}));
     let answer = json!({"data": {"transactions": [
         {"recipient": "GB29", "amount": 99.5}, {"recipient": "GB29", "amount": 100.0, "id": 7}]}});
-    assert_eq!(q.find(&answer, &call).unwrap().unwrap()["id"], 7, "100 is 100.0");
+    assert_eq!(
+        q.find(&answer, &call).unwrap().unwrap()["id"],
+        7,
+        "100 is 100.0"
+    );
     let other = json!({"recipient": "GB29", "amount": 5});
     assert_eq!(q.find(&answer, &other).unwrap(), None);
-    assert!(q.find(&json!({"data": {}}), &call).is_err(), "no list: no conclusion");
+    assert!(
+        q.find(&json!({"data": {}}), &call).is_err(),
+        "no list: no conclusion"
+    );
 
     let w: CompensateWithConfig = serde_json::from_value(json!({
         "read": "bank.scheduled", "result": "items", "pick": ["id"],
