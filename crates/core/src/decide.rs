@@ -742,15 +742,14 @@ impl<'r> Engine<'r> {
                 .and_then(|v| v.gated_by.first().cloned())
                 .or_else(|| destination_gate.as_ref().map(|g| g.rule.clone()))
         };
-        let (approvals, gate_passed) = self.check_gate(
-            &mut rec,
-            tool,
-            req,
-            &input_hash,
-            gate_rule.as_deref(),
-            destination_gate.as_ref(),
-            now,
-        );
+        let gate = gate_rule.as_deref().map(|rule| GateRule {
+            rule,
+            reason: destination_gate
+                .as_ref()
+                .filter(|g| g.rule == rule)
+                .map(|g| g.reason.as_str()),
+        });
+        let (approvals, gate_passed) = self.check_gate(&mut rec, tool, req, &input_hash, gate, now);
         if cfg.gate == crate::model::Gate::Shadow {
             let tool_gate = ShadowRule {
                 rule: "gate.always".into(),
@@ -1159,11 +1158,10 @@ impl<'r> Engine<'r> {
         tool: &Tool,
         req: &CallRequest<'_>,
         input_hash: &InputHash,
-        gate_rule: Option<&str>,
-        destination_gate: Option<&DestinationGate>,
+        gate: Option<GateRule<'_>>,
         now: Timestamp,
     ) -> (Vec<ApprovalClaims>, bool) {
-        let Some(rule) = gate_rule else {
+        let Some(GateRule { rule, reason }) = gate else {
             rec.pass(CheckName::Gate, "no approval needed".into());
             return (Vec::new(), true);
         };
@@ -1243,12 +1241,12 @@ impl<'r> Engine<'r> {
             );
             return (Vec::new(), false);
         }
-        let why = match destination_gate {
+        let why = match reason {
             _ if rule == "gate.always" => {
                 format!(": '{}' always needs a person's approval", cfg.name)
             }
-            Some(g) if g.rule == rule => format!(": {}", g.reason),
-            _ => self.policy_reason(rule),
+            Some(r) => format!(": {r}"),
+            None => self.policy_reason(rule),
         };
         let mut detail = format!(
             "needs approval by {} person(s) under rule {rule}{why}",
@@ -1269,6 +1267,13 @@ impl<'r> Engine<'r> {
         );
         (valid, false)
     }
+}
+
+/// The rule that gates a call, and its reason when it is not a policy's (`@reason`).
+#[derive(Clone, Copy)]
+struct GateRule<'a> {
+    rule: &'a str,
+    reason: Option<&'a str>,
 }
 
 /// A destination off its list that a person may let through (`unknown: gate`).
