@@ -62,7 +62,7 @@ enum Command {
     /// registry folder when its files change, on SIGHUP and on `toolgate reload`.
     Serve(cmd::serve::Args),
     /// Ask the running `toolgate serve` to reload its registry folder (validated like `check`,
-    /// swapped in only if clean; a refused folder leaves the old version serving).
+    /// swapped in unless a finding nobody accepted remains; a refused folder leaves the old version serving).
     Reload(cmd::reload::Args),
     /// What the running `toolgate serve` serves, and its last reload attempts and errors.
     Status(cmd::status::Args),

@@ -30,6 +30,8 @@ pub const BEHAVIOUR_FIELDS: &[&str] = &[
     "identity",
     "compensate",
     "reconcile",
+    "reconcile_query",
+    "compensate_with",
 ];
 
 /// One tool's changes between the revision and now.
@@ -387,7 +389,7 @@ pub fn diff_tool_config(old: &ToolConfig, new: &ToolConfig) -> Vec<Change> {
                     show(y)
                 ),
             ),
-            "compensate" | "reconcile" => {
+            "compensate" | "reconcile" | "reconcile_query" | "compensate_with" => {
                 let label = if y.is_none_or(Value::is_null) {
                     DiffLabel::Widening
                 } else {
@@ -513,6 +515,28 @@ fn destinations_change(out: &mut Vec<Change>, x: Option<&Value>, y: Option<&Valu
                         &at,
                         DiffLabel::Breaking,
                         format!("allowlist narrowed: '{v}' removed"),
+                    );
+                }
+                // `unknown: gate` lets a person pass what was refused: wider; back to refuse:
+                // narrower.
+                if a.get("unknown") != b.get("unknown") {
+                    let gated = b.get("unknown").and_then(Value::as_str) == Some("gate");
+                    push(
+                        out,
+                        &at,
+                        if gated {
+                            DiffLabel::Widening
+                        } else {
+                            DiffLabel::Breaking
+                        },
+                        format!(
+                            "a value off the list is now {}",
+                            if gated {
+                                "sent to a person instead of refused"
+                            } else {
+                                "refused instead of sent to a person"
+                            }
+                        ),
                     );
                 }
                 for k in ["kind", "lookup"] {

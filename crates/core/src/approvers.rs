@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{GatewayFile, PrincipalsFile, ToolConfig};
@@ -16,12 +17,16 @@ use crate::registry::{Finding, Registry};
 
 /// `approved_by:` on a tool: the roles and people who may approve its gated calls. Unset: any
 /// person whose role is `approver: true`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovedBy {
+    /// Roles whose people may approve (each an `approver: true` role of principals.yaml).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(example = ["ap.clerk"])]
     pub roles: Vec<String>,
+    /// People (principal ids of kind `human`) who may approve, whatever their role.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(example = ["alice"])]
     pub people: Vec<String>,
 }
 
@@ -33,35 +38,45 @@ impl ApprovedBy {
 
 /// `approvals.gates.<rule>:` in toolgate.yaml: who approves calls a `@gate` policy gates, and how
 /// many distinct people, instead of the tool's own `approved_by` and `approvers`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GateApprovers {
+    /// Roles whose people may approve what this rule gates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(example = ["supplier.admin"])]
     pub roles: Vec<String>,
+    /// People (principal ids of kind `human`) who may approve what this rule gates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(example = ["sam"])]
     pub people: Vec<String>,
     /// How many distinct people (1 to 5); unset: the tool's `approvers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = 2)]
     pub approvers: Option<u8>,
 }
 
 /// `approval_context:` on a tool: a read tool asked when a person opens one of its parked
 /// calls, whose answer is shown beside the inputs (the payee and account of a payment, the
 /// invoice's own amount and status).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextLookup {
     /// A read tool of the registry.
+    #[schemars(example = &"invoice.search")]
     pub tool: String,
     /// Inputs of the call passed to it under the same names.
+    #[schemars(example = ["invoice_id"])]
     pub with: Vec<String>,
     /// The field of its answer holding the record (a list: its first item); unset: the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"invoices")]
     pub result: Option<String>,
     /// What is shown: label → field of the record.
+    #[schemars(example = BTreeMap::from([("payee".to_string(), "supplier_name".to_string())]))]
     pub show: BTreeMap<String, String>,
     /// Inputs that must equal a shown fact: input → label; a difference is marked.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(example = BTreeMap::from([("amount".to_string(), "invoice amount".to_string())]))]
     pub expect: BTreeMap<String, String>,
 }
 

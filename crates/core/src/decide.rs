@@ -551,8 +551,9 @@ impl<'r> Engine<'r> {
             }
         };
 
-        // 4. destination constraints, against data.
-        self.check_destinations(&mut rec, tool, req, inputs_valid);
+        // 4. destination constraints, against data. A value off the list of a destination
+        // declared `unknown: gate` goes to a person (check 11) instead of being refused.
+        let destination_gate = self.check_destinations(&mut rec, tool, req, inputs_valid);
 
         // 5. purpose (and reason, for anything that changes state) granted for the scopes.
         let covering = self.check_purpose(&mut rec, tool, principal.config.grants.as_slice(), req);
@@ -736,10 +737,19 @@ impl<'r> Engine<'r> {
         let gate_rule = if cfg.gate == crate::model::Gate::Always {
             Some("gate.always".to_string())
         } else {
-            verdict.as_ref().and_then(|v| v.gated_by.first().cloned())
+            verdict
+                .as_ref()
+                .and_then(|v| v.gated_by.first().cloned())
+                .or_else(|| destination_gate.as_ref().map(|g| g.rule.clone()))
         };
-        let (approvals, gate_passed) =
-            self.check_gate(&mut rec, tool, req, &input_hash, gate_rule.as_deref(), now);
+        let gate = gate_rule.as_deref().map(|rule| GateRule {
+            rule,
+            reason: destination_gate
+                .as_ref()
+                .filter(|g| g.rule == rule)
+                .map(|g| g.reason.as_str()),
+        });
+        let (approvals, gate_passed) = self.check_gate(&mut rec, tool, req, &input_hash, gate, now);
         if cfg.gate == crate::model::Gate::Shadow {
             let tool_gate = ShadowRule {
                 rule: "gate.always".into(),
@@ -829,26 +839,30 @@ impl<'r> Engine<'r> {
         }
     }
 
+    /// Check 4. Returns the gate a destination off its list asks for, when it is declared
+    /// `unknown: gate` (every other failure is recorded as a refusal).
     fn check_destinations(
         &self,
         rec: &mut Recorder,
         tool: &Tool,
         req: &CallRequest<'_>,
         inputs_valid: bool,
-    ) {
+    ) -> Option<DestinationGate> {
         let cfg = &tool.config;
         if cfg.destinations.is_empty() {
             rec.pass(CheckName::Destination, "no destination constraints".into());
-            return;
+            return None;
         }
         if !inputs_valid {
             rec.skip(
                 CheckName::Destination,
                 "not evaluated: the inputs are not valid",
             );
-            return;
+            return None;
         }
         let mut passed = Vec::new();
+        let mut unlisted: Vec<String> = Vec::new();
+        let mut first_gate: Option<String> = None;
         for d in &cfg.destinations {
             let Some(value) = req.inputs.get(&d.field) else {
                 continue; // optional and absent: nothing goes anywhere through it
@@ -871,7 +885,7 @@ impl<'r> Engine<'r> {
                                 d.field, lookup.tool
                             ),
                         );
-                        return;
+                        return None;
                     }
                 }
             } else {
@@ -894,6 +908,16 @@ impl<'r> Engine<'r> {
                         DestinationKind::UrlHost => "host",
                         DestinationKind::Exact => "value",
                     };
+                    if d.unknown == crate::config::UnknownDestination::Gate {
+                        // Not refused: a person decides (check 11), seeing exactly this value.
+                        unlisted.push(format!(
+                            "'{}' {what} {}",
+                            d.field,
+                            part.as_deref().unwrap_or(v)
+                        ));
+                        first_gate.get_or_insert_with(|| format!("destination.{}", d.field));
+                        continue;
+                    }
                     rec.fail(
                         CheckName::Destination,
                         &format!("destination.{}", d.field),
@@ -904,10 +928,23 @@ impl<'r> Engine<'r> {
                             if allowed.is_empty() { "(none on record)".to_string() } else { allowed.join(", ") }
                         ),
                     );
-                    return;
+                    return None;
                 }
             }
             passed.push(d.field.as_str());
+        }
+        if let Some(rule) = first_gate {
+            let reason = format!(
+                "destination not on the list: {}; a person must approve it",
+                unlisted.join(", ")
+            );
+            rec.push(
+                CheckName::Destination,
+                Outcome::Gate,
+                reason.clone(),
+                Some(rule.clone()),
+            );
+            return Some(DestinationGate { rule, reason });
         }
         rec.pass(
             CheckName::Destination,
@@ -917,6 +954,7 @@ impl<'r> Engine<'r> {
                 format!("destinations allowed: {}", passed.join(", "))
             },
         );
+        None
     }
 
     fn check_purpose<'g>(
@@ -1124,10 +1162,10 @@ impl<'r> Engine<'r> {
         tool: &Tool,
         req: &CallRequest<'_>,
         input_hash: &InputHash,
-        gate_rule: Option<&str>,
+        gate: Option<GateRule<'_>>,
         now: Timestamp,
     ) -> (Vec<ApprovalClaims>, bool) {
-        let Some(rule) = gate_rule else {
+        let Some(GateRule { rule, reason }) = gate else {
             rec.pass(CheckName::Gate, "no approval needed".into());
             return (Vec::new(), true);
         };
@@ -1205,10 +1243,12 @@ impl<'r> Engine<'r> {
             );
             return (Vec::new(), false);
         }
-        let why = if rule == "gate.always" {
-            format!(": '{}' always needs a person's approval", cfg.name)
-        } else {
-            self.policy_reason(rule)
+        let why = match reason {
+            _ if rule == "gate.always" => {
+                format!(": '{}' always needs a person's approval", cfg.name)
+            }
+            Some(r) => format!(": {r}"),
+            None => self.policy_reason(rule),
         };
         let mut detail = format!(
             "needs approval by {} person(s) under rule {rule}{why}",
@@ -1229,6 +1269,20 @@ impl<'r> Engine<'r> {
         );
         (valid, false)
     }
+}
+
+/// The rule that gates a call, and its reason when it is not a policy's (`@reason`).
+#[derive(Clone, Copy)]
+struct GateRule<'a> {
+    rule: &'a str,
+    reason: Option<&'a str>,
+}
+
+/// A destination off its list that a person may let through (`unknown: gate`).
+struct DestinationGate {
+    /// `destination.<field>`
+    rule: String,
+    reason: String,
 }
 
 /// The first characters of a version hash, enough to tell versions apart in a message.

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use crate::config::{AnnotationsConfig, PrincipalConfig, ToolConfig};
+use crate::config::{AcceptanceConfig, AnnotationsConfig, PrincipalConfig, ToolConfig};
 use crate::model::{Effect, Gate, Tier};
 use crate::registry::{Finding, Registry};
 
@@ -120,6 +120,135 @@ pub fn lint(registry: &Registry) -> Vec<Finding> {
     out
 }
 
+/// A registry's lint findings with its acceptances applied: what still needs fixing (including
+/// acceptances that match nothing), and what a person accepted.
+#[derive(Debug, Clone, Default)]
+pub struct Review {
+    /// Findings nobody accepted, and `accept.stale` for each acceptance that matches nothing:
+    /// `check` fails and a reload is refused while any remains.
+    pub findings: Vec<Finding>,
+    /// Findings accepted in `accept:`: reported as warnings.
+    pub accepted: Vec<Accepted>,
+}
+
+/// A finding and the acceptance that covers it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Accepted {
+    #[serde(flatten)]
+    pub finding: Finding,
+    pub accepted: AcceptanceConfig,
+}
+
+impl Review {
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+impl std::fmt::Display for Accepted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "warning: {}: {}: [{}] {}\n    accepted by {}: {}",
+            self.finding.file,
+            self.finding.path,
+            self.finding.rule,
+            self.finding.message,
+            self.accepted.by,
+            self.accepted.reason
+        )
+    }
+}
+
+/// What a finding is about, as an acceptance names it: the subject (a tool's name, a
+/// principal's id, a policy's id, or else the file) and the path inside it.
+pub fn subject_of(registry: &Registry, f: &Finding) -> (String, String) {
+    let (head, rest) = match f.path.split_once('.') {
+        Some((h, r)) => (h, r),
+        None => (f.path.as_str(), ""),
+    };
+    let index = |prefix: &str| {
+        head.strip_prefix(prefix)
+            .and_then(|x| x.strip_suffix(']'))
+            .and_then(|n| n.parse::<usize>().ok())
+    };
+    if let Some(i) = index("tools[")
+        && let Some(t) = registry
+            .tools()
+            .iter()
+            .find(|t| t.file == f.file && t.index == i)
+    {
+        return (t.name().to_string(), rest.to_string());
+    }
+    if let Some(i) = index("principals[")
+        && let Some(p) = registry.principals().get(i)
+    {
+        return (p.id().to_string(), rest.to_string());
+    }
+    if f.file.ends_with(".cedar") && f.path != "(file)" {
+        return (f.path.clone(), String::new());
+    }
+    (f.file.clone(), f.path.clone())
+}
+
+/// Whether an acceptance covers a finding: same rule and subject, and `at` unset, equal to
+/// the finding's path inside the subject, or a prefix of it (`input_schema.properties.to`
+/// covers its `anyOf[0]`).
+fn covers(a: &AcceptanceConfig, rule: &str, subject: &str, at: &str) -> bool {
+    a.rule == rule
+        && a.subject == subject
+        && a.at.as_deref().is_none_or(|want| {
+            at == want
+                || at
+                    .strip_prefix(want)
+                    .is_some_and(|r| r.starts_with('.') || r.starts_with('['))
+        })
+}
+
+/// Lints a registry and applies its `accept:` list.
+pub fn review(registry: &Registry) -> Review {
+    let accept = &registry.gateway.accept;
+    let mut used = vec![false; accept.len()];
+    let mut review = Review::default();
+    for f in lint(registry) {
+        let (subject, at) = subject_of(registry, &f);
+        match accept
+            .iter()
+            .position(|a| covers(a, &f.rule, &subject, &at))
+        {
+            Some(i) => {
+                used[i] = true;
+                review.accepted.push(Accepted {
+                    finding: f,
+                    accepted: accept[i].clone(),
+                });
+            }
+            None => review.findings.push(f),
+        }
+    }
+    for (i, a) in accept.iter().enumerate() {
+        if !used[i] {
+            review.findings.push(Finding {
+                file: "toolgate.yaml".into(),
+                path: format!("accept[{i}]"),
+                rule: "accept.stale".into(),
+                message: format!(
+                    "the accepted finding [{}] on '{}'{} no longer occurs",
+                    a.rule,
+                    a.subject,
+                    a.at.as_deref()
+                        .map(|at| format!(" at {at}"))
+                        .unwrap_or_default()
+                ),
+                fix: "remove this acceptance (the finding was fixed), or correct its `subject` \
+                      or `at` to what `toolgate check` prints"
+                    .into(),
+            });
+        }
+    }
+    review
+}
+
 fn push(out: &mut Vec<Finding>, file: &str, path: String, rule: &str, message: String, fix: &str) {
     out.push(Finding {
         file: file.to_string(),
@@ -185,17 +314,21 @@ pub fn lint_tool(
         t.handler.builtin.as_deref(),
         Some("plan.submit" | "step.approve" | "step.reject")
     );
-    if t.effect == Effect::Write && t.compensate.is_none() && !is_compensation && !records_only {
+    let compensated = t.compensate.is_some() || t.compensate_with.is_some();
+    if t.effect == Effect::Write && !compensated && !is_compensation && !records_only {
         push(
             out,
             file,
             format!("{base}.compensate"),
             "write.no-compensation",
             format!("write tool '{}' has no compensating tool", t.name),
-            "name the tool that undoes it (`compensate: note.discard`), or declare it `irreversible`",
+            "name the tool that undoes it (`compensate: note.discard`), or undo it with the same \
+             tool and the previous values (`compensate_with: {read: <read tool>, restore: [...]}`), \
+             or declare it `irreversible`",
         );
     }
-    if t.effect == Effect::Irreversible && t.reconcile.is_none() && t.gate != Gate::Always {
+    let reconciled = t.reconcile.is_some() || t.reconcile_query.is_some();
+    if t.effect == Effect::Irreversible && !reconciled && t.gate != Gate::Always {
         push(
             out,
             file,
@@ -205,7 +338,9 @@ pub fn lint_tool(
                 "irreversible tool '{}' has neither a reconciling tool nor a gate",
                 t.name
             ),
-            "add `reconcile: <read tool that looks up by idempotency key>` or `gate: always`",
+            "add `reconcile: <read tool that looks up by idempotency key>`, a `reconcile_query:` \
+             (a read listing what the target did, and the fields that identify the call), or \
+             `gate: always`; or accept the finding in toolgate.yaml `accept:` with a reason",
         );
     }
     if t.effect == Effect::Read && t.tier != Tier::Read {

@@ -289,3 +289,103 @@ fn what_cedar_only_warns_about_in_a_policy_is_a_finding() {
         "{f:#?}"
     );
 }
+
+#[test]
+fn an_unquoted_yaml_type_null_is_the_null_type_not_a_free_string_nor_an_open_door() {
+    // Written by hand in YAML, `{type: null}` reads as no type at all. Loaded, it is the null
+    // type: no destination finding, and the alternative does not accept any value.
+    let yaml = r#"
+type: object
+additionalProperties: false
+properties:
+  to:
+    anyOf: [{type: string, pattern: "^[^@]+@northwind\\.com$", maxLength: 254}, {type: null}]
+  channel: {type: null}
+  cc: {type: [string, null], enum: [ops@northwind.com, null]}
+"#;
+    let mut schema: Value = yaml_serde::from_str(yaml).unwrap();
+    assert_eq!(schema["properties"]["channel"]["type"], Value::Null);
+    crate::schema::normalize_null_types(&mut schema);
+    assert_eq!(schema["properties"]["channel"]["type"], json!("null"));
+    assert_eq!(
+        schema["properties"]["cc"]["type"],
+        json!(["string", "null"])
+    );
+    // Data keeps its nulls.
+    assert_eq!(schema["properties"]["cc"]["enum"][1], Value::Null);
+    assert_eq!(rules(&tool(schema.clone())), Vec::<String>::new());
+    let compiled = crate::schema::InputSchema::compile(&schema).unwrap();
+    assert!(compiled.validate(&json!({"to": null})).is_ok());
+    assert!(
+        compiled
+            .validate(&json!({"to": "ceo@attacker.example"}))
+            .is_err(),
+        "the null alternative does not let any string through"
+    );
+}
+
+#[test]
+fn a_reconciling_query_guards_an_irreversible_tool_and_compensate_with_undoes_a_write() {
+    let schema = json!({"type": "object", "additionalProperties": false, "properties": {
+        "to": {"type": "string", "enum": ["a"]}}});
+    let mut irreversible = tool(schema.clone());
+    irreversible.reconcile = None;
+    assert_eq!(
+        rules(&irreversible),
+        ["irreversible.unguarded @ tools[0].reconcile"]
+    );
+    irreversible.reconcile_query =
+        Some(serde_json::from_value(json!({"tool": "email.sent", "match": ["to"]})).unwrap());
+    assert_eq!(rules(&irreversible), Vec::<String>::new());
+
+    let mut write = tool(schema);
+    write.effect = Effect::Write;
+    write.reconcile = None;
+    assert_eq!(
+        rules(&write),
+        ["write.no-compensation @ tools[0].compensate"]
+    );
+    write.compensate_with =
+        Some(serde_json::from_value(json!({"read": "email.get", "restore": ["to"]})).unwrap());
+    assert_eq!(rules(&write), Vec::<String>::new());
+}
+
+#[test]
+fn the_query_finds_the_call_in_the_answer_and_the_previous_values_are_its_record() {
+    use crate::config::{CompensateWithConfig, ReconcileQueryConfig};
+    let q: ReconcileQueryConfig = serde_json::from_value(json!({
+        "tool": "bank.transactions", "with": {"account": "from"}, "args": {"n": 50},
+        "result": "data.transactions", "match": ["recipient", "amount"]
+    }))
+    .unwrap();
+    let call = json!({"from": "ACC-1", "recipient": "GB29", "amount": 100, "subject": "x"});
+    assert_eq!(q.arguments(&call), json!({"n": 50, "account": "ACC-1"}));
+    let answer = json!({"data": {"transactions": [
+        {"recipient": "GB29", "amount": 99.5}, {"recipient": "GB29", "amount": 100.0, "id": 7}]}});
+    assert_eq!(
+        q.find(&answer, &call).unwrap().unwrap()["id"],
+        7,
+        "100 is 100.0"
+    );
+    let other = json!({"recipient": "GB29", "amount": 5});
+    assert_eq!(q.find(&answer, &other).unwrap(), None);
+    assert!(
+        q.find(&json!({"data": {}}), &call).is_err(),
+        "no list: no conclusion"
+    );
+
+    let w: CompensateWithConfig = serde_json::from_value(json!({
+        "read": "bank.scheduled", "result": "items", "pick": ["id"],
+        "restore": {"amount": "amount", "recipient_iban": "recipient"}
+    }))
+    .unwrap();
+    let call = json!({"id": 3, "amount": 50, "recipient": "NEW"});
+    let answer = json!({"items": [{"id": 2, "amount": 1}, {"id": 3, "amount": 20, "recipient_iban": "OLD"}]});
+    let prev = w.previous(&answer, &call).unwrap();
+    assert_eq!(prev, json!({"amount": 20, "recipient": "OLD"}));
+    assert_eq!(
+        CompensateWithConfig::compensation_inputs(&call, &prev),
+        json!({"id": 3, "amount": 20, "recipient": "OLD"})
+    );
+    assert!(w.previous(&json!({"items": [{"id": 9}]}), &call).is_err());
+}

@@ -143,6 +143,10 @@ pub struct Registry {
     pub builtins: Vec<String>,
 }
 
+/// Where the registry's reference page is: every key of every file, generated from these
+/// types (`docs/registry.md` in the repository).
+pub const REFERENCE: &str = "docs/registry.md (the registry reference)";
+
 /// The built-in tools (planner, reviewer and status).
 pub const BUILTINS: &[&str] = &["plan.submit", "step.approve", "step.reject", "run.status"];
 
@@ -176,7 +180,11 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Load
             },
             rule: "config.shape".into(),
             message: e.into_inner().to_string(),
-            fix: "see the registry reference in the README for the fields each file takes".into(),
+            fix: format!(
+                "see {REFERENCE} for the fields each file takes (`toolgate check --schema {}` \
+                 prints the file's JSON Schema for an editor)",
+                crate::reference::FileKind::of_file(file).map_or("toolgate", |k| k.name())
+            ),
         }])
     })
 }
@@ -227,7 +235,11 @@ impl Sources {
         for path in sorted_files(&dir.join("tools"), "yaml")? {
             match read_yaml::<ToolsFile>(dir, &path) {
                 Ok(f) => {
-                    for (i, t) in f.tools.into_iter().enumerate() {
+                    for (i, mut t) in f.tools.into_iter().enumerate() {
+                        crate::schema::normalize_null_types(&mut t.input_schema);
+                        if let Some(o) = &mut t.output_schema {
+                            crate::schema::normalize_null_types(o);
+                        }
                         tools.push((rel(dir, &path), i, t));
                     }
                 }
@@ -269,12 +281,17 @@ impl Sources {
     /// The content hash of everything that decides a call.
     pub fn version(&self) -> RegistryVersion {
         let tools: Vec<&ToolConfig> = self.tools.iter().map(|(_, _, t)| t).collect();
-        let doc = json!({
+        let mut doc = json!({
             "tools": tools,
             "principals": self.principals,
             "policies": self.policies,
             "approvals": self.gateway.approvals,
         });
+        // Accepted findings decide nothing, but they are part of what was reviewed: a version
+        // names them too (absent when there are none, so older versions keep their hashes).
+        if !self.gateway.accept.is_empty() {
+            doc["accept"] = json!(self.gateway.accept);
+        }
         let hash = sha256_tagged(canonical(&doc).as_bytes());
         let label = self
             .gateway
@@ -389,6 +406,7 @@ impl Registry {
                     );
                 }
             }
+            check_reads(t, &path, &tool_index, &tools, &mut finding);
             if let Some(rec) = &c.reconcile
                 && let Some(&ri) = tool_index.get(rec)
                 && tools[ri].config.effect != crate::model::Effect::Read
@@ -651,6 +669,7 @@ impl Registry {
                 }
             }
         }
+        check_acceptances(&gateway, &mut finding);
         if !(1..=10_080).contains(&gateway.runs.idle_minutes) {
             finding(
                 "toolgate.yaml",
@@ -885,6 +904,191 @@ fn check_call_fields(
             format!("retention_hours is {h}"),
             "between 1 and 8784 (a year)".into(),
         );
+    }
+}
+
+/// The checks of a tool's `reconcile_query` and `compensate_with`: the read tools they name
+/// are declared reads, and the fields they take from the call are its inputs.
+fn check_reads(
+    t: &Tool,
+    path: &str,
+    tool_index: &HashMap<String, usize>,
+    tools: &[Tool],
+    finding: &mut impl FnMut(&str, String, &str, String, String),
+) {
+    use crate::model::Effect;
+    let c = &t.config;
+    let is_input = |f: &str| {
+        c.input_schema
+            .pointer(&format!("/properties/{f}"))
+            .is_some()
+    };
+    let read_tool =
+        |at: String, name: &str, finding: &mut dyn FnMut(&str, String, &str, String, String)| {
+            match tool_index.get(name) {
+            None => finding(
+                &t.file,
+                at,
+                "ref.dangling",
+                format!("'{}' names tool '{name}', which is not declared", c.name),
+                format!("declare '{name}' in tools/ or correct the name"),
+            ),
+            Some(&i) if tools[i].config.effect != Effect::Read => finding(
+                &t.file,
+                at,
+                "ref.reconciler-not-read",
+                format!("'{name}' is not a read tool"),
+                "it is asked on the call's behalf, so it may only observe: give it `effect: read`"
+                    .into(),
+            ),
+            Some(_) => {}
+        }
+        };
+    let fields = |at: String,
+                  names: &crate::config::FieldNames,
+                  finding: &mut dyn FnMut(&str, String, &str, String, String)| {
+        for (_, input) in names.pairs() {
+            if !is_input(input) {
+                finding(
+                    &t.file,
+                    at.clone(),
+                    "ref.unknown-field",
+                    format!("'{input}' is not an input of '{}'", c.name),
+                    "name top-level properties of the tool's input_schema".into(),
+                );
+            }
+        }
+    };
+    if let Some(q) = &c.reconcile_query {
+        let at = format!("{path}.reconcile_query");
+        read_tool(format!("{at}.tool"), &q.tool, finding);
+        fields(format!("{at}.with"), &q.with, finding);
+        fields(format!("{at}.match"), &q.match_fields, finding);
+        if q.match_fields.is_empty() {
+            finding(
+                &t.file,
+                format!("{at}.match"),
+                "config.reconcile",
+                "a reconciling query with nothing to match would take any item for this call".into(),
+                "list the fields that identify the call in the answer: `match: [recipient, amount, subject]`".into(),
+            );
+        }
+        if c.reconcile.is_some() {
+            finding(
+                &t.file,
+                at.clone(),
+                "config.reconcile",
+                format!("'{}' declares both `reconcile` and `reconcile_query`", c.name),
+                "keep one: `reconcile` when the target answers by idempotency key, `reconcile_query` when it does not".into(),
+            );
+        }
+        if c.effect != Effect::Irreversible {
+            finding(
+                &t.file,
+                at,
+                "config.reconcile",
+                format!(
+                    "'{}' is a {} tool; only an irreversible call is reconciled",
+                    c.name, c.effect
+                ),
+                "remove `reconcile_query`, or declare the tool `effect: irreversible`".into(),
+            );
+        }
+    }
+    if let Some(w) = &c.compensate_with {
+        let at = format!("{path}.compensate_with");
+        read_tool(format!("{at}.read"), &w.read, finding);
+        fields(format!("{at}.with"), &w.with, finding);
+        if let Some(pick) = &w.pick {
+            fields(format!("{at}.pick"), pick, finding);
+        }
+        fields(format!("{at}.restore"), &w.restore, finding);
+        if w.restore.is_empty() {
+            finding(
+                &t.file,
+                format!("{at}.restore"),
+                "config.compensate",
+                "nothing to restore: the compensation would repeat the call".into(),
+                "list the inputs the call changes: `restore: [street, city]`".into(),
+            );
+        }
+        if c.compensate.is_some() {
+            finding(
+                &t.file,
+                at.clone(),
+                "config.compensate",
+                format!("'{}' declares both `compensate` and `compensate_with`", c.name),
+                "keep one: `compensate` names another tool that undoes it; `compensate_with` undoes it with the same tool and the previous values".into(),
+            );
+        }
+        if c.effect != Effect::Write {
+            finding(
+                &t.file,
+                at,
+                "config.compensate",
+                format!(
+                    "'{}' is a {} tool; only a write is compensated",
+                    c.name, c.effect
+                ),
+                "remove `compensate_with`, or declare the tool `effect: write`".into(),
+            );
+        }
+    }
+}
+
+/// The checks of `accept:` entries that need no lint: each names a rule that can be accepted,
+/// a subject, a reason and who accepted it. Whether it still matches a finding is the lint's
+/// question (`accept.stale`).
+fn check_acceptances(
+    gateway: &GatewayFile,
+    finding: &mut impl FnMut(&str, String, &str, String, String),
+) {
+    for (i, a) in gateway.accept.iter().enumerate() {
+        let at = format!("accept[{i}]");
+        if !crate::rules::acceptable(&a.rule) {
+            finding(
+                "toolgate.yaml",
+                format!("{at}.rule"),
+                "config.accept",
+                format!("'{}' is not a lint rule that can be accepted", a.rule),
+                format!(
+                    "name one of: {} (a load error is fixed, never accepted)",
+                    crate::rules::LINT_RULES
+                        .iter()
+                        .filter(|r| crate::rules::acceptable(r.id))
+                        .map(|r| r.id)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+        for (field, value, want) in [
+            (
+                "subject",
+                &a.subject,
+                "the tool, principal or policy `toolgate check` names",
+            ),
+            (
+                "reason",
+                &a.reason,
+                "why the finding is acceptable here, for the next reviewer",
+            ),
+            (
+                "by",
+                &a.by,
+                "who accepted it: a CODEOWNERS handle or an email address",
+            ),
+        ] {
+            if value.trim().is_empty() {
+                finding(
+                    "toolgate.yaml",
+                    format!("{at}.{field}"),
+                    "config.accept",
+                    format!("an acceptance without a {field}"),
+                    format!("give {want}"),
+                );
+            }
+        }
     }
 }
 

@@ -979,6 +979,56 @@ fn to_decimal(n: &serde_json::Number) -> Result<String, String> {
     Ok(s)
 }
 
+/// Rewrites each `type` of JSON null in a schema to the type `"null"`. YAML reads an unquoted
+/// `type: null` (how people write a nullable alternative, `anyOf: [{type: string}, {type:
+/// null}]`) as no value rather than the string, and a validator would then let that
+/// alternative accept anything. Only schema positions are touched, never `enum`, `const`,
+/// `default` or `examples` data.
+pub fn normalize_null_types(schema: &mut Value) {
+    let Value::Object(m) = schema else { return };
+    match m.get_mut("type") {
+        Some(t @ Value::Null) => *t = Value::String("null".into()),
+        Some(Value::Array(a)) => {
+            for t in a.iter_mut().filter(|t| t.is_null()) {
+                *t = Value::String("null".into());
+            }
+        }
+        _ => {}
+    }
+    for key in [
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+    ] {
+        if let Some(Value::Object(children)) = m.get_mut(key) {
+            children.values_mut().for_each(normalize_null_types);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(children)) = m.get_mut(key) {
+            children.iter_mut().for_each(normalize_null_types);
+        }
+    }
+    for key in [
+        "items",
+        "additionalProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "propertyNames",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    ] {
+        if let Some(child) = m.get_mut(key) {
+            normalize_null_types(child);
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "schema_tests.rs"]
 mod tests;

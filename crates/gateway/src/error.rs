@@ -5,12 +5,14 @@ use std::path::PathBuf;
 /// Why the gateway could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
-    #[error("the registry in {dir} cannot be loaded (run `toolgate check {dir}`): {source}")]
+    // The cause is the error's `source`, not part of its message: printed with its chain
+    // (`{:#}`, as the CLI does) a message that also embedded it said every finding twice.
+    #[error("the registry in {} cannot be loaded (run `toolgate check {}`)", dir.display(), dir.display())]
     Registry {
         dir: PathBuf,
         source: toolgate_core::LoadError,
     },
-    #[error("the store at {url} cannot be opened: {source}")]
+    #[error("the store at {url} cannot be opened")]
     Store {
         url: String,
         source: toolgate_store::StoreError,
@@ -21,7 +23,7 @@ pub enum GatewayError {
     Lockfile(String),
     #[error("OAuth settings: {0}")]
     OAuth(String),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: String,
         source: std::io::Error,

@@ -1,5 +1,6 @@
 //! Hot reload: a changed registry folder is loaded, checked as completely as `toolgate check`
-//! checks it (load errors and every lint finding refuse it), and swapped in whole; requests that
+//! checks it (load errors and every lint finding nobody accepted refuse it; findings accepted
+//! in `accept:` are reported as warnings and do not), and swapped in whole; requests that
 //! started before keep the version they started with. A folder that fails never replaces the
 //! serving version: the error is logged, written to the status file `toolgate status` reads,
 //! and recorded in the audit chain, like every applied reload.
@@ -18,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolgate_core::lint::lint;
+use toolgate_core::lint::review;
 use toolgate_core::{Clock, LoadError, Registry, StepStatus, SystemClock, Timestamp};
 use toolgate_store::audit::{AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy};
 
@@ -89,6 +90,10 @@ pub struct ReloadReport {
     /// Why it was refused: each problem on its own line (lint findings as `check` prints them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// Accepted lint findings of the folder's version (they do not refuse it), each with who
+    /// accepted it and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Milliseconds to load, validate and (if applied) swap the folder.
     #[serde(default)]
     pub took_ms: u64,
@@ -397,6 +402,7 @@ pub(crate) async fn check_folder(
         from,
         to: None,
         errors: Vec::new(),
+        warnings: Vec::new(),
         took_ms: 0,
         audit_seq: None,
     };
@@ -406,8 +412,9 @@ pub(crate) async fn check_folder(
             report.errors = errors;
             (report, None)
         }
-        Ok(next) => {
+        Ok((next, warnings)) => {
             report.to = Some(VersionInfo::of(&next));
+            report.warnings = warnings;
             if next.version.hash == current.version.hash {
                 report.outcome = ReloadOutcome::Unchanged;
                 return (report, None);
@@ -430,12 +437,16 @@ pub(crate) async fn check_folder(
 fn log_report(report: &ReloadReport) {
     let trigger = report.trigger;
     match report.outcome {
-        ReloadOutcome::Applied => tracing::info!(
-            from = %report.from.label, to = %report.to.as_ref().map(|v| v.label.as_str()).unwrap_or(""),
-            hash = %report.to.as_ref().map(|v| v.hash.as_str()).unwrap_or(""),
-            took_ms = report.took_ms,
-            ?trigger, "registry reloaded"
-        ),
+        ReloadOutcome::Applied => {
+            tracing::info!(
+                from = %report.from.label, to = %report.to.as_ref().map(|v| v.label.as_str()).unwrap_or(""),
+                hash = %report.to.as_ref().map(|v| v.hash.as_str()).unwrap_or(""),
+                took_ms = report.took_ms,
+                accepted_findings = report.warnings.len(),
+                ?trigger, "registry reloaded"
+            );
+            log_accepted(&report.warnings);
+        }
         ReloadOutcome::Unchanged => {
             tracing::debug!(?trigger, "registry folder unchanged: nothing to reload")
         }
@@ -443,6 +454,34 @@ fn log_report(report: &ReloadReport) {
             serving = %report.from.label, ?trigger, errors = %report.errors.join("; "),
             "registry reload refused: the serving version stays"
         ),
+    }
+}
+
+/// Logs accepted lint findings, one warning each.
+pub(crate) fn log_accepted(warnings: &[String]) {
+    for w in warnings {
+        tracing::warn!(finding = %w, "accepted lint finding");
+    }
+}
+
+/// At start: the serving registry's lint findings, as `check` sees them. Accepted ones are
+/// warnings; one nobody accepted is logged as an error (the process serves, as it always has,
+/// but a reload is refused until it is fixed or accepted).
+pub(crate) fn log_review(registry: &Registry) {
+    let review = review(registry);
+    log_accepted(
+        &review
+            .accepted
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>(),
+    );
+    for f in &review.findings {
+        tracing::error!(
+            finding = %f,
+            "lint finding nobody accepted: fix it or accept it in toolgate.yaml `accept:` \
+             (until then every reload is refused)"
+        );
     }
 }
 
@@ -570,19 +609,20 @@ fn is_registry_file(root: &Path, p: &Path) -> bool {
     )
 }
 
-/// Loads and lints the folder as `toolgate check` does: the registry, or its version (when it
-/// loaded) and every problem.
+/// Loads and lints the folder as `toolgate check` does: the registry and its accepted findings
+/// (warnings), or its version (when it loaded) and every problem.
 #[allow(clippy::type_complexity)]
-fn validate(dir: &Path) -> Result<Registry, (Option<VersionInfo>, Vec<String>)> {
+fn validate(dir: &Path) -> Result<(Registry, Vec<String>), (Option<VersionInfo>, Vec<String>)> {
     match Registry::load(dir) {
         Ok(r) => {
-            let findings = lint(&r);
-            if findings.is_empty() {
-                Ok(r)
+            let review = review(&r);
+            if review.is_clean() {
+                let warnings = review.accepted.iter().map(|a| a.to_string()).collect();
+                Ok((r, warnings))
             } else {
                 Err((
                     Some(VersionInfo::of(&r)),
-                    findings.iter().map(|f| f.to_string()).collect(),
+                    review.findings.iter().map(|f| f.to_string()).collect(),
                 ))
             }
         }

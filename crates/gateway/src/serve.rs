@@ -169,6 +169,7 @@ impl Gateway {
             })?,
         );
         let secrets = resolve_keys(&registry, &opts.keys)?;
+        crate::reload::log_review(&registry);
         let upstreams = Arc::new(Upstreams::new(
             &dir,
             &registry.gateway.upstreams,

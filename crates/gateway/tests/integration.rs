@@ -7,6 +7,7 @@ mod approvals_browser;
 mod auth;
 mod clients;
 mod console;
+mod destinations;
 mod gateway;
 mod hostile;
 mod jwks_https;

@@ -768,3 +768,70 @@ async fn a_worker_follows_the_folder_and_decides_the_next_step_under_the_new_ver
     assert_eq!((stats.done, stats.refused), (1, 1));
     h.shutdown().await;
 }
+
+/// A finding nobody accepted refuses a reload; accepted (with a reason and who accepted it), a
+/// reload applies and reports it as a warning; once the finding is fixed, the acceptance that
+/// matches nothing refuses the reload until it is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_only_accepted_findings_applies_and_a_stale_acceptance_is_refused() {
+    let h = Harness::start().await;
+    let v1 = version(&h);
+    edit(&h, "tools/notes.yaml", |s| {
+        s.replace(
+            "text: {type: string, minLength: 1, maxLength: 2000}",
+            "text: {type: string, minLength: 1}",
+        )
+    });
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Refused, "{r:?}");
+    assert!(
+        r.errors.join("\n").contains("[schema.unbounded-string]"),
+        "{:?}",
+        r.errors
+    );
+    assert_eq!(version(&h), v1);
+
+    let accepted = "accept:\n  - rule: schema.unbounded-string\n    subject: note.draft\n    \
+                    at: input_schema.properties.text\n    reason: notes are bounded by the ERP at 64 KiB\n    \
+                    by: \"@acme/finance-platform\"\n";
+    edit(&h, "toolgate.yaml", |s| format!("{s}{accepted}"));
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Applied, "{:?}", r.errors);
+    assert_eq!(r.warnings.len(), 1, "{r:?}");
+    assert!(
+        r.warnings[0].contains("[schema.unbounded-string]")
+            && r.warnings[0].contains("accepted by @acme/finance-platform: notes are bounded"),
+        "{:?}",
+        r.warnings
+    );
+    let v2 = version(&h);
+    assert_ne!(v1, v2);
+    assert_eq!(
+        h.gateway.reloader.status().last_reload.unwrap().warnings,
+        r.warnings
+    );
+
+    // Fixed: the acceptance now matches nothing, and that is a finding of its own.
+    edit(&h, "tools/notes.yaml", |s| {
+        s.replace(
+            "text: {type: string, minLength: 1}",
+            "text: {type: string, minLength: 1, maxLength: 2000}",
+        )
+    });
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Refused, "{r:?}");
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("toolgate.yaml: accept[0]: [accept.stale]")),
+        "{:?}",
+        r.errors
+    );
+    assert_eq!(version(&h), v2);
+    edit(&h, "toolgate.yaml", |s| s.replace(accepted, ""));
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Applied, "{:?}", r.errors);
+    assert!(r.warnings.is_empty());
+    assert_eq!(version(&h), v1, "the folder is what it was at start");
+    h.shutdown().await;
+}

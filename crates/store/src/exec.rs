@@ -1572,22 +1572,49 @@ impl Executor {
         };
         let target = self.target(&p.tool);
         let started = Instant::now();
-        let res = match tokio::time::timeout(
-            self.store.config().call_timeout,
-            self.handler.call(&target, &p.inputs, &meta),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(HandlerError::Timeout),
+        // A write undone with the same tool and the previous values reads them first; one
+        // whose previous values cannot be read is not made (it could not be undone).
+        let unread = match tool {
+            Some(t) if t.config.compensate_with.is_some() => self.read_previous(&p, t).await.err(),
+            _ => None,
+        };
+        let res = match &unread {
+            Some(_) => Err(HandlerError::Failed("not sent".into())),
+            None => match tokio::time::timeout(
+                self.store.config().call_timeout,
+                self.handler.call(&target, &p.inputs, &meta),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(HandlerError::Timeout),
+            },
         };
         let latency_us = started.elapsed().as_micros() as i64;
         let latency = latency_us / 1000;
         self.point(SyncPoint::Called);
         let now = self.clock.now();
         let backoff = self.store.config().retry_backoff.as_millis() as i64;
-        let (status, outcome, idem, budget, retry_at) = match res {
-            Ok(out) => {
+        let (status, outcome, idem, budget, retry_at) = match (res, unread) {
+            (_, Some(why)) => {
+                // Nothing was sent: retryable, like a call that never reached the target.
+                let mut o = StepOutcome::status(StepStatus::Failed);
+                o.error = Some(format!(
+                    "not made: the values it would change could not be read first ({why}), so it \
+                     could not be undone; retryable with the same key"
+                ));
+                o.rule = Some("compensate_with.unread".into());
+                o.latency_ms = Some(latency);
+                let retry = (p.attempts < 4).then_some(now.millis() + backoff);
+                (
+                    CallStatus::Failed,
+                    o,
+                    IdemAction::Release,
+                    BudgetAction::Release,
+                    retry,
+                )
+            }
+            (Ok(out), None) => {
                 let mut o = StepOutcome::status(StepStatus::Done);
                 o.result = Some(out.result);
                 o.target_ref = out.target_ref;
@@ -1596,7 +1623,7 @@ impl Executor {
                 let stored = to_json(&o);
                 (CallStatus::Done, o, IdemAction::Done(stored), charge, None)
             }
-            Err(HandlerError::Failed(msg)) => {
+            (Err(HandlerError::Failed(msg)), None) => {
                 // The target answered "no": recorded, and replayed to a retry with the same key.
                 let mut o = StepOutcome::status(StepStatus::Failed);
                 o.error = Some(msg);
@@ -1612,7 +1639,7 @@ impl Executor {
                     None,
                 )
             }
-            Err(e @ (HandlerError::Timeout | HandlerError::Unanswered(_)))
+            (Err(e @ (HandlerError::Timeout | HandlerError::Unanswered(_))), None)
                 if effect == Effect::Irreversible && self.toggles.get().unknown_on_timeout =>
             {
                 let mut o = StepOutcome::status(StepStatus::Unknown);
@@ -1639,7 +1666,7 @@ impl Executor {
                     None,
                 )
             }
-            Err(e @ (HandlerError::Timeout | HandlerError::Unanswered(_))) => {
+            (Err(e @ (HandlerError::Timeout | HandlerError::Unanswered(_))), None) => {
                 let mut o = StepOutcome::status(StepStatus::Failed);
                 if let HandlerError::Unanswered(why) = e {
                     o.error = Some(format!(
@@ -1693,6 +1720,110 @@ impl Executor {
             p,
             decision,
         }
+    }
+
+    /// `compensate_with`: asks the declared read for the values the call is about to change
+    /// and keeps them with the step (with a `lookup` audit record of the question), so
+    /// aborting the run can set them back with the same tool.
+    async fn read_previous(
+        &self,
+        p: &Pending,
+        tool: &toolgate_core::registry::Tool,
+    ) -> std::result::Result<(), String> {
+        let Some(w) = &tool.config.compensate_with else {
+            return Ok(());
+        };
+        let inputs = w.arguments(&p.inputs);
+        let with: Vec<String> = inputs
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        let key = IdempotencyKey::for_call(&p.run_id, &w.read, &with, &inputs);
+        let meta = CallMeta {
+            idempotency_key: key.clone(),
+            run_id: p.run_id.clone(),
+            step_id: p.step_id.clone(),
+            approval_tokens: Vec::new(),
+            principal: p.principal.clone(),
+        };
+        let started = Instant::now();
+        let res = match system_inputs_fit(&self.registry, &w.read, &inputs) {
+            Err(why) => Err(why),
+            Ok(()) => match tokio::time::timeout(
+                self.store.config().call_timeout,
+                self.handler.call(&self.target(&w.read), &inputs, &meta),
+            )
+            .await
+            {
+                Ok(Ok(out)) => w
+                    .previous(&out.result, &p.inputs)
+                    .map(|prev| (prev, out.target_ref)),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(HandlerError::Timeout.to_string()),
+            },
+        };
+        let rule = format!("compensate_with.{}", w.read);
+        let mut outcome = StepOutcome::status(if res.is_ok() {
+            StepStatus::Done
+        } else {
+            StepStatus::Failed
+        });
+        outcome.latency_ms = Some(started.elapsed().as_millis() as i64);
+        outcome.rule = Some(rule.clone());
+        match &res {
+            Ok((prev, target_ref)) => {
+                outcome.result = Some(prev.clone());
+                outcome.target_ref = target_ref.clone();
+            }
+            Err(why) => outcome.error = Some(why.clone()),
+        }
+        let lp = Pending {
+            tool: w.read.clone(),
+            inputs: inputs.clone(),
+            idem_key: key,
+            reason: Some(format!(
+                "the values {} is about to change, to undo it",
+                p.tool
+            )),
+            presented: Vec::new(),
+            lookups: Vec::new(),
+            ..p.clone()
+        };
+        let decision = Decision {
+            verdict: Verdict::Allow,
+            checks: Vec::new(),
+            input_hash: InputHash::of(&inputs),
+            approvals: Vec::new(),
+            shadow: Vec::new(),
+            registry_version: self.registry.version.hash.clone(),
+        };
+        let mut d = self.draft(
+            &lp,
+            &decision,
+            AuditDecision::Lookup,
+            &outcome,
+            &[],
+            &[],
+            self.clock.now(),
+        );
+        d.why.rule = Some(rule);
+        d.outcome.governance_us = None;
+        let keep = async {
+            let mut tx = self.store.begin().await?;
+            if let Ok((prev, _)) = &res {
+                tx.exec(
+                    "UPDATE steps SET previous = $1 WHERE step_id = $2",
+                    args![to_json(prev), &p.step_id],
+                )
+                .await?;
+            }
+            audit::append(&mut tx, vec![d]).await?;
+            tx.commit().await
+        };
+        if let Err(e) = keep.await {
+            return Err(format!("the previous values could not be stored: {e}"));
+        }
+        res.map(|_| ())
     }
 
     // ------------------------------------------------------------ the direct call path
@@ -2300,7 +2431,9 @@ impl Executor {
 
     /// The reconciler: for each `unknown` step whose tool declares a reconciling read tool,
     /// asks the target by idempotency key (`{"idempotency_key": KEY}`; the answer's `found`
-    /// says whether the call landed). Found → `done`, budget charged; not found, once the step
+    /// says whether the call landed), or, for a tool declaring a `reconcile_query`, asks its
+    /// read with arguments from the call's inputs and looks in the answer's list for an item
+    /// whose `match` fields equal the call's inputs (found: the item is the call's result). Found → `done`, budget charged; not found, once the step
     /// has been unknown for `reconcile_quiet` (a late commit may land until then) → `failed`,
     /// budget released and retryable, because now it is known not to have happened. A step
     /// whose lookup fails, or whose tool has no reconciling tool, stays `unknown` for a person.
@@ -2322,12 +2455,19 @@ impl Executor {
         };
         let mut reports = Vec::new();
         for s in unknown {
-            let Some(lookup) = self
-                .registry
-                .tool(&s.tool)
-                .and_then(|t| t.config.reconcile.clone())
-            else {
+            let Some(tool) = self.registry.tool(&s.tool) else {
                 continue;
+            };
+            // By key when the target answers by key; else a query over what it did, matched
+            // against the call's inputs.
+            let query = tool.config.reconcile_query.clone();
+            let (lookup, inputs) = match (&tool.config.reconcile, &query) {
+                (Some(by_key), _) => (
+                    by_key.clone(),
+                    json!({"idempotency_key": s.idem_key.as_str()}),
+                ),
+                (None, Some(q)) => (q.tool.clone(), q.arguments(&s.inputs)),
+                (None, None) => continue,
             };
             let meta = CallMeta {
                 idempotency_key: s.idem_key.clone(),
@@ -2336,7 +2476,6 @@ impl Executor {
                 approval_tokens: Vec::new(),
                 principal: s.principal.clone(),
             };
-            let inputs = json!({"idempotency_key": s.idem_key.as_str()});
             if let Err(why) = system_inputs_fit(&self.registry, &lookup, &inputs) {
                 tracing::error!(step = %s.step_id, %why, "not reconciled: a person must settle it");
                 continue;
@@ -2352,11 +2491,25 @@ impl Executor {
                 _ => continue, // no answer: still unknown
             };
             let now = self.clock.now();
-            let found = answer
-                .result
-                .get("found")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
+            let (found, result) = match &query {
+                Some(q) if tool.config.reconcile.is_none() => {
+                    match q.find(&answer.result, &s.inputs) {
+                        Ok(item) => (item.is_some(), item.cloned().unwrap_or(Value::Null)),
+                        Err(why) => {
+                            tracing::error!(step = %s.step_id, %why, "not reconciled: a person must settle it");
+                            continue; // no usable answer: still unknown
+                        }
+                    }
+                }
+                _ => (
+                    answer
+                        .result
+                        .get("found")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    answer.result.clone(),
+                ),
+            };
             // A late commit can still land a while after the call went unanswered: "not
             // found" is believed only once that while has passed.
             let quiet = self
@@ -2370,7 +2523,7 @@ impl Executor {
             let (outcome, idem, budget, retry) = if found {
                 let mut o = StepOutcome::status(StepStatus::Done);
                 o.target_ref = answer.target_ref.clone();
-                o.result = Some(answer.result.clone());
+                o.result = Some(result);
                 o.rule = Some(format!("reconciled.{lookup}"));
                 let stored = to_json(&o);
                 (o, IdemAction::Done(stored), BudgetAction::Charge, None)
@@ -2460,11 +2613,37 @@ impl Executor {
             .unwrap_or(0);
         let mut todo = Vec::new();
         for s in &done {
-            let Some(comp) = self
-                .registry
-                .tool(&s.tool)
-                .and_then(|t| t.config.compensate.clone())
-            else {
+            let Some(tool) = self.registry.tool(&s.tool) else {
+                continue;
+            };
+            if tool.config.compensate_with.is_some() {
+                // The same tool, with the values read before the write set back.
+                let previous = tx
+                    .opt(
+                        "SELECT previous FROM steps WHERE step_id = $1",
+                        args![&s.step_id],
+                    )
+                    .await?
+                    .map(|r| r.opt_text(0))
+                    .transpose()?
+                    .flatten();
+                let Some(previous) = previous else {
+                    tracing::error!(step = %s.step_id, "no previous values kept: a person must undo it");
+                    continue;
+                };
+                let previous: Value = serde_json::from_str(&previous).map_err(|e| {
+                    StoreError::Corrupt(format!(
+                        "the previous values kept with step {} do not parse: {e}",
+                        s.step_id
+                    ))
+                })?;
+                let inputs = toolgate_core::config::CompensateWithConfig::compensation_inputs(
+                    &s.inputs, &previous,
+                );
+                todo.push((tool.name().to_string(), tool, inputs, s));
+                continue;
+            }
+            let Some(comp) = tool.config.compensate.clone() else {
                 continue;
             };
             let Some(comp_tool) = self.registry.tool(&comp) else {
@@ -2491,7 +2670,10 @@ impl Executor {
                     }
                 }
             }
-            let inputs = Value::Object(inputs);
+            todo.push((comp, comp_tool, Value::Object(inputs), s));
+        }
+        let mut calls = Vec::new();
+        for (comp, comp_tool, inputs, s) in todo {
             next_seq += 1;
             let key = IdempotencyKey::for_step(
                 run_id,
@@ -2527,12 +2709,12 @@ impl Executor {
                 },
             )
             .await?;
-            todo.push((id, key, comp, inputs, s.clone()));
+            calls.push((id, key, comp, inputs, s.clone()));
         }
         tx.commit().await?;
 
         let mut reports = Vec::new();
-        for (id, key, comp, inputs, original) in todo {
+        for (id, key, comp, inputs, original) in calls {
             let meta = CallMeta {
                 idempotency_key: key.clone(),
                 run_id: run_id.to_string(),

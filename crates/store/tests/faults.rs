@@ -156,9 +156,16 @@ async fn crash_child() {
     )
     .await
     .unwrap();
+    let reg = match std::env::var("TG_CRASH_REGISTRY")
+        .ok()
+        .filter(|s| !s.is_empty())
+    {
+        Some(dir) => Arc::new(toolgate_core::Registry::load(dir).unwrap()),
+        None => registry(),
+    };
     let mut ex = Executor::new(
         store,
-        registry(),
+        reg,
         keys(),
         Recorder::with_log(log.into()),
         Arc::new(SystemClock),
@@ -195,6 +202,12 @@ fn wait_for(path: &Path, child: &mut std::process::Child) {
 }
 
 async fn crash_at(backend: Backend, point: &str) {
+    crash_at_with(backend, point, false).await
+}
+
+/// As `crash_at`, with `bank`: the payment is a transfer of a bank without lookups by key,
+/// whose `reconcile_query` lists recent transactions and matches the call's inputs.
+async fn crash_at_with(backend: Backend, point: &str, bank: bool) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
@@ -206,13 +219,27 @@ async fn crash_at(backend: Backend, point: &str) {
             ..StoreConfig::default()
         })
         .await;
-    let reg = registry();
+    let bank_dir = crate::bank::bank_registry_dir();
+    let reg = if bank {
+        Arc::new(toolgate_core::Registry::load(&bank_dir).unwrap())
+    } else {
+        registry()
+    };
     let pay = |inv: &str, amount: f64| {
-        step(
-            "worker",
-            "payment.send",
-            json!({"invoice_id": inv, "amount": amount, "currency": "EUR", "iban": "X"}),
-        )
+        if bank {
+            step(
+                "worker",
+                "bank.send_money",
+                json!({"recipient": "GB29NWBK60161331926819", "amount": amount,
+                       "subject": format!("invoice {inv}"), "date": "2026-11-30"}),
+            )
+        } else {
+            step(
+                "worker",
+                "payment.send",
+                json!({"invoice_id": inv, "amount": amount, "currency": "EUR", "iban": "X"}),
+            )
+        }
     };
     let run = store
         .create_run(
@@ -242,6 +269,14 @@ async fn crash_at(backend: Backend, point: &str) {
         .env("TG_CRASH_POINT", point)
         .env("TG_CRASH_MARK", &mark)
         .env("TG_CRASH_LOG", &log)
+        .env(
+            "TG_CRASH_REGISTRY",
+            if bank {
+                bank_dir.clone()
+            } else {
+                Default::default()
+            },
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -280,6 +315,13 @@ async fn crash_at(backend: Backend, point: &str) {
     );
     let settled = ex.reconcile().await.unwrap();
     assert_eq!(settled.len(), 1);
+    if bank {
+        assert_eq!(
+            settled[0].outcome.as_ref().unwrap().rule.as_deref(),
+            Some("reconciled.bank.transactions"),
+            "settled by the reconciling query"
+        );
+    }
     let expected = if point == "called" {
         StepStatus::Done
     } else {
@@ -326,4 +368,24 @@ async fn crash_between_reserve_and_call_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_between_call_and_record_postgres() {
     crash_at(Backend::Postgres, "called").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_call_and_record_reconciled_by_query_sqlite() {
+    crash_at_with(Backend::Sqlite, "called", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_reserve_and_call_reconciled_by_query_sqlite() {
+    crash_at_with(Backend::Sqlite, "reserved", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_call_and_record_reconciled_by_query_postgres() {
+    crash_at_with(Backend::Postgres, "called", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_reserve_and_call_reconciled_by_query_postgres() {
+    crash_at_with(Backend::Postgres, "reserved", true).await;
 }

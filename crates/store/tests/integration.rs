@@ -4,6 +4,7 @@
 #[macro_use]
 mod common;
 mod audit_chain;
+mod bank;
 mod conflicts;
 mod duties;
 mod faults;

@@ -18,7 +18,7 @@ use toolgate_gateway::{ReloadOutcome, ReloadReport, ServeStatus};
 use crate::cmd::ConfigArg;
 
 /// Ask the running `toolgate serve` to reload its registry folder (validated like `toolgate
-/// check`; swapped in only if clean).
+/// check`; swapped in unless a finding nobody accepted remains).
 ///
 /// Finds the server through `<folder>/.toolgate/serve.json`, which `toolgate serve` writes,
 /// sends it SIGHUP and waits for the outcome. Exit 0: applied or unchanged; 1: refused (the old
@@ -142,6 +142,9 @@ pub fn write_report(out: &mut dyn Write, r: &ReloadReport) -> std::io::Result<()
                 writeln!(out, "  {e}")?;
             }
         }
+    }
+    for w in &r.warnings {
+        writeln!(out, "  {}", w.replace('\n', "\n  "))?;
     }
     if let Some(seq) = r.audit_seq {
         writeln!(out, "  audit record #{seq}")?;

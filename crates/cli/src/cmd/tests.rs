@@ -26,6 +26,8 @@ fn check_a_clean_registry() {
         config: fixture(),
         json: false,
         cedar_schema: false,
+        schema: None,
+        explain: None,
     };
     let (code, text) = output(|o| check::run(&args, o));
     assert_eq!(code, 0);
@@ -69,6 +71,8 @@ fn check_reports_findings_with_exit_1_and_unreadable_with_2() {
         config: ConfigArg { dir: ".".into() },
         json: false,
         cedar_schema: false,
+        schema: None,
+        explain: None,
     };
     let (code, text) = output(|o| check::run(&args, o));
     assert_eq!(code, 1);
@@ -78,6 +82,167 @@ fn check_reports_findings_with_exit_1_and_unreadable_with_2() {
     let (code, text) = output(|o| check::run(&args, o));
     assert_eq!(code, 2);
     assert!(text.starts_with("unreadable: principals.yaml"), "{text}");
+}
+
+/// A registry whose only findings are accepted passes with warnings; an acceptance that
+/// matches nothing is a finding of its own.
+#[test]
+fn check_passes_with_accepted_findings_as_warnings_and_reports_a_stale_acceptance() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("tools")).unwrap();
+    std::fs::write(
+        tmp.path().join("principals.yaml"),
+        "principals:\n  - {id: a, kind: agent, role: r, credentials: [{id: k, sha256: \"sha256:0000000000000000000000000000000000000000000000000000000000000009\"}], grants: [{scopes: [s], purposes: [p], max_tier: act}], budgets: {act: 10}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.path().join("tools/pay.yaml"),
+        r#"tools:
+  - name: pay.send
+    version: "1"
+    owner: "@o"
+    description: Send a payment.
+    effect: irreversible
+    tier: act
+    sensitivity: internal
+    scopes: [s]
+    purposes: [p]
+    roles: [r]
+    identity: [ref]
+    handler: {builtin: run.status}
+    input_schema:
+      type: object
+      additionalProperties: false
+      properties:
+        ref: {type: string, maxLength: 20}
+        memo: {anyOf: [{type: string}, {type: null}]}
+"#,
+    )
+    .unwrap();
+    let accept = |extra: &str| {
+        format!(
+            "label: t\naccept:\n  - rule: irreversible.unguarded\n    subject: pay.send\n    reason: gated by policy above 100 EUR\n    by: \"@acme/security\"\n  - rule: schema.unbounded-string\n    subject: pay.send\n    at: input_schema.properties.memo\n    reason: the memo is free text the bank bounds\n    by: \"@acme/security\"\n{extra}"
+        )
+    };
+    std::fs::write(tmp.path().join("toolgate.yaml"), accept("")).unwrap();
+    let args = check::Args {
+        dir: tmp.path().into(),
+        json: false,
+        cedar_schema: false,
+        schema: None,
+        explain: None,
+    };
+    let (code, text) = output(|o| check::run(&args, o));
+    assert_eq!(code, 0, "{text}");
+    insta::assert_snapshot!("check_accepted_findings", text);
+
+    // The same in JSON: each accepted finding a warning naming who accepted it.
+    let json_args = check::Args {
+        json: true,
+        ..check::Args {
+            dir: tmp.path().into(),
+            json: false,
+            cedar_schema: false,
+            schema: None,
+            explain: None,
+        }
+    };
+    let (code, text) = output(|o| check::run(&json_args, o));
+    assert_eq!(code, 0);
+    let items: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let items = items.as_array().unwrap();
+    assert_eq!(items.len(), 2, "{text}");
+    assert!(items.iter().all(|i| i["severity"] == "warning"), "{text}");
+    assert_eq!(items[0]["accepted"]["by"], "@acme/security");
+    assert_eq!(items[0]["subject"], "pay.send");
+
+    // A third acceptance that matches nothing: a finding, exit 1.
+    std::fs::write(
+        tmp.path().join("toolgate.yaml"),
+        accept("  - rule: schema.open-object\n    subject: pay.send\n    reason: it used to be open\n    by: \"@acme/security\"\n"),
+    )
+    .unwrap();
+    let (code, text) = output(|o| check::run(&args, o));
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("toolgate.yaml: accept[2]: [accept.stale] the accepted finding [schema.open-object] on 'pay.send' no longer occurs"),
+        "{text}"
+    );
+
+    // An acceptance of something that is not a lint rule does not load.
+    std::fs::write(
+        tmp.path().join("toolgate.yaml"),
+        accept("  - rule: ref.dangling\n    subject: pay.send\n    reason: nope\n    by: me\n"),
+    )
+    .unwrap();
+    let (code, text) = output(|o| check::run(&args, o));
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("[config.accept] 'ref.dangling' is not a lint rule that can be accepted"),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_schema_prints_each_file_kind() {
+    for kind in ["toolgate", "tools", "principals"] {
+        let args = check::Args {
+            dir: ".".into(),
+            json: false,
+            cedar_schema: false,
+            schema: Some(kind.into()),
+            explain: None,
+        };
+        let (code, text) = output(|o| check::run(&args, o));
+        assert_eq!(code, 0);
+        let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+        insta::assert_snapshot!(format!("check_schema_{kind}"), text);
+    }
+    let bad = check::Args {
+        dir: ".".into(),
+        json: false,
+        cedar_schema: false,
+        schema: Some("lockfile".into()),
+        explain: None,
+    };
+    let err = check::run(&bad, &mut Vec::new()).unwrap_err().to_string();
+    assert!(err.contains("toolgate, tools, principals"), "{err}");
+}
+
+#[test]
+fn check_explain_each_rule() {
+    let explain = |rule: &str| {
+        let args = check::Args {
+            dir: ".".into(),
+            json: false,
+            cedar_schema: false,
+            schema: None,
+            explain: Some(rule.into()),
+        };
+        let mut out = Vec::new();
+        let r = check::run(&args, &mut out);
+        (r, String::from_utf8(out).unwrap())
+    };
+    for rule in toolgate_core::rules::LINT_RULES {
+        let (r, text) = explain(rule.id);
+        assert_eq!(r.unwrap(), 0);
+        assert!(
+            text.starts_with(rule.id) && text.contains("Fix: "),
+            "{text}"
+        );
+    }
+    let (r, text) = explain("irreversible.unguarded");
+    assert_eq!(r.unwrap(), 0);
+    insta::assert_snapshot!("check_explain_irreversible_unguarded", text);
+    let (r, text) = explain("all");
+    assert_eq!(r.unwrap(), 0);
+    insta::assert_snapshot!("check_explain_all", text);
+    let (r, _) = explain("no.such-rule");
+    assert!(r.unwrap_err().to_string().contains("schema.open-object"));
 }
 
 #[test]

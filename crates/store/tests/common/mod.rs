@@ -202,6 +202,26 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// The inputs of every call that landed (this process's and, through the log, a killed
+    /// one's), oldest first.
+    fn landed_inputs(&self) -> Vec<Value> {
+        if let Some(log) = &self.log {
+            return std::fs::read_to_string(log.with_extension("inputs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+        }
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.2.clone())
+            .collect()
+    }
+}
+
 impl Handler for Recorder {
     fn call<'a>(
         &'a self,
@@ -210,6 +230,13 @@ impl Handler for Recorder {
         meta: &'a CallMeta,
     ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
         Box::pin(async move {
+            if target.tool.ends_with(".transactions") {
+                // A reconciling query: every call that landed, with its inputs.
+                return Ok(HandlerOutput {
+                    result: json!({"transactions": self.landed_inputs()}),
+                    target_ref: None,
+                });
+            }
             if target.tool.ends_with(".lookup") {
                 let key = inputs["idempotency_key"]
                     .as_str()
@@ -242,6 +269,13 @@ impl Handler for Recorder {
                 // One write per line, so concurrent appenders never interleave.
                 f.write_all(format!("{} {}\n", target.tool, key).as_bytes())
                     .unwrap();
+                f.sync_all().unwrap();
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log.with_extension("inputs"))
+                    .unwrap();
+                f.write_all(format!("{}\n", inputs).as_bytes()).unwrap();
                 f.sync_all().unwrap();
             }
             let mode = self
