@@ -20,6 +20,18 @@ pub struct RuleDoc {
 /// and most `ref.*`, are fixed, never accepted).
 pub const LINT_RULES: &[RuleDoc] = &[
     RuleDoc {
+        id: "approval.nobody",
+        finds: "a gated tool (or a `@gate` rule) that needs more distinct approvers than the people who may approve it: its `approved_by`, the rule's `approvals.gates` entry, or the approver roles.",
+        why: "every call it gates waits until its request expires: the tool looks governed and does nothing, and the pressure to approve by other means grows.",
+        fix: "name roles or people who may approve (`approved_by: {roles: [...]}` on the tool, or `approvals.gates.<rule>` in toolgate.yaml), with at least as many people of kind human as `approvers` asks for.",
+    },
+    RuleDoc {
+        id: "approval.self",
+        finds: "a person who may approve a tool's gated calls and may also request them, directly or through an agent that acts for them (`on_behalf_of`).",
+        why: "their own requests are refused, but one person holds both duties: they approve their colleagues' requests under the role they also request with, and colleagues approve theirs.",
+        fix: "split the duties: take the tool away from the person's role, or leave them out of its `approved_by`. Accept it where a small team cannot split them, and say who reviews their approvals.",
+    },
+    RuleDoc {
         id: "schema.not-object",
         finds: "a tool whose `input_schema` is not `type: object`.",
         why: "MCP tool inputs are an object; a schema of another type cannot be checked field by field, and clients send an object anyway.",
@@ -149,7 +161,11 @@ mod tests {
     fn every_rule_the_lint_raises_is_explained() {
         let budget = include_str!("budget.rs");
         let budget_lint = &budget[budget.find("pub fn lint_tool").expect("budget::lint_tool")..];
-        let sources = [include_str!("lint.rs"), budget_lint];
+        let sources = [
+            include_str!("lint.rs"),
+            budget_lint,
+            include_str!("approvers.rs"),
+        ];
         let mut raised = std::collections::BTreeSet::new();
         for src in sources {
             for (i, _) in src.match_indices('"') {
@@ -167,6 +183,7 @@ mod tests {
                     "principal.",
                     "policy.",
                     "accept.",
+                    "approval.",
                 ];
                 let shaped = word
                     .chars()
