@@ -126,7 +126,8 @@ fn check_passes_with_accepted_findings_as_warnings_and_reports_a_stale_acceptanc
     };
     std::fs::write(tmp.path().join("toolgate.yaml"), accept("")).unwrap();
     let args = check::Args {
-        dir: tmp.path().into(),
+        folder: Some(tmp.path().into()),
+        config: ConfigArg { dir: ".".into() },
         json: false,
         cedar_schema: false,
         schema: None,
@@ -140,7 +141,8 @@ fn check_passes_with_accepted_findings_as_warnings_and_reports_a_stale_acceptanc
     let json_args = check::Args {
         json: true,
         ..check::Args {
-            dir: tmp.path().into(),
+            folder: Some(tmp.path().into()),
+            config: ConfigArg { dir: ".".into() },
             json: false,
             cedar_schema: false,
             schema: None,
@@ -187,7 +189,8 @@ fn check_passes_with_accepted_findings_as_warnings_and_reports_a_stale_acceptanc
 fn check_schema_prints_each_file_kind() {
     for kind in ["toolgate", "tools", "principals"] {
         let args = check::Args {
-            dir: ".".into(),
+            folder: None,
+            config: ConfigArg { dir: ".".into() },
             json: false,
             cedar_schema: false,
             schema: Some(kind.into()),
@@ -203,7 +206,8 @@ fn check_schema_prints_each_file_kind() {
         insta::assert_snapshot!(format!("check_schema_{kind}"), text);
     }
     let bad = check::Args {
-        dir: ".".into(),
+        folder: None,
+        config: ConfigArg { dir: ".".into() },
         json: false,
         cedar_schema: false,
         schema: Some("lockfile".into()),
@@ -217,7 +221,8 @@ fn check_schema_prints_each_file_kind() {
 fn check_explain_each_rule() {
     let explain = |rule: &str| {
         let args = check::Args {
-            dir: ".".into(),
+            folder: None,
+            config: ConfigArg { dir: ".".into() },
             json: false,
             cedar_schema: false,
             schema: None,
