@@ -506,6 +506,32 @@ impl Executor {
         }
     }
 
+    /// The audit record of a read toolgate made itself (a destination lookup, the previous
+    /// values before a write): allowed by no check of its own, under `rule`, with no governance
+    /// time.
+    fn lookup_draft(&self, lookup: &Pending, outcome: &StepOutcome, rule: String) -> AuditDraft {
+        let decision = Decision {
+            verdict: Verdict::Allow,
+            checks: Vec::new(),
+            input_hash: InputHash::of(&lookup.inputs),
+            approvals: Vec::new(),
+            shadow: Vec::new(),
+            registry_version: self.registry.version.hash.clone(),
+        };
+        let mut d = self.draft(
+            lookup,
+            &decision,
+            AuditDecision::Lookup,
+            outcome,
+            &[],
+            &[],
+            self.clock.now(),
+        );
+        d.why.rule = Some(rule);
+        d.outcome.governance_us = None;
+        d
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn draft(
         &self,
@@ -1789,25 +1815,7 @@ impl Executor {
             lookups: Vec::new(),
             ..p.clone()
         };
-        let decision = Decision {
-            verdict: Verdict::Allow,
-            checks: Vec::new(),
-            input_hash: InputHash::of(&inputs),
-            approvals: Vec::new(),
-            shadow: Vec::new(),
-            registry_version: self.registry.version.hash.clone(),
-        };
-        let mut d = self.draft(
-            &lp,
-            &decision,
-            AuditDecision::Lookup,
-            &outcome,
-            &[],
-            &[],
-            self.clock.now(),
-        );
-        d.why.rule = Some(rule);
-        d.outcome.governance_us = None;
+        let d = self.lookup_draft(&lp, &outcome, rule);
         let keep = async {
             let mut tx = self.store.begin().await?;
             if let Ok((prev, _)) = &res {
@@ -2223,25 +2231,7 @@ impl Executor {
             lookups: Vec::new(),
             ..p.clone()
         };
-        let decision = Decision {
-            verdict: Verdict::Allow,
-            checks: Vec::new(),
-            input_hash: InputHash::of(&l.inputs),
-            approvals: Vec::new(),
-            shadow: Vec::new(),
-            registry_version: self.registry.version.hash.clone(),
-        };
-        let mut d = self.draft(
-            &lp,
-            &decision,
-            AuditDecision::Lookup,
-            &outcome,
-            &[],
-            &[],
-            self.clock.now(),
-        );
-        d.why.rule = Some(rule);
-        d.outcome.governance_us = None;
+        let d = self.lookup_draft(&lp, &outcome, rule);
         (values, d)
     }
 
