@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 use toolgate_bench::crash::{CrashOptions, StoreKind, crash_table, run_crash};
+use toolgate_bench::fleet::{FleetOptions, run_fleet};
 use toolgate_bench::peers::{PeersOptions, run_peers, run_relay};
 use toolgate_bench::scale::{ScaleOptions, run_scale, scale_table};
 use toolgate_bench::storm::{StormOptions, run_storm, storm_table};
@@ -117,6 +118,34 @@ enum Cmd {
         /// Reads only (no payment.schedule loads).
         #[arg(long)]
         reads_only: bool,
+        #[arg(long)]
+        toolgate: Option<PathBuf>,
+    },
+    /// What one governed call costs PostgreSQL: `toolgate serve` on SQLite and on a PostgreSQL
+    /// database the bench creates and drops, loaded by wrk with a read and a write tool;
+    /// calls/s, p50, p99, toolgate's and the database's CPU per call, and statements, round
+    /// trips and commits per call counted on the wire. Run it with nothing else using the
+    /// PostgreSQL server: its CPU is read from every `postgres` process.
+    Fleet {
+        /// A PostgreSQL server URL whose user may create databases.
+        #[arg(
+            long,
+            env = "TOOLGATE_TEST_DATABASE_URL",
+            default_value = "postgres://postgres@127.0.0.1:5432/test"
+        )]
+        postgres: String,
+        /// Seconds of load per point.
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        /// Concurrency levels (connections).
+        #[arg(long, value_delimiter = ',', default_value = "8,32")]
+        conc: Vec<u32>,
+        /// Reads only (no payment.schedule loads).
+        #[arg(long)]
+        reads_only: bool,
+        /// The `toolgate` binary (default: beside this one).
         #[arg(long)]
         toolgate: Option<PathBuf>,
     },
@@ -286,6 +315,29 @@ async fn main() -> anyhow::Result<()> {
                 toolgate,
                 implicit_runs,
                 writes: !reads_only,
+            })
+            .await?;
+            print!("{table}");
+        }
+        Cmd::Fleet {
+            postgres,
+            secs,
+            rounds,
+            conc,
+            reads_only,
+            toolgate,
+        } => {
+            let toolgate = match toolgate {
+                Some(t) => t,
+                None => std::env::current_exe()?.with_file_name("toolgate"),
+            };
+            let table = run_fleet(&FleetOptions {
+                secs,
+                rounds,
+                conc,
+                toolgate,
+                postgres,
+                reads_only,
             })
             .await?;
             print!("{table}");

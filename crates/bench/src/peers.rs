@@ -61,7 +61,7 @@ pub struct PeersOptions {
 
 /// A path a call takes to the upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hop {
+pub(crate) enum Hop {
     Direct,
     Haproxy,
     Relay,
@@ -94,22 +94,24 @@ impl Hop {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tool {
+pub(crate) enum Tool {
     Read,
     Write,
 }
 
 /// One wrk run.
 #[derive(Debug, Clone)]
-struct Sample {
-    p50_us: f64,
-    p99_us: f64,
-    per_sec: f64,
+pub(crate) struct Sample {
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) per_sec: f64,
+    /// Calls answered.
+    pub(crate) requests: f64,
     /// CPU of the hop's process per call (µs); none for direct.
-    cpu_us: Option<f64>,
-    errors: u64,
+    pub(crate) cpu_us: Option<f64>,
+    pub(crate) errors: u64,
     /// The first error reply, as wrk saw it.
-    first_error: Option<String>,
+    pub(crate) first_error: Option<String>,
 }
 
 struct Endpoint {
@@ -172,7 +174,11 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
                     "fsync"
                 };
                 let dir = scratch.path().join(durability);
-                registry(&dir, &upstream, durability)?;
+                let store = json!({
+                    "url": format!("sqlite://{}", dir.join("bench.db").display()),
+                    "durability": durability,
+                });
+                registry(&dir, &upstream, store)?;
                 let addr = free_port()?;
                 let log = scratch.path().join(format!("toolgate-{durability}.log"));
                 let child = spawn_gateway(&opts.toolgate, &dir, addr, &log).await?;
@@ -256,7 +262,7 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
     Ok(table(opts, tools, &samples))
 }
 
-fn which(tool: &str) -> bool {
+pub(crate) fn which(tool: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
 }
@@ -301,8 +307,8 @@ fn haproxy(dir: &Path, upstream: SocketAddr) -> anyhow::Result<(String, Child)> 
 }
 
 /// The finance example for the bench: payments ungated and unlimited, the bench principal (see
-/// [`crate::prepare_registry`]), the fake at `upstream`, the store in the folder.
-fn registry(dir: &Path, upstream: &str, durability: &str) -> anyhow::Result<()> {
+/// [`crate::prepare_registry`]), the fake at `upstream`, `store` as toolgate.yaml's `store`.
+pub(crate) fn registry(dir: &Path, upstream: &str, store: Value) -> anyhow::Result<()> {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
     copy_dir(&example, dir)?;
     crate::prepare_registry(dir, false)?;
@@ -313,17 +319,14 @@ fn registry(dir: &Path, upstream: &str, durability: &str) -> anyhow::Result<()> 
         "package": config["upstreams"]["erp"]["package"].clone(),
         "timeout_secs": 10.0,
     });
-    config["store"] = json!({
-        "url": format!("sqlite://{}", dir.join("bench.db").display()),
-        "durability": durability,
-    });
+    config["store"] = store;
     std::fs::write(&top, yaml_serde::to_string(&config)?)?;
     toolgate_gateway::pins::rehome_lock(dir).map_err(anyhow::Error::msg)?;
     Ok(())
 }
 
 /// Initializes an MCP session at `url` over plain HTTP and returns its id.
-fn open_session(url: &str, key: &str) -> anyhow::Result<String> {
+pub(crate) fn open_session(url: &str, key: &str) -> anyhow::Result<String> {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "toolgate-bench-peers", "version": "1"}}});
@@ -382,7 +385,7 @@ fn post(
 
 /// The wrk script of one load: the request body (a distinct invoice per write request, in a
 /// block of ids of its own), the session's headers, and the count of error replies.
-fn lua(
+pub(crate) fn lua(
     dir: &Path,
     tool: Tool,
     hop: Hop,
@@ -476,7 +479,7 @@ end
 }
 
 /// CPU time (user + system) of a process so far, in µs.
-fn cpu_us(pid: u32) -> anyhow::Result<f64> {
+pub(crate) fn cpu_us(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) start at its closing parenthesis.
     let rest = stat.rsplit_once(')').context("a /proc stat line")?.1;
@@ -487,7 +490,7 @@ fn cpu_us(pid: u32) -> anyhow::Result<f64> {
     Ok((utime + stime) * 10_000.0)
 }
 
-async fn wrk(
+pub(crate) async fn wrk(
     url: &str,
     script: &Path,
     c: u32,
@@ -528,6 +531,7 @@ async fn wrk(
         p50_us: field("TG_P50 ")?,
         p99_us: field("TG_P99 ")?,
         per_sec: requests / (micros / 1e6),
+        requests,
         cpu_us: before.zip(after).map(|(b, a)| (a - b) / requests.max(1.0)),
         errors: field("TG_ERRORS ")? as u64,
         first_error: text
@@ -537,7 +541,7 @@ async fn wrk(
     })
 }
 
-fn range(values: impl Iterator<Item = f64>) -> String {
+pub(crate) fn range(values: impl Iterator<Item = f64>) -> String {
     let v: Vec<f64> = values.collect();
     if v.is_empty() {
         return "—".into();
@@ -553,7 +557,7 @@ fn range(values: impl Iterator<Item = f64>) -> String {
 }
 
 /// An integer with thousands separators.
-fn group(n: i64) -> String {
+pub(crate) fn group(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, ch) in digits.chars().enumerate() {
