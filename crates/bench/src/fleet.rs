@@ -20,9 +20,10 @@
 //! Query: each makes the client wait for the server) and explicit commits. The relay adds a
 //! hop, so its pass is only counted, never timed.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use serde_json::json;
@@ -92,6 +93,8 @@ struct Counted {
     statements: f64,
     round_trips: f64,
     commits: f64,
+    /// Executions per call of each statement, most first.
+    by_sql: Vec<(String, f64)>,
 }
 
 /// Runs the benchmark and returns its tables (Markdown).
@@ -201,10 +204,22 @@ async fn measure(opts: &FleetOptions, database: &str) -> anyhow::Result<String> 
         let script = load_script(scratch.path(), tool, &counted, block)?;
         block += 1;
         let before = counts.snapshot();
+        let sql_before = counts.by_sql();
         let sample = wrk(&counted.url, &script, 8, opts.secs.min(5), None).await?;
         let after = counts.snapshot();
         let calls = sample.requests.max(1.0);
+        let mut by_sql: Vec<(String, f64)> = counts
+            .by_sql()
+            .into_iter()
+            .map(|(sql, n)| {
+                let n = n - sql_before.get(&sql).copied().unwrap_or(0);
+                (sql, n as f64 / calls)
+            })
+            .filter(|(_, n)| *n >= 0.01)
+            .collect();
+        by_sql.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         wire.push(Counted {
+            by_sql,
             tool,
             calls: sample.requests,
             statements: (after.0 - before.0) as f64 / calls,
@@ -340,6 +355,8 @@ struct WireCounts {
     statements: AtomicU64,
     round_trips: AtomicU64,
     commits: AtomicU64,
+    /// Executions per statement text (whitespace folded), simple queries included.
+    by_sql: Mutex<HashMap<String, u64>>,
 }
 
 impl WireCounts {
@@ -349,6 +366,20 @@ impl WireCounts {
             self.round_trips.load(Ordering::Relaxed),
             self.commits.load(Ordering::Relaxed),
         )
+    }
+
+    fn executed(&self, sql: &str) {
+        let folded = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        *self
+            .by_sql
+            .lock()
+            .expect("the counts' lock")
+            .entry(folded)
+            .or_default() += 1;
+    }
+
+    fn by_sql(&self) -> HashMap<String, u64> {
+        self.by_sql.lock().expect("the counts' lock").clone()
     }
 }
 
@@ -390,6 +421,14 @@ async fn count_relay(listener: TcpListener, server: String, counts: Arc<WireCoun
 struct Frontend {
     started: bool,
     pending: Vec<u8>,
+    /// The text of each statement this connection prepared, by name.
+    prepared: HashMap<String, String>,
+}
+
+/// The NUL-terminated strings at the start of a message body.
+fn c_strings(body: &[u8]) -> impl Iterator<Item = String> + '_ {
+    body.split(|&b| b == 0)
+        .map(|s| String::from_utf8_lossy(s).into_owned())
 }
 
 /// The protocol version 3.0 a start-up packet carries.
@@ -417,6 +456,20 @@ impl Frontend {
                         if sql.len() >= 6 && sql[..6].eq_ignore_ascii_case(b"COMMIT") {
                             counts.commits.fetch_add(1, Ordering::Relaxed);
                         }
+                        if let Some(sql) = c_strings(sql).next() {
+                            counts.executed(&sql);
+                        }
+                    }
+                    b'P' => {
+                        let mut parts = c_strings(&self.pending[5..total]);
+                        if let (Some(name), Some(sql)) = (parts.next(), parts.next()) {
+                            self.prepared.insert(name, sql);
+                        }
+                    }
+                    b'B' => {
+                        let statement = c_strings(&self.pending[5..total]).nth(1);
+                        let sql = statement.and_then(|s| self.prepared.get(&s));
+                        counts.executed(sql.map_or("(an unknown prepared statement)", |s| s));
                     }
                     b'E' => {
                         counts.statements.fetch_add(1, Ordering::Relaxed);
@@ -530,6 +583,21 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
             w.commits
         );
     }
+    for w in wire {
+        let _ = writeln!(
+            t,
+            "\n{} call, executions per call of each statement:\n",
+            match w.tool {
+                Tool::Read => "A read",
+                Tool::Write => "A write",
+            }
+        );
+        for (sql, n) in &w.by_sql {
+            let shown: String = sql.chars().take(140).collect();
+            let more = if shown.len() < sql.len() { "…" } else { "" };
+            let _ = writeln!(t, "- {n:.2} × `{shown}{more}`");
+        }
+    }
     t
 }
 
@@ -582,6 +650,10 @@ mod tests {
             }
             // BEGIN, two Executes, COMMIT; BEGIN, three Syncs, COMMIT; one COMMIT.
             assert_eq!(counts.snapshot(), (4, 5, 1), "chunks of {chunk} bytes");
+            let by_sql = counts.by_sql();
+            assert_eq!(by_sql.get("SELECT 1"), Some(&1), "{by_sql:?}");
+            assert_eq!(by_sql.get("(an unknown prepared statement)"), Some(&1));
+            assert_eq!(by_sql.get("BEGIN"), Some(&1));
             assert!(reader.pending.is_empty());
         }
     }
