@@ -45,14 +45,23 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
         .with_json_response(true);
     let sessions = Arc::new(LocalSessionManager::default());
     let owners = SessionOwners::new(sessions.clone(), shutdown.clone());
+    let lean = Arc::new(crate::lean::Lean {
+        server: GatewayServer::new(gateway.clone(), None),
+        owners: owners.clone(),
+    });
     let mcp = StreamableHttpService::new(
         move || Ok(GatewayServer::new(gateway.clone(), None)),
         sessions,
         config.with_cancellation_token(shutdown),
     );
-    // The credential check runs first (the outer layer), then the session's owner is checked.
+    // The credential check runs first (the outer layer), then the session's owner is checked,
+    // then a plain `tools/call` on a live session is answered without rmcp (lean.rs).
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(
+            lean,
+            crate::lean::tools_call,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             owners,
             crate::sessions::bind,

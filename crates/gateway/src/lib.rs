@@ -17,6 +17,7 @@ mod error;
 pub mod http;
 pub mod jwt;
 pub mod keys;
+mod lean;
 mod logging;
 mod meta;
 pub mod otlp;

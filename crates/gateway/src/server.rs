@@ -474,34 +474,59 @@ impl ServerHandler for GatewayServer {
                 meta.insert(k.clone(), v.clone());
             }
         }
-        let tool = request.name.to_string();
-        let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
-        let registry = self.state.registry();
-        // For the upstream call this may lead to (a preview commit's too): progress goes back to
-        // this client under its token, and the trace context is this request's.
-        let forward = crate::relay::Forward {
-            progress: context
-                .meta
-                .get_progress_token()
-                .or_else(|| request.meta.as_ref()?.get_progress_token())
-                .map(|token| crate::relay::Caller {
-                    peer: context.peer.clone(),
-                    token,
-                }),
-            span: crate::otlp::CallSpan::start(&meta),
-        };
-        let call = async {
-            match crate::preview::route(&registry, &caller.role, &tool) {
-                Some(route) => {
-                    crate::preview::handle(self, &caller, route, request.arguments, &meta).await
-                }
-                None => {
-                    self.governed(&caller, &tool, request.arguments, &meta)
-                        .await
-                }
-            }
-        };
-        let result = crate::relay::scope(forward, call).instrument(span).await?;
+        // Progress an upstream reports goes back to this client under its token.
+        let progress = context
+            .meta
+            .get_progress_token()
+            .or_else(|| request.meta.as_ref()?.get_progress_token())
+            .map(|token| crate::relay::Caller {
+                peer: context.peer.clone(),
+                token,
+            });
+        let result = self.call(caller, request, meta, progress).await?;
         Ok(result.into())
+    }
+}
+
+impl GatewayServer {
+    /// One `tools/call` for `caller`: a preview step or a governed call. `meta` is the
+    /// request's `_meta`; `progress`, the client waiting for progress, if it asked. Boxed: the
+    /// governed call's future is large, and rmcp and the lean path both move it into a task.
+    pub(crate) fn call(
+        &self,
+        caller: Caller,
+        request: CallToolRequestParams,
+        meta: JsonObject,
+        progress: Option<crate::relay::Caller>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<rmcp::model::CallToolResult, ErrorData>>
+                + Send
+                + '_,
+        >,
+    > {
+        Box::pin(async move {
+            let tool = request.name.to_string();
+            let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
+            let registry = self.state.registry();
+            // For the upstream call this may lead to (a preview commit's too): progress and the
+            // trace context of this request.
+            let forward = crate::relay::Forward {
+                progress,
+                span: crate::otlp::CallSpan::start(&meta),
+            };
+            let call = async {
+                match crate::preview::route(&registry, &caller.role, &tool) {
+                    Some(route) => {
+                        crate::preview::handle(self, &caller, route, request.arguments, &meta).await
+                    }
+                    None => {
+                        self.governed(&caller, &tool, request.arguments, &meta)
+                            .await
+                    }
+                }
+            };
+            crate::relay::scope(forward, call).instrument(span).await
+        })
     }
 }

@@ -74,6 +74,16 @@ impl SessionOwners {
         }
     }
 
+    /// Whether `session` is open and was opened by `principal`.
+    pub(crate) async fn is_live(&self, session: &str, principal: &str) -> bool {
+        self.owner(session).is_some_and(|owner| owner == principal)
+            && self
+                .manager
+                .has_session(&session.into())
+                .await
+                .unwrap_or(false)
+    }
+
     /// How many sessions are remembered (for tests).
     pub fn len(&self) -> usize {
         self.owners.lock().expect("owners").len()

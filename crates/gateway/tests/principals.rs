@@ -13,13 +13,21 @@ use crate::common::*;
 const PROTOCOL: &str = "2025-11-25";
 
 /// A raw streamable-HTTP client: exactly the bytes a hostile peer could send.
-struct Raw {
+pub(crate) struct Raw {
     http: reqwest::Client,
     url: String,
 }
 
+/// One reply as [`Raw`] read it.
+pub(crate) struct Reply {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+    pub session: Option<String>,
+}
+
 impl Raw {
-    fn new(url: &str) -> Raw {
+    pub(crate) fn new(url: &str) -> Raw {
         Raw {
             http: reqwest::Client::new(),
             url: url.to_string(),
@@ -32,6 +40,11 @@ impl Raw {
         session: Option<&str>,
         body: Value,
     ) -> (u16, String, Option<String>) {
+        let r = self.send(key, session, body).await;
+        (r.status, r.body, r.session)
+    }
+
+    pub(crate) async fn send(&self, key: &str, session: Option<&str>, body: Value) -> Reply {
         let mut req = self
             .http
             .post(&self.url)
@@ -44,16 +57,22 @@ impl Raw {
             req = req.header("mcp-session-id", s);
         }
         let r = req.send().await.unwrap();
-        let status = r.status().as_u16();
-        let sid = r
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        (status, r.text().await.unwrap(), sid)
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let (session, content_type) = (header("mcp-session-id"), header("content-type"));
+        Reply {
+            status: r.status().as_u16(),
+            content_type: content_type.unwrap_or_default(),
+            session,
+            body: r.text().await.unwrap(),
+        }
     }
 
-    async fn delete(&self, key: &str, session: &str) -> (u16, String) {
+    pub(crate) async fn delete(&self, key: &str, session: &str) -> (u16, String) {
         let r = self
             .http
             .delete(&self.url)
@@ -67,7 +86,7 @@ impl Raw {
     }
 
     /// Opens a session as the holder of `key`.
-    async fn open(&self, key: &str) -> String {
+    pub(crate) async fn open(&self, key: &str) -> String {
         let (status, body, sid) = self
             .post(
                 key,

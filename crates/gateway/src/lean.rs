@@ -1,0 +1,290 @@
+//! The lean path for the request that matters most: a `tools/call` on an open MCP session.
+//!
+//! rmcp serves MCP over streamable HTTP here (sessions, initialization, notifications, every
+//! method). For each request on a session it hands the message to the session's worker task
+//! over a channel and streams the reply back as an event stream, which costs hundreds of
+//! microseconds per call and serialises the calls that share a session. This middleware,
+//! inside the credential and session-owner checks, answers the plain case itself: a POST
+//! holding one JSON-RPC `tools/call` request on a live session the caller opened, with the
+//! headers rmcp requires and nothing it would have to validate further. It runs the same
+//! [`GatewayServer::call`] rmcp's handler runs and answers with one JSON reply, which the
+//! transport allows whenever the client accepts `application/json`.
+//!
+//! Anything else goes on to rmcp untouched (the body, when read, is put back as it was): no
+//! session or another principal's, a batch, a notification, a response, another method, a
+//! progress token (progress needs the session's peer), an `MCP-Protocol-Version` rmcp does not
+//! know, request-level protocol metadata or standard `Mcp-*` headers, a body without a
+//! `Content-Length` or over the limit, or one that does not parse. rmcp then answers as it
+//! always has, errors included.
+//!
+//! The call runs in a task of its own, so a client that hangs up mid-call does not cancel it
+//! halfway: it is decided, forwarded and recorded as if the client had waited, and a retry
+//! finds it.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{CallToolRequestParams, JsonObject, ProtocolVersion};
+use serde_json::{Value, json};
+
+use crate::auth::Caller;
+use crate::server::GatewayServer;
+use crate::sessions::SessionOwners;
+
+/// The largest body the lean path reads (rmcp's own limit).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// What the lean path needs: the server every call runs through, and the sessions' owners.
+#[derive(Clone)]
+pub(crate) struct Lean {
+    pub(crate) server: GatewayServer,
+    pub(crate) owners: Arc<SessionOwners>,
+}
+
+/// axum middleware on `/mcp`, inside the credential check and the session-owner check.
+pub(crate) async fn tools_call(
+    State(lean): State<Arc<Lean>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some((caller, session)) = eligible(&req) else {
+        return next.run(req).await;
+    };
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        // Content-Length said it fits; a body that does not is the client's error.
+        Err(_) => return (StatusCode::BAD_REQUEST, "Bad Request: unreadable body").into_response(),
+    };
+    let Some((id, params, meta)) = parse(&bytes) else {
+        return next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+    };
+    if !lean.owners.is_live(&session, &caller.principal).await {
+        return next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+    }
+    let server = lean.server.clone();
+    let call = tokio::spawn(async move { server.call(caller, params, meta, None).await });
+    let reply = match call.await {
+        Ok(Ok(result)) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Ok(Err(error)) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+        Err(e) => {
+            tracing::error!(error = %e, "a tools/call task failed");
+            json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32603, "message": "toolgate failed while handling this call"}})
+        }
+    };
+    let body = serde_json::to_vec(&reply).expect("a JSON value serialises");
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// The caller and session of a request the lean path may take, judged by its head alone.
+fn eligible(req: &Request) -> Option<(Caller, String)> {
+    if req.method() != Method::POST {
+        return None;
+    }
+    let headers = req.headers();
+    let session = headers.get("mcp-session-id")?.to_str().ok()?.to_string();
+    if !accepts_json_and_events(headers) || !is_json(headers) || !plain_mcp_headers(headers) {
+        return None;
+    }
+    let length: usize = headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    if length > MAX_BODY {
+        return None;
+    }
+    let caller = req.extensions().get::<Caller>()?.clone();
+    Some((caller, session))
+}
+
+/// `Accept` lists both `application/json` and `text/event-stream`, with no parameters (a
+/// weighted list is rmcp's to judge).
+fn accepts_json_and_events(headers: &HeaderMap) -> bool {
+    let mut json = false;
+    let mut events = false;
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        if value.contains(';') || value.contains('"') {
+            return false;
+        }
+        for entry in value.split(',') {
+            let entry = entry.trim();
+            json |= entry.eq_ignore_ascii_case("application/json");
+            events |= entry.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && events
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split_once(';').map_or(v, |(e, _)| e);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        })
+}
+
+/// No `Mcp-*` header but the session id and a protocol version rmcp knows.
+fn plain_mcp_headers(headers: &HeaderMap) -> bool {
+    headers.iter().all(|(name, value)| {
+        let name = name.as_str();
+        if !name.starts_with("mcp-") || name == "mcp-session-id" {
+            return true;
+        }
+        name == "mcp-protocol-version"
+            && value.to_str().is_ok_and(|v| {
+                ProtocolVersion::KNOWN_VERSIONS
+                    .iter()
+                    .any(|k| k.as_str() == v)
+            })
+    })
+}
+
+/// One JSON-RPC `tools/call` request: its id, its parameters and its `_meta`. None for any
+/// other message, and for a request whose `_meta` holds a progress token or protocol metadata.
+fn parse(bytes: &Bytes) -> Option<(Value, CallToolRequestParams, JsonObject)> {
+    let Value::Object(message) = serde_json::from_slice::<Value>(bytes).ok()? else {
+        return None;
+    };
+    if message.get("jsonrpc")? != "2.0" || message.get("method")? != "tools/call" {
+        return None;
+    }
+    if message
+        .keys()
+        .any(|k| !matches!(k.as_str(), "jsonrpc" | "id" | "method" | "params"))
+    {
+        return None;
+    }
+    let id = message.get("id")?;
+    if !(id.is_string() || id.is_i64() || id.is_u64()) {
+        return None;
+    }
+    let params = message.get("params")?;
+    let meta = match params.get("_meta") {
+        None => JsonObject::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return None,
+    };
+    if meta.keys().any(|k| {
+        k == "progressToken"
+            || k.contains("protocolVersion")
+            || k.starts_with("io.modelcontextprotocol")
+    }) {
+        return None;
+    }
+    let params: CallToolRequestParams = serde_json::from_value(params.clone()).ok()?;
+    Some((id.clone(), params, meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(body: &str) -> Option<(Value, String, JsonObject)> {
+        parse(&Bytes::from(body.to_string())).map(|(id, p, m)| (id, p.name.to_string(), m))
+    }
+
+    #[test]
+    fn only_a_single_plain_tools_call_request_is_taken() {
+        let (id, name, meta) = parsed(
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"invoice.search",
+                "arguments":{"status":"received"},"_meta":{"run_id":"r1"}}}"#,
+        )
+        .expect("a plain call");
+        assert_eq!((id, name.as_str()), (json!(7), "invoice.search"));
+        assert_eq!(meta.get("run_id"), Some(&json!("r1")));
+        assert!(
+            parsed(r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x"}}"#)
+                .is_some()
+        );
+
+        for other in [
+            // a batch, a notification, another method, a response
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}]"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            // progress wanted, protocol metadata, an odd id, an extra member, no name
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":3}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"extra":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+            "not json",
+        ] {
+            assert!(parsed(other).is_none(), "taken: {other}");
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn unusual_headers_are_left_to_rmcp() {
+        let both = headers(&[("accept", "application/json, text/event-stream")]);
+        assert!(accepts_json_and_events(&both));
+        let split = headers(&[
+            ("accept", "application/json"),
+            ("accept", "text/event-stream"),
+        ]);
+        assert!(accepts_json_and_events(&split));
+        for (k, v) in [
+            ("accept", "application/json"),
+            ("accept", "application/json;q=0, text/event-stream"),
+            ("accept", "*/*"),
+        ] {
+            assert!(!accepts_json_and_events(&headers(&[(k, v)])), "{v}");
+        }
+        assert!(is_json(&headers(&[(
+            "content-type",
+            "application/json; charset=utf-8"
+        )])));
+        assert!(!is_json(&headers(&[("content-type", "text/plain")])));
+
+        let known = ProtocolVersion::KNOWN_VERSIONS[0].as_str();
+        assert!(plain_mcp_headers(&headers(&[
+            ("mcp-session-id", "abc"),
+            ("mcp-protocol-version", known),
+        ])));
+        assert!(!plain_mcp_headers(&headers(&[(
+            "mcp-protocol-version",
+            "1999-01-01"
+        )])));
+        assert!(!plain_mcp_headers(&headers(&[(
+            "mcp-method",
+            "tools/call"
+        )])));
+    }
+}

@@ -1,0 +1,88 @@
+//! The lean path: a plain `tools/call` on a live session is answered by toolgate itself as one
+//! JSON reply, the same governed call rmcp's handler makes; what it does not take (here, a
+//! call that wants progress, and a call on a closed session) is answered by rmcp as before.
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::principals::Raw;
+
+fn draft(id: u64, invoice: &str, meta: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "note.draft",
+        "arguments": {"invoice_id": invoice, "kind": "query", "text": "Please confirm the date.",
+                      "reason": "ask the supplier about the delivery date"},
+        "_meta": meta}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_call_on_a_session_is_one_json_reply_and_the_rest_is_rmcps() {
+    let h = Harness::start().await;
+    let raw = Raw::new(&h.url);
+    let session = raw.open(WORKER_KEY).await;
+
+    let r = raw
+        .send(
+            WORKER_KEY,
+            Some(&session),
+            draft(41, "INV-20260615", json!({})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.content_type, "application/json", "{}", r.body);
+    let reply: Value = serde_json::from_str(&r.body).expect("one JSON message");
+    assert_eq!(reply["jsonrpc"], "2.0");
+    assert_eq!(reply["id"], 41);
+    assert_ne!(reply["result"]["isError"], true, "{reply}");
+    assert_eq!(h.records_for("draft_note").len(), 1);
+    let audit = h.audit("test-worker").await;
+    assert!(
+        audit.iter().any(|a| a["tool"] == "note.draft"),
+        "the call is in the audit chain: {audit:?}"
+    );
+
+    // A refusal is a result too, on the same path.
+    let r = raw
+        .send(
+            WORKER_KEY,
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": "x-1", "method": "tools/call", "params": {
+                "name": "note.draft", "arguments": {"invoice_id": "bad"}}}),
+        )
+        .await;
+    assert_eq!(r.content_type, "application/json", "{}", r.body);
+    let reply: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(reply["id"], "x-1");
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+
+    // A call that wants progress goes through rmcp, which streams its reply.
+    let r = raw
+        .send(
+            WORKER_KEY,
+            Some(&session),
+            draft(42, "INV-20260612", json!({"progressToken": "p-1"})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.content_type.starts_with("text/event-stream"),
+        "{}",
+        r.content_type
+    );
+    assert!(r.body.contains("\"id\":42"), "{}", r.body);
+    assert_eq!(h.records_for("draft_note").len(), 2);
+
+    // A closed session is rmcp's to answer, and nothing runs.
+    let closed = raw.delete(WORKER_KEY, &session).await;
+    assert!((200..300).contains(&closed.0), "{closed:?}");
+    let r = raw
+        .send(
+            WORKER_KEY,
+            Some(&session),
+            draft(43, "INV-20260610", json!({})),
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(h.records_for("draft_note").len(), 2);
+    h.shutdown().await;
+}
