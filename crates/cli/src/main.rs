@@ -58,8 +58,10 @@ enum Command {
     Log(cmd::log::Args),
     /// Print a run with every step and, with --verbose, every check of every step.
     Trace(cmd::trace::Args),
-    /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call. Reloads the
-    /// registry folder when its files change, on SIGHUP and on `toolgate reload`.
+    /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call, and execute
+    /// the steps of submitted plans, an approved one as soon as it is approved (`--no-worker`
+    /// leaves them to `toolgate worker`). Reloads the registry folder when its files change, on SIGHUP and on `toolgate
+    /// reload`.
     Serve(cmd::serve::Args),
     /// Ask the running `toolgate serve` to reload its registry folder (validated like `check`,
     /// swapped in unless a finding nobody accepted remains; a refused folder leaves the old version serving).
@@ -67,7 +69,8 @@ enum Command {
     /// What the running `toolgate serve` serves, and its last reload attempts and errors.
     Status(cmd::status::Args),
     /// Claim and execute the steps of submitted plans through every check (any number of
-    /// workers may share a PostgreSQL store); stops cleanly on SIGINT or SIGTERM.
+    /// workers, and gateways working the queue, may share a PostgreSQL store); stops cleanly on
+    /// SIGINT or SIGTERM.
     Worker(cmd::worker::Args),
     /// Audit any MCP server's tool contract (a command after `--`, or a URL): table, JSON or SARIF.
     Audit(cmd::audit::Args),

@@ -210,7 +210,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                     )?,
                     Ok(actions::Approved::Queued { step_id }) => writeln!(
                         out,
-                        "approved by {who}: step {step_id} is queued; the gateway runs it once"
+                        "approved by {who}: step {step_id} is queued; a running `toolgate serve` \
+                         on this store executes it once (a `toolgate worker` does where serve \
+                         runs with --no-worker)"
                     )?,
                     Ok(actions::Approved::Ran(r)) => {
                         writeln!(out, "approved by {who}: the step ran: {}", r.status)?
