@@ -1,12 +1,14 @@
 //! The `toolgate` command. Argument parsing and printing only: each subcommand is a function in
-//! `cmd/` that takes parsed arguments and a writer and returns an exit code, so tests call it
-//! directly and snapshot what it printed.
+//! `cmd/` that takes parsed arguments and a writer and returns an [`exit::Exit`] (an error is
+//! `Exit::Failure`, printed with its causes), so tests call it directly and snapshot what it
+//! printed.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod exit;
 mod table;
 
 /// mimalloc rather than glibc's malloc: under load the gateway allocates on every request
@@ -114,12 +116,13 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd::report::run(&a, &mut out),
     };
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(exit) => exit.into(),
         // The reader went away (`toolgate log export | head`): what it wanted, it has.
-        Err(e) if cmd::broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if cmd::broken_pipe(&e) => exit::Exit::Success.into(),
         Err(e) => {
+            // Every cause, outermost first (`opening the store at …: database error: …`).
             eprintln!("toolgate: {e:#}");
-            ExitCode::from(2)
+            exit::Exit::Failure.into()
         }
     }
 }

@@ -3,6 +3,7 @@
 //! it matched, did not match or errored: a rule that did not fire is as visible as one that
 //! did. Nothing is reserved, called or recorded.
 
+use crate::exit::Exit;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -91,7 +92,7 @@ fn keys(registry: &toolgate_core::Registry, tokens: bool) -> anyhow::Result<Appr
     )
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let registry = args.config.load()?;
     let text = match args.file.as_deref() {
         None => read_stdin()?,
@@ -244,9 +245,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         write_policies(out, &input.tool, policies.as_deref())?;
     }
     Ok(match d.verdict {
-        Verdict::Allow => 0,
-        Verdict::Deny { .. } => 1,
-        Verdict::NeedsApproval { .. } => 3,
+        Verdict::Allow => Exit::Success,
+        Verdict::Deny { .. } => Exit::Refused,
+        Verdict::NeedsApproval { .. } => Exit::NeedsApproval,
     })
 }
 
@@ -259,7 +260,7 @@ fn unplanned(
     principal: &str,
     tool: &str,
     d: &toolgate_core::Decision,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<Exit> {
     let reason = unplanned_reason(principal, tool, false);
     if args.json {
         let doc = serde_json::json!({
@@ -285,7 +286,7 @@ fn unplanned(
              decide it as that step."
         )?;
     }
-    Ok(1)
+    Ok(Exit::Refused)
 }
 
 /// Each policy of the call's tool: matched (and what that does), no match, or the error.

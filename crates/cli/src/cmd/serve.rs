@@ -1,5 +1,6 @@
 //! `toolgate serve`: the MCP gateway. Parsing only; everything else is in `toolgate_gateway`.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use clap::ValueEnum;
@@ -83,7 +84,7 @@ pub fn key_source(dev: bool) -> KeySource {
     }
 }
 
-pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<Exit> {
     toolgate_gateway::init_logging(match args.log_format {
         Format::Text => LogFormat::Text,
         Format::Json => LogFormat::Json,
@@ -118,5 +119,5 @@ pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
         .enable_all()
         .build()?;
     rt.block_on(toolgate_gateway::serve(opts))?;
-    Ok(0)
+    Ok(Exit::Success)
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use super::*;
+use crate::exit::Exit;
 
 fn fixture() -> ConfigArg {
     ConfigArg {
@@ -13,9 +14,9 @@ fn fixture() -> ConfigArg {
     }
 }
 
-fn output(f: impl FnOnce(&mut Vec<u8>) -> anyhow::Result<u8>) -> (u8, String) {
+fn output(f: impl FnOnce(&mut Vec<u8>) -> anyhow::Result<crate::exit::Exit>) -> (u8, String) {
     let mut out = Vec::new();
-    let code = f(&mut out).expect("the command runs");
+    let code = f(&mut out).expect("the command runs").code();
     (code, String::from_utf8(out).unwrap())
 }
 
@@ -234,17 +235,17 @@ fn check_explain_each_rule() {
     };
     for rule in toolgate_core::rules::LINT_RULES {
         let (r, text) = explain(rule.id);
-        assert_eq!(r.unwrap(), 0);
+        assert_eq!(r.unwrap(), Exit::Success);
         assert!(
             text.starts_with(rule.id) && text.contains("Fix: "),
             "{text}"
         );
     }
     let (r, text) = explain("irreversible.unguarded");
-    assert_eq!(r.unwrap(), 0);
+    assert_eq!(r.unwrap(), Exit::Success);
     insta::assert_snapshot!("check_explain_irreversible_unguarded", text);
     let (r, text) = explain("all");
-    assert_eq!(r.unwrap(), 0);
+    assert_eq!(r.unwrap(), Exit::Success);
     insta::assert_snapshot!("check_explain_all", text);
     let (r, _) = explain("no.such-rule");
     assert!(r.unwrap_err().to_string().contains("schema.open-object"));
