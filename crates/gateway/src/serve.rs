@@ -377,6 +377,13 @@ impl Gateway {
         Ok(())
     }
 
+    /// Works the plan queue under the serving registry version until `stop` is cancelled, as
+    /// `toolgate serve` does in its own process (see `--no-worker`): reloads are followed, and
+    /// the batch in hand finishes before it returns.
+    pub async fn work_plans(&self, stop: CancellationToken) -> toolgate_store::WorkStats {
+        crate::worker::work_in_gateway(self.state.clone(), stop).await
+    }
+
     /// Closes the upstreams and the store.
     pub async fn close(&self) {
         self.state.upstreams.close().await;

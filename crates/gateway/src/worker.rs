@@ -202,7 +202,8 @@ pub(crate) async fn work_in_gateway(
             let mut pausing = false;
             loop {
                 tokio::select! {
-                    s = &mut stretch => break s,
+                    // A stop or a new version first: nothing more is claimed under the old one.
+                    biased;
                     _ = stop.cancelled(), if !pausing => {
                         pausing = true;
                         let _ = pause_tx.send(true);
@@ -212,6 +213,7 @@ pub(crate) async fn work_in_gateway(
                         swapped = changed.is_ok();
                         let _ = pause_tx.send(true);
                     }
+                    s = &mut stretch => break s,
                 }
             }
         };

@@ -368,3 +368,121 @@ async fn an_approved_planned_step_runs_once_in_serve_without_a_worker_and_once_b
     planner.cancel().await.ok();
     server.stop();
 }
+
+/// In process: the queue worked beside the gateway follows a reload. A step claimed before the
+/// reload is decided under the version serving then, one submitted after under the new one (by
+/// the registry version each audit record names), and stopping returns after the batch in hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_plan_worker_follows_a_reload() {
+    use toolgate_gateway::{Gateway, ServeOptions, Trigger};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ex = crate::common::example_dir();
+    copy_dir(&ex.join("tools"), &dir.join("tools"));
+    copy_dir(&ex.join("policies"), &dir.join("policies"));
+    std::fs::copy(ex.join("principals.yaml"), dir.join("principals.yaml")).unwrap();
+    let record = dir.join("erp-calls.jsonl");
+    let (fake, fake_stop) = crate::common::start_fake_finance(&record, Vec::new()).await;
+    let top = || {
+        format!(
+            "label: reload-test\nstore:\n  url: \"sqlite://toolgate.db\"\nupstreams:\n  erp:\n    url: \"http://{fake}/mcp\"\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 5\n"
+        )
+    };
+    std::fs::write(dir.join("toolgate.yaml"), top()).unwrap();
+    std::fs::copy(ex.join("toolgate.lock"), dir.join("toolgate.lock")).unwrap();
+    toolgate_gateway::pins::rehome_lock(dir).unwrap();
+    let gateway = Gateway::build(&ServeOptions {
+        config_dir: dir.to_path_buf(),
+        http: true,
+        keys: toolgate_gateway::KeySource::Dev,
+        ..ServeOptions::default()
+    })
+    .await
+    .expect("gateway builds");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (addr, fut) = gateway
+        .bind_http("127.0.0.1:0", stop.clone())
+        .await
+        .unwrap();
+    tokio::spawn(fut);
+    let gateway = std::sync::Arc::new(gateway);
+    let working = {
+        let (g, s) = (gateway.clone(), stop.clone());
+        tokio::spawn(async move { g.work_plans(s).await })
+    };
+    let planner = connect(&format!("http://{addr}/mcp"), PLANNER).await;
+    let note = |text: &str| {
+        json!({"goal": "Leave a note", "steps": [{
+            "tool": "note.draft", "purpose": "billing", "worker": "fin-worker",
+            "inputs": {"invoice_id": "INV-20260611", "kind": "info", "text": text},
+            "justification": "Leave a trail on the invoice.", "evidence": ["INV-20260611"]}]})
+    };
+    let version_of = |run: String| {
+        let g = gateway.clone();
+        async move {
+            let recs = g.state.store.audit_records(None, Some(&run)).await.unwrap();
+            recs.iter()
+                .find(|r| r.body.tool == "note.draft")
+                .map(|r| r.body.registry_version.clone())
+                .expect("the step is recorded")
+        }
+    };
+    let submit = |text: &'static str| {
+        let planner = &planner;
+        async move {
+            let r = call(planner, "plan.submit", note(text), billing("Plan a note."))
+                .await
+                .unwrap();
+            assert_ne!(r.is_error, Some(true), "{r:?}");
+            facts(&r)["run_id"].as_str().unwrap().to_string()
+        }
+    };
+    let before = gateway.state.registry().version.hash.clone();
+    let first = submit("Matched against PO-77812.").await;
+    step_becomes(&planner, &first, "done", &String::new).await;
+    assert_eq!(version_of(first).await, before);
+
+    // A reloadable change: the note tool's per-run limit.
+    let notes = dir.join("tools/notes.yaml");
+    let text = std::fs::read_to_string(&notes).unwrap();
+    assert!(text.contains("    rate_limit: 3\n"), "{text}");
+    std::fs::write(
+        &notes,
+        text.replacen("    rate_limit: 3\n", "    rate_limit: 2\n", 1),
+    )
+    .unwrap();
+    let report = gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(
+        report.outcome,
+        toolgate_gateway::ReloadOutcome::Applied,
+        "{report:?}"
+    );
+    let after = gateway.state.registry().version.hash.clone();
+    assert_ne!(after, before);
+    let second = submit("Paid on the value date.").await;
+    step_becomes(&planner, &second, "done", &String::new).await;
+    assert_eq!(
+        version_of(second).await,
+        after,
+        "decided under the version serving"
+    );
+
+    stop.cancel();
+    let stats = tokio::time::timeout(Duration::from_secs(30), working)
+        .await
+        .expect("stops")
+        .unwrap();
+    assert_eq!((stats.executed, stats.done), (2, 2), "{stats:?}");
+    assert_eq!(
+        read_records(&record)
+            .unwrap()
+            .iter()
+            .filter(|r| r.tool == "draft_note")
+            .count(),
+        2
+    );
+    planner.cancel().await.ok();
+    gateway.close().await;
+    fake_stop.cancel();
+}
