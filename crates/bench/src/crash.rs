@@ -213,6 +213,8 @@ pub(crate) async fn spawn_gateway(
         .arg(dir)
         .arg("--http")
         .arg(addr.to_string())
+        // Planned steps are left to the `toolgate worker` processes the scale bench counts.
+        .arg("--no-worker")
         .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
         .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
         .env("RUST_LOG", "warn")

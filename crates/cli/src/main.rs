@@ -1,12 +1,14 @@
 //! The `toolgate` command. Argument parsing and printing only: each subcommand is a function in
-//! `cmd/` that takes parsed arguments and a writer and returns an exit code, so tests call it
-//! directly and snapshot what it printed.
+//! `cmd/` that takes parsed arguments and a writer and returns an [`exit::Exit`] (an error is
+//! `Exit::Failure`, printed with its causes), so tests call it directly and snapshot what it
+//! printed.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod exit;
 mod table;
 
 /// mimalloc rather than glibc's malloc: under load the gateway allocates on every request
@@ -58,8 +60,10 @@ enum Command {
     Log(cmd::log::Args),
     /// Print a run with every step and, with --verbose, every check of every step.
     Trace(cmd::trace::Args),
-    /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call. Reloads the
-    /// registry folder when its files change, on SIGHUP and on `toolgate reload`.
+    /// Serve MCP to agents (streamable HTTP and/or stdio), governing every call, and execute
+    /// the steps of submitted plans, an approved one as soon as it is approved (`--no-worker`
+    /// leaves them to `toolgate worker`). Reloads the registry folder when its files change, on SIGHUP and on `toolgate
+    /// reload`.
     Serve(cmd::serve::Args),
     /// Ask the running `toolgate serve` to reload its registry folder (validated like `check`,
     /// swapped in unless a finding nobody accepted remains; a refused folder leaves the old version serving).
@@ -67,7 +71,8 @@ enum Command {
     /// What the running `toolgate serve` serves, and its last reload attempts and errors.
     Status(cmd::status::Args),
     /// Claim and execute the steps of submitted plans through every check (any number of
-    /// workers may share a PostgreSQL store); stops cleanly on SIGINT or SIGTERM.
+    /// workers, and gateways working the queue, may share a PostgreSQL store); stops cleanly on
+    /// SIGINT or SIGTERM.
     Worker(cmd::worker::Args),
     /// Audit any MCP server's tool contract (a command after `--`, or a URL): table, JSON or SARIF.
     Audit(cmd::audit::Args),
@@ -111,12 +116,13 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd::report::run(&a, &mut out),
     };
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(exit) => exit.into(),
         // The reader went away (`toolgate log export | head`): what it wanted, it has.
-        Err(e) if cmd::broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if cmd::broken_pipe(&e) => exit::Exit::Success.into(),
         Err(e) => {
+            // Every cause, outermost first (`opening the store at …: database error: …`).
             eprintln!("toolgate: {e:#}");
-            ExitCode::from(2)
+            exit::Exit::Failure.into()
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The commands in one shape, as the real binary runs them: every command that reads a store
-//! leaves a missing one missing and fails (never "0 records verified", exit 0); `check` takes
+//! leaves a missing one missing and fails (never "0 records verified", exit 0), and on
+//! PostgreSQL neither creates nor migrates a schema (an empty, older or newer one is an error
+//! naming what to do); `check` takes
 //! `-c` like every other command; `demo` runs from any folder with nothing but the binary, and
 //! each command its "Next" lines print works against the demo's own store; no ANSI colour
 //! reaches a file.
@@ -124,4 +126,163 @@ fn the_demo_runs_from_any_folder_and_its_next_lines_work_on_its_store() {
         }
     }
     assert!(saw_approval, "the Next lines name the parked payment");
+}
+
+/// An empty PostgreSQL database of its own, dropped (connections and all) when this goes.
+struct PgDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    /// `None` (with a notice) when PostgreSQL is unreachable outside CI.
+    fn create(rt: &tokio::runtime::Runtime) -> Option<PgDatabase> {
+        let admin = std::env::var("TOOLGATE_TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string());
+        let name = format!("tg_cli_{}", uuid::Uuid::new_v4().simple());
+        let made = rt.block_on(async {
+            let pool = sqlx::PgPool::connect(&admin).await?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+                .execute(&pool)
+                .await?;
+            pool.close().await;
+            Ok::<_, sqlx::Error>(())
+        });
+        if let Err(e) = made {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI=true and PostgreSQL at {admin} is unusable: {e}");
+            }
+            eprintln!("NOTICE: skipping the PostgreSQL test: {admin}: {e}");
+            return None;
+        }
+        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+        let url = format!("{base}/{name}");
+        Some(PgDatabase { admin, name, url })
+    }
+
+    fn execute(&self, rt: &tokio::runtime::Runtime, sql: &str) {
+        rt.block_on(async {
+            let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        });
+    }
+
+    fn tables(&self, rt: &tokio::runtime::Runtime) -> i64 {
+        rt.block_on(async {
+            let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+            n
+        })
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(p) = sqlx::PgPool::connect(&admin).await {
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                    )))
+                    .execute(&p)
+                    .await;
+                    p.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+#[test]
+fn read_only_commands_never_create_or_migrate_a_postgres_store() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(db) = PgDatabase::create(&rt) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = acme(tmp.path());
+    let run = |args: &[&str]| {
+        let out = toolgate()
+            .args(args)
+            .arg("-c")
+            .arg(&dir)
+            .args(["--store", &db.url])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let read_only: [&[&str]; 6] = [
+        &["trace", "run-1"],
+        &["log", "verify"],
+        &["log", "export", "--principal", "ap-agent"],
+        &["report"],
+        &["approvals", "list"],
+        &["approvals", "show", "00000000-0000-0000-0000-000000000000"],
+    ];
+    // An empty database: each command fails, says what to do, and leaves it empty.
+    for args in read_only {
+        let (code, _, err) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("holds no toolgate store") && err.contains("`toolgate serve`"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(db.tables(&rt), 0, "{args:?} created tables");
+    }
+    // The store `serve` creates: read as it is.
+    rt.block_on(async {
+        let s = toolgate_store::Store::connect(&db.url, Default::default())
+            .await
+            .unwrap();
+        s.close().await;
+    });
+    let (code, out, err) = run(&["approvals", "list"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    // One migration behind this binary: named, and left as it is.
+    db.execute(
+        &rt,
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    );
+    for args in read_only {
+        let (code, _, err) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("schema is older than this toolgate's")
+                && err.contains("`toolgate serve`"),
+            "{args:?}: {err}"
+        );
+    }
+    // Newer than this binary: named too.
+    db.execute(
+        &rt,
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', true, '\\x00'::bytea, 0)",
+    );
+    let (code, _, err) = run(&["log", "verify"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("migrated by a newer toolgate"), "{err}");
 }

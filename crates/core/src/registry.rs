@@ -819,6 +819,33 @@ impl Registry {
     pub fn role(&self, name: &str) -> Option<&RoleConfig> {
         self.roles.get(name)
     }
+
+    /// Whether a `tools/call` of `tool` by `principal` may run only as one of the principal's
+    /// planned steps: its role is plan-bound and lists the tool, which is not a built-in (a
+    /// built-in is answered by toolgate itself). Such a call that matches no pending step of a
+    /// submitted plan is refused with [`UNPLANNED`].
+    pub fn is_plan_bound_call(&self, principal: &str, tool: &str) -> bool {
+        let Some(p) = self.principal(principal) else {
+            return false;
+        };
+        self.role(p.role()).is_some_and(|r| r.plan_bound)
+            && self
+                .tool(tool)
+                .is_some_and(|t| t.is_listed_for(p.role()) && t.config.handler.builtin.is_none())
+    }
+}
+
+/// The rule that refuses a plan-bound principal's call that matches none of its planned steps.
+pub const UNPLANNED: &str = "plan.unplanned";
+
+/// Why a plan-bound principal's call was refused with [`UNPLANNED`]; `in_run`: the call named
+/// its run, and matched no step of that run.
+pub fn unplanned_reason(principal: &str, tool: &str, in_run: bool) -> String {
+    format!(
+        "'{principal}' is plan-bound: it runs only the steps a submitted plan assigned to it, and \
+         this '{tool}' call matches none of them (same tool and exactly the same inputs{})",
+        if in_run { ", in this run" } else { "" }
+    )
 }
 
 /// The checks of a tool's `ask`, `reason_from`, `reason_length` and `idempotency`.

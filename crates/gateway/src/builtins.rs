@@ -23,6 +23,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ResultType};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use toolgate_core::registry::{UNPLANNED, unplanned_reason};
 use toolgate_core::{Clock, Registry, StepStatus};
 use toolgate_store::{
     BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
@@ -68,8 +69,7 @@ pub(crate) async fn intercept(
         Some("plan.submit") => return refuse_plan(&ex, &reg, call, tool).await,
         _ => {}
     }
-    let bound = reg.role(principal.role()).is_some_and(|r| r.plan_bound);
-    if !bound || tool.config.handler.builtin.is_some() {
+    if !reg.is_plan_bound_call(&call.principal, &call.tool) {
         return None;
     }
     Some(planned_call(ex, &reg, call, run_named).await)
@@ -156,13 +156,7 @@ async fn planned_call(
         .await
         .map_err(internal)?;
     let Some(step_id) = found else {
-        let detail = format!(
-            "'{}' is plan-bound: it runs only the steps a submitted plan assigned to it, and this \
-             '{}' call matches none of them (same tool and exactly the same inputs{})",
-            call.principal,
-            call.tool,
-            if run_named { ", in this run" } else { "" }
-        );
+        let detail = unplanned_reason(&call.principal, &call.tool, run_named);
         let seq = ex
             .store
             .record_refusal(
@@ -173,7 +167,7 @@ async fn planned_call(
                 Some(&call.run_id),
                 call.purpose.as_deref(),
                 call.reason.as_deref(),
-                "plan.unplanned",
+                UNPLANNED,
                 &detail,
                 ex.clock.now(),
             )
@@ -182,11 +176,11 @@ async fn planned_call(
         tracing::info!(principal = %call.principal, tool = %call.tool, audit_seq = seq, "unplanned call refused");
         return Ok(readable_error(
             format!(
-                "'{}' was refused (rule plan.unplanned): {detail}. Next: run the steps of your \
+                "'{}' was refused (rule {UNPLANNED}): {detail}. Next: run the steps of your \
                  plan exactly as planned; anything else needs a new plan from the planner.",
                 call.tool
             ),
-            json!({"status": "refused", "tool": call.tool, "check": "plan", "rule": "plan.unplanned",
+            json!({"status": "refused", "tool": call.tool, "check": "plan", "rule": UNPLANNED,
                    "reason": detail, "audit_seq": seq}),
         ));
     };

@@ -1,7 +1,8 @@
 //! Starting and stopping: load the registry, open (and migrate) the store, connect the
 //! upstreams, then serve MCP over streamable HTTP and/or stdio until SIGINT or SIGTERM (or, on
-//! stdio, until the client closes), and stop cleanly: in-flight calls finish and are recorded,
-//! the store's pending group commits are flushed, upstream children are asked to exit.
+//! stdio, until the client closes), working the plan queue in the same process unless told not
+//! to, and stop cleanly: in-flight calls and the batch of planned steps in hand finish and are
+//! recorded, the store's pending group commits are flushed, upstream children are asked to exit.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,9 @@ pub struct ServeOptions {
     pub public_url: Option<String>,
     /// Do not watch the registry folder for changes (SIGHUP and `toolgate reload` still work).
     pub no_watch: bool,
+    /// Do not work the plan queue in this process: approved and submitted planned steps are
+    /// left to `toolgate worker` processes (a deployment that runs dedicated workers).
+    pub no_worker: bool,
     /// Where the approval and redaction keys come from (configured ones by default: missing
     /// keys refuse the start).
     pub keys: KeySource,
@@ -373,6 +377,13 @@ impl Gateway {
         Ok(())
     }
 
+    /// Works the plan queue under the serving registry version until `stop` is cancelled, as
+    /// `toolgate serve` does in its own process (see `--no-worker`): reloads are followed, and
+    /// the batch in hand finishes before it returns.
+    pub async fn work_plans(&self, stop: CancellationToken) -> toolgate_store::WorkStats {
+        crate::worker::work_in_gateway(self.state.clone(), stop).await
+    }
+
     /// Closes the upstreams and the store.
     pub async fn close(&self) {
         self.state.upstreams.close().await;
@@ -514,6 +525,14 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
     } else {
         None
     };
+    // The plan queue: submitted and approved planned steps run here, as a `toolgate worker`
+    // would run them (any number of workers may share the store; a claim is taken once).
+    let plan_worker = (!opts.no_worker).then(|| {
+        tokio::spawn(crate::worker::work_in_gateway(
+            gw.state.clone(),
+            shutdown.clone(),
+        ))
+    });
     if let Some(caller) = stdio_caller {
         let r = gw.serve_stdio(caller, shutdown.clone()).await;
         if http.is_none() {
@@ -525,6 +544,13 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
         match h.await {
             Ok(r) => r?,
             Err(e) => tracing::error!(error = %e, "the HTTP server task failed"),
+        }
+    }
+    if let Some(w) = plan_worker {
+        // The batch in hand finishes and is recorded before the store closes.
+        shutdown.cancel();
+        if let Err(e) = w.await {
+            tracing::error!(error = %e, "the plan worker task failed");
         }
     }
     gw.reloader.clear_status();

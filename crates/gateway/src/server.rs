@@ -47,6 +47,8 @@ pub struct GatewayState {
     pub upstreams: Arc<Upstreams>,
     /// Connected clients to tell when the tool surface may have changed (a reload).
     listeners: std::sync::Mutex<Vec<rmcp::service::Peer<RoleServer>>>,
+    /// Counts registry swaps, for what follows the serving version (the in-process worker).
+    swaps: tokio::sync::watch::Sender<u64>,
 }
 
 impl GatewayState {
@@ -59,7 +61,13 @@ impl GatewayState {
             }),
             upstreams,
             listeners: Default::default(),
+            swaps: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Changes each time [`GatewayState::swap_registry`] puts a version in service.
+    pub fn watch_swaps(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.swaps.subscribe()
     }
 
     /// Remembers a connected client, to send it `notifications/tools/list_changed`.
@@ -108,7 +116,9 @@ impl GatewayState {
             registry: registry.clone(),
             ..self.executor()
         };
-        self.live.swap(Arc::new(Surface { registry, executor }))
+        let old = self.live.swap(Arc::new(Surface { registry, executor }));
+        self.swaps.send_modify(|n| *n += 1);
+        old
     }
 }
 

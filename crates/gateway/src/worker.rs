@@ -8,8 +8,10 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use toolgate_core::{Registry, SystemClock};
 use toolgate_store::{Executor, Store, WorkOptions, WorkStats};
 
@@ -17,6 +19,7 @@ use crate::error::GatewayError;
 use crate::keys::KeySource;
 use crate::pins::Pins;
 use crate::serve::{resolve_keys, resolve_store_url};
+use crate::server::GatewayState;
 use crate::upstream::Upstreams;
 
 /// What `toolgate worker` was asked to do.
@@ -169,4 +172,63 @@ async fn work_until_stopped(
     upstreams.close().await;
     store.close().await;
     Ok(stats)
+}
+
+/// The plan queue worked inside `toolgate serve` (unless it runs with `--no-worker`): the same
+/// loop as `toolgate worker`, under the gateway's serving registry version. When a reload puts
+/// a new version in service the loop stops claiming, finishes the batch in hand under the
+/// version it was decided under, and goes on under the new one; when `stop` is cancelled it
+/// finishes the batch in hand and returns. Recovery and reconciliation are left to the
+/// gateway's own loop, which runs them more often.
+pub(crate) async fn work_in_gateway(
+    state: Arc<GatewayState>,
+    stop: CancellationToken,
+) -> WorkStats {
+    let work = WorkOptions {
+        recover_every: Duration::MAX,
+        ..WorkOptions::default()
+    };
+    let mut swaps = state.watch_swaps();
+    let (pause_tx, pause_rx) = watch::channel(false);
+    let mut total = WorkStats::default();
+    tracing::info!(batch = work.batch, "working the plan queue in this process");
+    loop {
+        swaps.borrow_and_update();
+        let executor = state.executor();
+        let mut swapped = false;
+        let part = {
+            let stretch = executor.work(&work, pause_rx.clone());
+            tokio::pin!(stretch);
+            let mut pausing = false;
+            loop {
+                tokio::select! {
+                    // A stop or a new version first: nothing more is claimed under the old one.
+                    biased;
+                    _ = stop.cancelled(), if !pausing => {
+                        pausing = true;
+                        let _ = pause_tx.send(true);
+                    }
+                    changed = swaps.changed(), if !pausing => {
+                        pausing = true;
+                        swapped = changed.is_ok();
+                        let _ = pause_tx.send(true);
+                    }
+                    s = &mut stretch => break s,
+                }
+            }
+        };
+        total += part;
+        if stop.is_cancelled() || !swapped {
+            break;
+        }
+        let _ = pause_tx.send(false);
+    }
+    tracing::info!(
+        executed = total.executed,
+        done = total.done,
+        refused = total.refused,
+        parked = total.parked,
+        "stopped working the plan queue"
+    );
+    total
 }

@@ -22,6 +22,7 @@ mod preview;
 mod principals;
 mod progress;
 mod reload;
+mod serve_worker;
 mod stdio;
 mod third_party_pinned;
 mod unmodified;

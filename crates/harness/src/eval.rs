@@ -294,14 +294,7 @@ async fn submit_plans(
     runs: &mut BTreeMap<String, String>,
 ) -> anyhow::Result<BTreeMap<usize, rmcp::model::CallToolResult>> {
     let registry = toolgate_core::Registry::load(env.dir.path())?;
-    let bound = |who: &str, tool: &str| {
-        registry.principal(who).is_some_and(|p| {
-            registry.role(p.role()).is_some_and(|r| r.plan_bound)
-                && registry.tool(tool).is_some_and(|t| {
-                    t.is_listed_for(p.role()) && t.config.handler.builtin.is_none()
-                })
-        })
-    };
+    let bound = |who: &str, tool: &str| registry.is_plan_bound_call(who, tool);
     let mut labels: Vec<&str> = Vec::new();
     let mut planned: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, step) in fx.steps.iter().enumerate() {

@@ -170,10 +170,27 @@ impl Default for ConnectOptions {
     }
 }
 
+/// What opening a database does about its schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Migrations {
+    /// Create the database (SQLite) and the schema if missing, and apply what is new:
+    /// the long-running processes (`serve`, `worker`) and tests.
+    Apply,
+    /// Change nothing: the database and exactly this binary's schema must be there already
+    /// (the commands that read or decide on what `serve` recorded).
+    Require,
+}
+
 impl Pool {
-    /// Opens the database named by `url` and runs its migrations.
+    /// Opens the database named by `url`, applying or requiring its migrations.
     /// With [`Durability::Process`], no commit is flushed to the disk on its own.
-    pub async fn connect(url: &str, opts: &ConnectOptions, durability: Durability) -> Result<Pool> {
+    pub async fn connect(
+        url: &str,
+        opts: &ConnectOptions,
+        durability: Durability,
+        migrations: Migrations,
+    ) -> Result<Pool> {
+        let apply = migrations == Migrations::Apply;
         let fsync = durability == Durability::Fsync;
         if url.starts_with("sqlite:") {
             if url.contains(":memory:") || url.contains("mode=memory") {
@@ -183,7 +200,7 @@ impl Pool {
             }
             let o = SqliteConnectOptions::from_str(url)
                 .map_err(|_| StoreError::BadUrl(url.to_string()))?
-                .create_if_missing(true)
+                .create_if_missing(apply)
                 .journal_mode(SqliteJournalMode::Wal)
                 // fsync the WAL on every commit: an acknowledged record survives power loss.
                 // (`durability: process`: written to the WAL, flushed at checkpoints.)
@@ -200,13 +217,33 @@ impl Pool {
                 .max_connections(opts.max_connections.max(2))
                 .connect_with(o.clone())
                 .await?;
-            SQLITE_MIGRATIONS.run(&pool).await?;
+            if apply {
+                SQLITE_MIGRATIONS.run(&pool).await?;
+            } else {
+                let applied = applied_migrations(
+                    sqlx::query_scalar::<_, i64>(
+                        "SELECT count(*) FROM sqlite_master WHERE type = 'table' \
+                         AND name = '_sqlx_migrations'",
+                    )
+                    .fetch_one(&pool)
+                    .await?
+                        > 0,
+                    || {
+                        sqlx::query_scalar::<_, i64>(
+                            "SELECT version FROM _sqlx_migrations WHERE success",
+                        )
+                        .fetch_all(&pool)
+                    },
+                )
+                .await?;
+                require_schema(&SQLITE_MIGRATIONS, applied)?;
+            }
             let lite = Lite::open(o.get_filename(), fsync)?;
             Ok(Pool::Sqlite(pool, lite))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let mut o =
                 PgConnectOptions::from_str(url).map_err(|_| StoreError::BadUrl(url.to_string()))?;
-            if let Some(schema) = &opts.schema {
+            if let Some(schema) = opts.schema.as_ref().filter(|_| apply) {
                 if !schema
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -227,6 +264,17 @@ impl Pool {
                 admin.close().await;
                 o = o.options([("search_path", schema.as_str())]);
             }
+            if let (false, Some(schema)) = (apply, &opts.schema) {
+                if !schema
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    return Err(StoreError::BadUrl(format!(
+                        "{url} (schema '{schema}' must be letters, digits and _)"
+                    )));
+                }
+                o = o.options([("search_path", schema.as_str())]);
+            }
             if !fsync {
                 // The server acknowledges a commit before its WAL is flushed.
                 o = o.options([("synchronous_commit", "off")]);
@@ -235,7 +283,25 @@ impl Pool {
                 .max_connections(opts.max_connections)
                 .connect_with(o)
                 .await?;
-            PG_MIGRATIONS.run(&pool).await?;
+            if apply {
+                PG_MIGRATIONS.run(&pool).await?;
+            } else {
+                let applied = applied_migrations(
+                    sqlx::query_scalar::<_, bool>(
+                        "SELECT to_regclass('_sqlx_migrations') IS NOT NULL",
+                    )
+                    .fetch_one(&pool)
+                    .await?,
+                    || {
+                        sqlx::query_scalar::<_, i64>(
+                            "SELECT version FROM _sqlx_migrations WHERE success",
+                        )
+                        .fetch_all(&pool)
+                    },
+                )
+                .await?;
+                require_schema(&PG_MIGRATIONS, applied)?;
+            }
             Ok(Pool::Postgres(pool))
         } else {
             Err(StoreError::BadUrl(url.to_string()))
@@ -304,6 +370,96 @@ impl Pool {
                 .await?
                 .rows_affected(),
         })
+    }
+}
+
+/// The versions of the migrations applied to a database (`None`: it has no migration table,
+/// so no toolgate schema at all).
+async fn applied_migrations<F, Fut>(has_table: bool, read: F) -> Result<Option<Vec<i64>>>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = std::result::Result<Vec<i64>, sqlx::Error>>,
+{
+    if !has_table {
+        return Ok(None);
+    }
+    Ok(Some(read().await?))
+}
+
+/// Refuses a database whose schema is not exactly `migrator`'s: none at all, older (a
+/// migration of this binary not applied) or newer (one applied that this binary lacks).
+fn require_schema(migrator: &sqlx::migrate::Migrator, applied: Option<Vec<i64>>) -> Result<()> {
+    let Some(applied) = applied else {
+        return Err(StoreError::Schema(SchemaProblem::Missing));
+    };
+    let known: Vec<i64> = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .map(|m| m.version)
+        .collect();
+    if applied.is_empty() {
+        return Err(StoreError::Schema(SchemaProblem::Missing));
+    }
+    let mut missing: Vec<i64> = known
+        .iter()
+        .copied()
+        .filter(|v| !applied.contains(v))
+        .collect();
+    let mut unknown: Vec<i64> = applied
+        .iter()
+        .copied()
+        .filter(|v| !known.contains(v))
+        .collect();
+    missing.sort_unstable();
+    unknown.sort_unstable();
+    if !unknown.is_empty() {
+        return Err(StoreError::Schema(SchemaProblem::Newer { unknown }));
+    }
+    if !missing.is_empty() {
+        return Err(StoreError::Schema(SchemaProblem::Older { missing }));
+    }
+    Ok(())
+}
+
+/// Why a database's schema is not the one this binary reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaProblem {
+    /// No toolgate tables at all (an empty database, or the wrong one).
+    Missing,
+    /// Migrations of this binary not applied yet.
+    Older { missing: Vec<i64> },
+    /// Migrations applied by a newer toolgate that this binary does not know.
+    Newer { unknown: Vec<i64> },
+}
+
+impl std::fmt::Display for SchemaProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |v: &[i64]| {
+            v.iter()
+                .map(|n| format!("{n:04}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            SchemaProblem::Missing => f.write_str(
+                "the database holds no toolgate store (no toolgate tables): nothing has been \
+                 recorded there, or the URL names the wrong database; `toolgate serve` (or \
+                 `toolgate worker`) creates the store when it starts",
+            ),
+            SchemaProblem::Older { missing } => write!(
+                f,
+                "the store's schema is older than this toolgate's (migration(s) {} not applied): \
+                 start this version's `toolgate serve` (or `toolgate worker`) once, which \
+                 migrates it, then run this command again",
+                list(missing)
+            ),
+            SchemaProblem::Newer { unknown } => write!(
+                f,
+                "the store was migrated by a newer toolgate (migration(s) {} unknown to this \
+                 one): use that version of toolgate to read it",
+                list(unknown)
+            ),
+        }
     }
 }
 

@@ -12,6 +12,9 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("migrating the database failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A command that only reads found no store, or a schema it does not read, at the URL.
+    #[error("{0}")]
+    Schema(crate::db::SchemaProblem),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("no {what} with id '{id}'")]

@@ -34,7 +34,7 @@ pub use checkpoint::{
     CheckpointCheck, CheckpointFault, CheckpointOutcome, CheckpointPublicKey, CheckpointRefusal,
     CheckpointReport, CheckpointSigner, KeyId, SignedCheckpoint, read_checkpoints,
 };
-pub use db::ConnectOptions;
+pub use db::{ConnectOptions, SchemaProblem};
 pub use error::{Result, StoreError};
 pub use exec::{
     BoxFuture, CallMeta, CallResult, CallStatus, DirectCall, DryRun, Executor, Handler,

@@ -19,7 +19,7 @@ use crate::audit::{
     self, AuditDecision, AuditDraft, AuditOutcome, AuditRecord, AuditWho, AuditWhy, ChainPoint,
     ChainReport,
 };
-use crate::db::{ConnectOptions, Pool, Row, Tx, args};
+use crate::db::{ConnectOptions, Migrations, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
 use crate::model::{
@@ -254,7 +254,29 @@ impl Store {
 
     /// As [`Store::connect`], with pool settings (a PostgreSQL schema, the pool size).
     pub async fn connect_with(url: &str, cfg: StoreConfig, opts: ConnectOptions) -> Result<Store> {
-        let pool = Pool::connect(url, &opts, cfg.durability).await?;
+        Self::open(url, cfg, opts, Migrations::Apply).await
+    }
+
+    /// Opens a store that a `toolgate serve` created, changing nothing about its schema: for
+    /// the commands that read what was recorded (or record a decision in it). A SQLite file
+    /// that is not there, a database without toolgate's tables, or one whose schema is older
+    /// or newer than this binary's is an error ([`StoreError::Schema`] for the last three)
+    /// saying what to do, never a new empty store.
+    pub async fn connect_existing(
+        url: &str,
+        cfg: StoreConfig,
+        opts: ConnectOptions,
+    ) -> Result<Store> {
+        Self::open(url, cfg, opts, Migrations::Require).await
+    }
+
+    async fn open(
+        url: &str,
+        cfg: StoreConfig,
+        opts: ConnectOptions,
+        migrations: Migrations,
+    ) -> Result<Store> {
+        let pool = Pool::connect(url, &opts, cfg.durability, migrations).await?;
         let (wal_done, wal_ready) = tokio::sync::watch::channel(true);
         if let (Pool::Sqlite(_, lite), n @ 1..) = (&pool, cfg.wal_preallocate) {
             let lite = lite.clone();

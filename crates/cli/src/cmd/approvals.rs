@@ -4,6 +4,7 @@
 //! is exactly what was read. An approved planned step goes back to the queue, and the serving
 //! gateway's workers run it once.
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -108,16 +109,16 @@ fn approver(registry: &Registry, key: &str) -> anyhow::Result<String> {
 }
 
 /// A refusal is printed and exits 1; a failure is an error (exit 2).
-fn refused(out: &mut dyn Write, e: ConsoleError) -> anyhow::Result<u8> {
+fn refused(out: &mut dyn Write, e: ConsoleError) -> anyhow::Result<Exit> {
     if e.is_refusal() {
         writeln!(out, "refused: {e}")?;
-        Ok(1)
+        Ok(Exit::Refused)
     } else {
         Err(e.into())
     }
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     runtime()?.block_on(async {
         let registry = args.config.load()?;
         let store = open_existing(&registry, args.store.as_deref()).await?;
@@ -137,7 +138,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                 let groups = queue::build(reqs, &registry, now, &filter);
                 if groups.is_empty() {
                     writeln!(out, "nothing is waiting for a decision")?;
-                    return Ok(0);
+                    return Ok(Exit::Success);
                 }
                 for g in &groups {
                     writeln!(out, "{} · gated by {} ({})", g.tool, g.rule, g.items.len())?;
@@ -177,7 +178,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                     t.write(out)?;
                     writeln!(out)?;
                 }
-                Ok(0)
+                Ok(Exit::Success)
             }
             Sub::Show { id } => {
                 // Showing needs no key: an executor with a throwaway key only reads.
@@ -187,7 +188,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                     Err(e) => return refused(out, e),
                 };
                 write_item(out, &v)?;
-                Ok(0)
+                Ok(Exit::Success)
             }
             Sub::Approve {
                 id,
@@ -210,7 +211,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                     )?,
                     Ok(actions::Approved::Queued { step_id }) => writeln!(
                         out,
-                        "approved by {who}: step {step_id} is queued; the gateway runs it once"
+                        "approved by {who}: step {step_id} is queued; a running `toolgate serve` \
+                         on this store executes it once (a `toolgate worker` does where serve \
+                         runs with --no-worker)"
                     )?,
                     Ok(actions::Approved::Ran(r)) => {
                         writeln!(out, "approved by {who}: the step ran: {}", r.status)?
@@ -221,7 +224,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                     )?,
                     Err(e) => return refused(out, e),
                 }
-                Ok(0)
+                Ok(Exit::Success)
             }
             Sub::Reject {
                 id,
@@ -233,7 +236,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                 match actions::reject(&exec, id, &who, reason).await {
                     Ok(()) => {
                         writeln!(out, "rejected by {who}: {}", reason.trim())?;
-                        Ok(0)
+                        Ok(Exit::Success)
                     }
                     Err(e) => refused(out, e),
                 }
@@ -441,14 +444,14 @@ mod tests {
             principal: None,
             run: None,
         };
-        assert_eq!(run(&args(&url, list), &mut out).unwrap(), 0);
+        assert_eq!(run(&args(&url, list), &mut out).unwrap(), Exit::Success);
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains(&id) && text.contains("12600.5"), "{text}");
 
         let mut out = Vec::new();
         assert_eq!(
             run(&args(&url, Sub::Show { id: id.clone() }), &mut out).unwrap(),
-            0
+            Exit::Success
         );
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("\"ES9121000418450200051332\""), "{text}");
@@ -467,7 +470,7 @@ mod tests {
             api_key: ALICE_KEY.into(),
         };
         let mut out = Vec::new();
-        assert_eq!(run(&args(&url, wrong), &mut out).unwrap(), 1);
+        assert_eq!(run(&args(&url, wrong), &mut out).unwrap(), Exit::Refused);
         assert!(
             String::from_utf8(out)
                 .unwrap()
@@ -481,7 +484,7 @@ mod tests {
             api_key: ALICE_KEY.into(),
         };
         let mut out = Vec::new();
-        assert_eq!(run(&args(&url, right), &mut out).unwrap(), 0);
+        assert_eq!(run(&args(&url, right), &mut out).unwrap(), Exit::Success);
         assert!(String::from_utf8(out).unwrap().contains("is queued"));
         // Back in the queue for the gateway's workers; nothing ran here.
         assert_eq!(step_status(&url, &step), StepStatus::Pending);
@@ -492,7 +495,7 @@ mod tests {
             api_key: BOB_KEY.into(),
         };
         let mut out = Vec::new();
-        assert_eq!(run(&args(&url, again), &mut out).unwrap(), 1);
+        assert_eq!(run(&args(&url, again), &mut out).unwrap(), Exit::Refused);
     }
 
     #[test]
@@ -510,14 +513,20 @@ mod tests {
             reason: " ".into(),
             api_key: BOB_KEY.into(),
         };
-        assert_eq!(run(&args(&url, empty), &mut Vec::new()).unwrap(), 1);
+        assert_eq!(
+            run(&args(&url, empty), &mut Vec::new()).unwrap(),
+            Exit::Refused
+        );
         assert_eq!(step_status(&url, &step), StepStatus::NeedsApproval);
         let ok = Sub::Reject {
             id,
             reason: "IBAN not in the vendor master".into(),
             api_key: BOB_KEY.into(),
         };
-        assert_eq!(run(&args(&url, ok), &mut Vec::new()).unwrap(), 0);
+        assert_eq!(
+            run(&args(&url, ok), &mut Vec::new()).unwrap(),
+            Exit::Success
+        );
         assert_eq!(step_status(&url, &step), StepStatus::Refused);
     }
 }

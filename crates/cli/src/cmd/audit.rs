@@ -1,5 +1,6 @@
 //! `toolgate audit TARGET`: the tool contract audit of any MCP server, no registry needed.
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -45,7 +46,7 @@ pub enum Format {
     Sarif,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let target = Target::from_words(&args.target).context("name a command or a URL to audit")?;
     let rt = tokio::runtime::Runtime::new()?;
     let seen = rt.block_on(observe(&target, Duration::from_secs(args.timeout)))?;
@@ -90,7 +91,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         );
     }
     Ok(match args.fail_on {
-        Some(t) if report.fails_at(t) => 1,
-        _ => 0,
+        Some(t) if report.fails_at(t) => Exit::Refused,
+        _ => Exit::Success,
     })
 }

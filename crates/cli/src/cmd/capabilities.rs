@@ -1,5 +1,6 @@
 //! `toolgate capabilities list`: what the registry declares, one tool per row.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use crate::cmd::ConfigArg;
@@ -23,7 +24,7 @@ pub enum Action {
     },
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let Action::List { config, role } = &args.action;
     let registry = config.load()?;
     let mut t = Table::new(&[
@@ -61,5 +62,5 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         ]);
     }
     t.write(out)?;
-    Ok(0)
+    Ok(Exit::Success)
 }

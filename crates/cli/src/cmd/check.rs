@@ -1,6 +1,7 @@
 //! `toolgate check [-c DIR]`: the registry lint, with accepted findings as warnings; `--schema
 //! KIND` prints a file kind's JSON Schema for editors, `--explain RULE` what a lint rule is about.
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -43,7 +44,7 @@ impl Args {
     }
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     if let Some(kind) = &args.schema {
         return print_schema(kind, out);
     }
@@ -64,10 +65,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         ),
         Err(LoadError::Unreadable { file, message }) => {
             writeln!(out, "unreadable: {file}: {message}")?;
-            return Ok(2);
+            return Ok(Exit::Failure);
         }
     };
-    let code = if review.is_clean() { 0 } else { 1 };
+    let code = Exit::refused_if(!review.is_clean());
     if args.cedar_schema {
         if let Some(r) = &registry {
             writeln!(
@@ -162,7 +163,7 @@ fn finding_json(
     v
 }
 
-fn print_schema(kind: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+fn print_schema(kind: &str, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let Some(k) = FileKind::from_name(kind) else {
         let names: Vec<&str> = FileKind::ALL.iter().map(|k| k.name()).collect();
         anyhow::bail!(
@@ -171,15 +172,15 @@ fn print_schema(kind: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
         );
     };
     writeln!(out, "{}", serde_json::to_string_pretty(&k.schema())?)?;
-    Ok(0)
+    Ok(Exit::Success)
 }
 
-fn print_explanation(rule: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+fn print_explanation(rule: &str, out: &mut dyn Write) -> anyhow::Result<Exit> {
     if rule == "all" {
         for r in LINT_RULES {
             writeln!(out, "{:<30} {}", r.id, r.finds)?;
         }
-        return Ok(0);
+        return Ok(Exit::Success);
     }
     let Some(r) = explain(rule) else {
         let ids: Vec<&str> = LINT_RULES.iter().map(|r| r.id).collect();
@@ -204,5 +205,5 @@ fn print_explanation(rule: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     } else {
         writeln!(out, "It cannot be accepted.")?;
     }
-    Ok(0)
+    Ok(Exit::Success)
 }

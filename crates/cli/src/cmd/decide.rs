@@ -3,6 +3,7 @@
 //! it matched, did not match or errored: a rule that did not fire is as visible as one that
 //! did. Nothing is reserved, called or recorded.
 
+use crate::exit::Exit;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -16,6 +17,8 @@ use toolgate_core::{
     IdempotencyState, Outcome, PriorCall, RunHistory, Tier, Timestamp, Verdict,
 };
 
+use toolgate_core::registry::{UNPLANNED, unplanned_reason};
+
 use crate::cmd::ConfigArg;
 use crate::table::Table;
 
@@ -26,10 +29,12 @@ pub struct Args {
     /// A JSON file describing the call (`-` or nothing for stdin):
     /// {"principal", "tool", "purpose", "reason", "inputs", "credential", "run": [{"tool","tier",
     ///  "outcome"}], "budgets": {"<principal>": {"act": n, "spend": n}}, "idempotency",
-    ///  "destinations", "approvals": ["tg1…"], "subject", "at_ms"}. `purpose` and `reason` are
-    /// what the call's `_meta` would say; `inputs` are the arguments as an agent sends them
-    /// (with any `purpose`/`reason` arguments the tool lists), and the caller's defaults apply
-    /// as in `serve` (`credential` names the key, for its default purpose).
+    ///  "destinations", "approvals": ["tg1…"], "subject", "at_ms", "planned"}. `purpose` and
+    /// `reason` are what the call's `_meta` would say; `inputs` are the arguments as an agent
+    /// sends them (with any `purpose`/`reason` arguments the tool lists), and the caller's
+    /// defaults apply as in `serve` (`credential` names the key, for its default purpose). A
+    /// principal whose role is plan-bound is refused (`plan.unplanned`), as `serve` refuses it,
+    /// unless `"planned": true` says the call is one of its pending planned steps.
     pub file: Option<PathBuf>,
     /// Print the decision as JSON.
     #[arg(long)]
@@ -65,6 +70,11 @@ pub struct DecideInput {
     pub subject: Option<String>,
     #[serde(default)]
     pub at_ms: Option<i64>,
+    /// The call is one of the principal's pending planned steps (same tool and exactly the
+    /// same inputs). A plan-bound principal's call is decided only then; otherwise `serve`
+    /// refuses it before any other check (`plan.unplanned`), and so does `decide`.
+    #[serde(default)]
+    pub planned: bool,
 }
 
 /// The keys `decide` verifies approval tokens with: the gateway's, read as `serve` reads them
@@ -82,7 +92,7 @@ fn keys(registry: &toolgate_core::Registry, tokens: bool) -> anyhow::Result<Appr
     )
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let registry = args.config.load()?;
     let text = match args.file.as_deref() {
         None => read_stdin()?,
@@ -163,6 +173,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         .map(Timestamp::from_millis)
         .unwrap_or_else(|| toolgate_core::Clock::now(&toolgate_core::SystemClock));
     let d = engine.decide(&req, now);
+    if !input.planned && registry.is_plan_bound_call(&input.principal, &input.tool) {
+        return unplanned(args, out, &registry, &input.principal, &input.tool, &d);
+    }
     let policies = policy::explain(&registry, &req, now);
     if args.json {
         // The decision as the engine returns it, with each policy's outcome beside it.
@@ -232,10 +245,48 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         write_policies(out, &input.tool, policies.as_deref())?;
     }
     Ok(match d.verdict {
-        Verdict::Allow => 0,
-        Verdict::Deny { .. } => 1,
-        Verdict::NeedsApproval { .. } => 3,
+        Verdict::Allow => Exit::Success,
+        Verdict::Deny { .. } => Exit::Refused,
+        Verdict::NeedsApproval { .. } => Exit::NeedsApproval,
     })
+}
+
+/// A plan-bound principal's call that claims no planned step: refused as `serve` refuses it,
+/// before any other check (the gateway records it with no checks), exit 1.
+fn unplanned(
+    args: &Args,
+    out: &mut dyn Write,
+    registry: &toolgate_core::Registry,
+    principal: &str,
+    tool: &str,
+    d: &toolgate_core::Decision,
+) -> anyhow::Result<Exit> {
+    let reason = unplanned_reason(principal, tool, false);
+    if args.json {
+        let doc = serde_json::json!({
+            "verdict": {"kind": "deny", "check": "plan", "rule": UNPLANNED, "reason": reason},
+            "checks": [],
+            "input_hash": d.input_hash,
+            "approvals": [],
+            "shadow": [],
+            "registry_version": d.registry_version,
+            "policies": null,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(out, "decision: DENY at check 'plan' (rule {UNPLANNED})")?;
+        writeln!(out, "reason:   {reason}")?;
+        writeln!(out, "inputs:   {}", d.input_hash)?;
+        writeln!(out, "registry: {}", registry.version)?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "`serve` refuses this call before any other check. A call that matches one of \
+             '{principal}''s pending planned steps runs that step: add \"planned\": true to \
+             decide it as that step."
+        )?;
+    }
+    Ok(Exit::Refused)
 }
 
 /// Each policy of the call's tool: matched (and what that does), no match, or the error.

@@ -1,6 +1,7 @@
 //! `toolgate demo`: both example runs end to end, on an embedded SQLite store by default. The
 //! example registries are compiled into the binary, so it runs from any folder.
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -18,7 +19,7 @@ pub struct Args {
     pub keep: bool,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -38,5 +39,5 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         args.store.as_deref(),
         args.keep,
     ))?;
-    Ok(0)
+    Ok(Exit::Success)
 }

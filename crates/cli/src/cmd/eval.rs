@@ -1,5 +1,6 @@
 //! `toolgate eval DIR`: run the YAML fixtures and fail on any that does not hold.
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -13,7 +14,7 @@ pub struct Args {
     pub store: Option<String>,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -23,5 +24,5 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         args.store.as_deref(),
         out,
     ))?;
-    Ok(if ok { 0 } else { 1 })
+    Ok(Exit::refused_if(!ok))
 }

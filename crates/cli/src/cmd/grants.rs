@@ -1,5 +1,6 @@
 //! `toolgate grants show PRINCIPAL`: what one principal may do, and why.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use toolgate_core::Tier;
@@ -23,7 +24,7 @@ pub enum Action {
     },
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let Action::Show { principal, config } = &args.action;
     let registry = config.load()?;
     let Some(p) = registry.principal(principal) else {
@@ -33,7 +34,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
             "no principal '{principal}'; known: {}",
             known.join(", ")
         )?;
-        return Ok(1);
+        return Ok(Exit::Refused);
     };
     let c = &p.config;
     writeln!(out, "principal  {} ({})", c.id, c.kind)?;
@@ -104,5 +105,5 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         ]);
     }
     t.write(out)?;
-    Ok(0)
+    Ok(Exit::Success)
 }

@@ -6,6 +6,7 @@
 //! prints the new keys once. What it cannot place safely is refused and explained in the
 //! folder's README. `--add` adds upstreams to a folder it wrote, leaving edits in place.
 
+use crate::exit::Exit;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -88,7 +89,7 @@ struct Imported {
     proposals: Vec<Proposal>,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let started = Instant::now();
     let dir = &args.dir;
     let specs = args
@@ -99,7 +100,6 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     prepare_dir(args)?;
     let existing = if args.add {
         let sources = Sources::read(dir)
-            .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("--add: reading the registry in {}", dir.display()))?;
         sources
             .gateway
@@ -216,7 +216,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     } else {
         Lockfile::default()
     };
-    let sources = Sources::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sources = Sources::read(dir)?;
     let approval = Approval::now(approver.clone());
     let mut lines = Vec::new();
     for imp in &imported {
@@ -248,7 +248,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     })?;
 
     summary(out, dir, &imported, keys.as_ref(), &approver, started)?;
-    Ok(0)
+    Ok(Exit::Success)
 }
 
 /// `NAME=CMD ARGS…` or `NAME=URL`.

@@ -2,6 +2,7 @@
 //! secret`: a random approval or redaction key (docs/keys.md), printed or written to a file
 //! only its owner can read.
 
+use crate::exit::Exit;
 use std::io::{Read, Write};
 
 use toolgate_core::registry::api_key_hash;
@@ -28,7 +29,7 @@ pub enum Action {
     },
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match &args.action {
         Action::New => {
             let mut bytes = [0u8; 24];
@@ -64,7 +65,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
             }
         }
     }
-    Ok(0)
+    Ok(Exit::Success)
 }
 
 /// Creates `path` (never overwriting a key already there) readable by its owner only.

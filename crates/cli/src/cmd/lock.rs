@@ -2,6 +2,7 @@
 //! with `toolgate.lock` beside it; `approve` re-pins after a person reviewed the diff and records
 //! who re-pinned what in the registry's audit chain (a `lock_approval` record).
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -69,7 +70,7 @@ pub struct Approve {
     pub store_url: Option<String>,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match &args.action {
         Action::Status(c) => status(c, out),
         Action::Diff(s) => diff(s, out),
@@ -86,7 +87,6 @@ fn lock_path(c: &Common) -> PathBuf {
 /// The upstreams to look at: all declared, or the one named.
 fn upstreams(c: &Common, only: Option<&str>) -> anyhow::Result<Vec<(String, UpstreamConfig)>> {
     let sources = Sources::read(&c.config.dir)
-        .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("reading the registry in {}", c.config.dir.display()))?;
     let all = sources.gateway.upstreams;
     match only {
@@ -133,7 +133,7 @@ fn observe_all(
     Ok(seen)
 }
 
-fn status(c: &Common, out: &mut dyn Write) -> anyhow::Result<u8> {
+fn status(c: &Common, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let lock = Lockfile::read(&lock_path(c))?;
     let pins = PinSet::new(&lock);
     let seen = observe_all(c, None)?;
@@ -157,10 +157,10 @@ fn status(c: &Common, out: &mut dyn Write) -> anyhow::Result<u8> {
             "\nreview with `toolgate lock diff`, then `toolgate lock approve SERVER [TOOL]`"
         )?;
     }
-    Ok(u8::from(!clean))
+    Ok(Exit::refused_if(!clean))
 }
 
-fn diff(s: &Selected, out: &mut dyn Write) -> anyhow::Result<u8> {
+fn diff(s: &Selected, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let lock = Lockfile::read(&lock_path(&s.common))?;
     let pins = PinSet::new(&lock);
     let mut clean = true;
@@ -169,10 +169,10 @@ fn diff(s: &Selected, out: &mut dyn Write) -> anyhow::Result<u8> {
         clean &= v.is_clean() && v.removed.is_empty();
         write!(out, "{}", v.render_diff(s.tool.as_deref()))?;
     }
-    Ok(u8::from(!clean))
+    Ok(Exit::refused_if(!clean))
 }
 
-fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<u8> {
+fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let s = &a.selected;
     let path = lock_path(&s.common);
     let mut lock = Lockfile::read(&path)?;
@@ -224,7 +224,7 @@ fn approve(a: &Approve, out: &mut dyn Write) -> anyhow::Result<u8> {
         approval.at
     )?;
     writeln!(out, "recorded in the audit chain as record {}", seq[0])?;
-    Ok(0)
+    Ok(Exit::Success)
 }
 
 /// The audit record of one `lock approve`: who, what was selected, every pin line written, and

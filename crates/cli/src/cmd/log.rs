@@ -2,6 +2,7 @@
 //! head signed into checkpoints kept outside the database, which is what makes truncation and
 //! rewriting evident to someone who does not trust the database (docs/audit-chain.md).
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -191,7 +192,7 @@ pub enum KeyAction {
     },
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match &args.action {
         Action::Verify(a) => runtime()?.block_on(verify(a, out)),
         Action::Export(a) => runtime()?.block_on(export(a, out)),
@@ -200,12 +201,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     }
 }
 
-async fn verify(args: &VerifyArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+async fn verify(args: &VerifyArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     if args.checkpoints.is_empty() {
         let store = args.store.open().await?;
         let report = store.verify_chain().await?;
         writeln!(out, "{report}")?;
-        return Ok(if report.is_intact() { 0 } else { 1 });
+        return Ok(Exit::refused_if(!report.is_intact()));
     }
     let mut checkpoints = Vec::new();
     for path in &args.checkpoints {
@@ -217,7 +218,7 @@ async fn verify(args: &VerifyArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = args.store.open().await?;
     let report = store.verify_checkpoints(&checkpoints, &keys).await?;
     print_checkpoint_report(&report, out)?;
-    Ok(if report.is_intact() { 0 } else { 1 })
+    Ok(Exit::refused_if(!report.is_intact()))
 }
 
 /// The public keys checkpoints may be signed with: the files given, or the signing key's.
@@ -288,14 +289,14 @@ fn print_checkpoint_report(report: &CheckpointReport, out: &mut dyn Write) -> an
     Ok(())
 }
 
-async fn export(args: &ExportArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+async fn export(args: &ExportArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let store = args.store.open().await?;
     if args.verify {
         let report = store.verify_chain().await?;
         if !report.is_intact() {
             eprintln!("{report}");
             eprintln!("nothing exported for {}", args.principal);
-            return Ok(1);
+            return Ok(Exit::Refused);
         }
         eprintln!("{report}");
     }
@@ -304,10 +305,10 @@ async fn export(args: &ExportArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     out.write_all(&buf)?;
     out.flush()?;
     eprintln!("{n} record(s) for {}", args.principal);
-    Ok(0)
+    Ok(Exit::Success)
 }
 
-async fn checkpoint(args: &CheckpointArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+async fn checkpoint(args: &CheckpointArgs, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let signer = args.key.require()?;
     let sinks = Sinks::new(args)?;
     let store = args.store.open().await?;
@@ -322,11 +323,11 @@ async fn checkpoint(args: &CheckpointArgs, out: &mut dyn Write) -> anyhow::Resul
         {
             CheckpointOutcome::Signed(cp) => {
                 sinks.deliver(&cp, out).await?;
-                Ok(0)
+                Ok(Exit::Success)
             }
             CheckpointOutcome::Refused(why) => {
                 eprintln!("toolgate: no checkpoint written: {why}");
-                Ok(1)
+                Ok(Exit::Refused)
             }
         };
     };
@@ -341,7 +342,7 @@ async fn checkpoint(args: &CheckpointArgs, out: &mut dyn Write) -> anyhow::Resul
                 let delivered = sinks.deliver(&cp, out).await;
                 since = Some(cp);
                 match delivered {
-                    Err(e) if super::broken_pipe(&e) => return Ok(0),
+                    Err(e) if super::broken_pipe(&e) => return Ok(Exit::Success),
                     Err(e) => {
                         eprintln!("toolgate: {e:#}; trying again in {}", show_duration(every))
                     }
@@ -353,7 +354,7 @@ async fn checkpoint(args: &CheckpointArgs, out: &mut dyn Write) -> anyhow::Resul
             }
             Ok(CheckpointOutcome::Refused(why)) => {
                 eprintln!("toolgate: no checkpoint written, stopping: {why}");
-                return Ok(1);
+                return Ok(Exit::Refused);
             }
             Err(e) => eprintln!(
                 "toolgate: checkpoint failed: {e:#}; trying again in {}",
@@ -362,7 +363,7 @@ async fn checkpoint(args: &CheckpointArgs, out: &mut dyn Write) -> anyhow::Resul
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = &mut stop => return Ok(0),
+            _ = &mut stop => return Ok(Exit::Success),
         }
     }
 }
@@ -532,7 +533,7 @@ async fn shutdown() {
     }
 }
 
-fn key(action: &KeyAction, out: &mut dyn Write) -> anyhow::Result<u8> {
+fn key(action: &KeyAction, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match action {
         KeyAction::New { out: None } => {
             let signer = CheckpointSigner::generate()?;
@@ -583,7 +584,7 @@ fn key(action: &KeyAction, out: &mut dyn Write) -> anyhow::Result<u8> {
             write!(out, "{}", signer.public_key().to_pem())?;
         }
     }
-    Ok(0)
+    Ok(Exit::Success)
 }
 
 /// Creates `path` (never replacing a file) with `mode`, and writes `text` to it.

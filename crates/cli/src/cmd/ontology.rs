@@ -1,5 +1,6 @@
 //! `toolgate ontology walk ID`: the path from an entity through its typed relations.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use anyhow::Context;
@@ -22,7 +23,7 @@ pub enum Action {
     },
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let Action::Walk { id, config } = &args.action;
     let top: toolgate_core::config::GatewayFile = toolgate_core::registry::parse_yaml(
         "toolgate.yaml",
@@ -36,11 +37,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
     match ontology.walk(id) {
         Ok(walk) => {
             writeln!(out, "{walk}")?;
-            Ok(0)
+            Ok(Exit::Success)
         }
         Err(e) => {
             writeln!(out, "{e}")?;
-            Ok(1)
+            Ok(Exit::Refused)
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `toolgate registry diff REF`: the registry's tools now, compared with their declarations at a
 //! git revision, each change labelled; a behaviour change without a version bump fails.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use toolgate_contract::registry_diff::{diff_registry, tools_at_revision, tools_on_disk};
@@ -33,7 +34,7 @@ pub struct DiffArgs {
     pub json: bool,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     match &args.action {
         Action::Diff(d) => {
             let old = tools_at_revision(&d.config.dir, &d.rev)?;
@@ -45,7 +46,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
                 write!(out, "{}", diff.render())?;
             }
             let widening = diff.tools.iter().any(|t| t.needs_owner_review());
-            Ok(u8::from(diff.failed() || (d.strict && widening)))
+            Ok(Exit::refused_if(diff.failed() || (d.strict && widening)))
         }
     }
 }

@@ -8,6 +8,7 @@
 //! passes; a folder that fails leaves the serving version in place. One server per folder: with
 //! several processes serving one folder, send each SIGHUP (or rely on their file watches).
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -37,7 +38,7 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let dir = &args.config.dir;
     let before = read_status(dir)?;
     let pid = before.pid;
@@ -65,8 +66,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         write_report(out, &report)?;
     }
     Ok(match report.outcome {
-        ReloadOutcome::Applied | ReloadOutcome::Unchanged => 0,
-        ReloadOutcome::Refused => 1,
+        ReloadOutcome::Applied | ReloadOutcome::Unchanged => Exit::Success,
+        ReloadOutcome::Refused => Exit::Refused,
     })
 }
 

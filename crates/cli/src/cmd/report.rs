@@ -2,6 +2,7 @@
 //! chain, the approval requests and today's budgets; the same figures as the page and
 //! `/metrics`.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use anyhow::bail;
@@ -25,7 +26,7 @@ pub struct Args {
     pub store: Option<String>,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     runtime()?.block_on(async {
         let registry = args.config.load()?;
         let now = SystemClock.now();
@@ -43,6 +44,6 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         } else {
             write!(out, "{}", report.to_text())?;
         }
-        Ok(0)
+        Ok(Exit::Success)
     })
 }

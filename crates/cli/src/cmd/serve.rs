@@ -1,5 +1,6 @@
 //! `toolgate serve`: the MCP gateway. Parsing only; everything else is in `toolgate_gateway`.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use clap::ValueEnum;
@@ -57,6 +58,14 @@ pub struct Args {
     /// still reload it).
     #[arg(long)]
     pub no_watch: bool,
+    /// Do not execute planned steps in this process. By default `serve` also works the plan
+    /// queue: the steps of submitted plans, and a planned step as soon as a person approves it
+    /// (on the page or with `toolgate approvals approve`), run here through every check, as
+    /// `toolgate worker` runs them. Turn it off where dedicated `toolgate worker` processes
+    /// share the store and should be the only ones calling upstreams for planned steps.
+    /// Direct calls parked for approval are unaffected: the agent's retry runs them.
+    #[arg(long)]
+    pub no_worker: bool,
     /// Development only: start even without an approval key and a redaction key, using a
     /// random approval key (approvals die with the process and are not shared with other
     /// processes) and the public development redaction key (redacted values can be guessed
@@ -75,7 +84,7 @@ pub fn key_source(dev: bool) -> KeySource {
     }
 }
 
-pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<Exit> {
     toolgate_gateway::init_logging(match args.log_format {
         Format::Text => LogFormat::Text,
         Format::Json => LogFormat::Json,
@@ -103,11 +112,12 @@ pub fn run(args: &Args, _out: &mut dyn Write) -> anyhow::Result<u8> {
         oauth,
         public_url: args.public_url.clone(),
         no_watch: args.no_watch,
+        no_worker: args.no_worker,
         keys: key_source(args.dev),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(toolgate_gateway::serve(opts))?;
-    Ok(0)
+    Ok(Exit::Success)
 }

@@ -2,6 +2,7 @@
 //! the folder on disk is that version, and the last reload attempts (a refused one with its
 //! problems), from `<folder>/.toolgate/serve.json`.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use toolgate_core::{LoadError, Registry, Timestamp};
@@ -23,7 +24,7 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let dir = &args.config.dir;
     let status = read_status(dir)?;
     if args.json {
@@ -77,5 +78,5 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
             write_report(out, r)?;
         }
     }
-    Ok(if current { 0 } else { 1 })
+    Ok(Exit::refused_if(!current))
 }

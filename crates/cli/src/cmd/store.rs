@@ -1,14 +1,15 @@
 //! Opening the store a registry names, exactly as `serve` does (the gateway's own functions):
 //! a relative SQLite path is resolved against the registry folder, retention, approval expiry
 //! and the redaction key come from `toolgate.yaml`. Commands that only read open it with
-//! [`open_existing`], which never creates one: a store that is not there is an error.
+//! [`open_existing`], which never creates or migrates one: a store that is not there (or not
+//! at this binary's schema) is an error.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use toolgate_core::Registry;
 use toolgate_gateway::{registry_store_config, resolve_store_url};
-use toolgate_store::Store;
+use toolgate_store::{ConnectOptions, Store};
 
 /// Connects (running migrations) to `--store URL` or to the registry's store.
 pub async fn open(registry: &Registry, store_url: Option<&str>) -> anyhow::Result<Store> {
@@ -21,9 +22,12 @@ pub async fn open(registry: &Registry, store_url: Option<&str>) -> anyhow::Resul
         .with_context(|| format!("opening the store at {url}"))
 }
 
-/// As [`open`], for commands that only read: a SQLite store whose file does not exist is an
-/// error (nothing was recorded there, or the folder or `--store` names the wrong one), never
-/// a new empty store reported on as if it held something.
+/// As [`open`], for commands that only read what `serve` recorded (and the approval
+/// decisions): nothing is created or migrated. A SQLite store whose file does not exist, or a
+/// database (SQLite or PostgreSQL) without toolgate's schema or with another version of it,
+/// is an error saying what to do (nothing was recorded there, the folder or `--store` names
+/// the wrong one, or `serve` of this version has not migrated it yet), never a new empty
+/// store reported on as if it held something.
 pub async fn open_existing(registry: &Registry, store_url: Option<&str>) -> anyhow::Result<Store> {
     let url = resolve_store_url(
         &registry.dir,
@@ -39,7 +43,13 @@ pub async fn open_existing(registry: &Registry, store_url: Option<&str>) -> anyh
             registry.dir.display()
         );
     }
-    open(registry, store_url).await
+    Store::connect_existing(
+        &url,
+        registry_store_config(registry),
+        ConnectOptions::default(),
+    )
+    .await
+    .with_context(|| format!("opening the store at {url}"))
 }
 
 /// The file of a `sqlite://` URL (none for an in-memory database).

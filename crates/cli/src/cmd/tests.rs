@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use super::*;
+use crate::exit::Exit;
 
 fn fixture() -> ConfigArg {
     ConfigArg {
@@ -13,9 +14,9 @@ fn fixture() -> ConfigArg {
     }
 }
 
-fn output(f: impl FnOnce(&mut Vec<u8>) -> anyhow::Result<u8>) -> (u8, String) {
+fn output(f: impl FnOnce(&mut Vec<u8>) -> anyhow::Result<crate::exit::Exit>) -> (u8, String) {
     let mut out = Vec::new();
-    let code = f(&mut out).expect("the command runs");
+    let code = f(&mut out).expect("the command runs").code();
     (code, String::from_utf8(out).unwrap())
 }
 
@@ -234,17 +235,17 @@ fn check_explain_each_rule() {
     };
     for rule in toolgate_core::rules::LINT_RULES {
         let (r, text) = explain(rule.id);
-        assert_eq!(r.unwrap(), 0);
+        assert_eq!(r.unwrap(), Exit::Success);
         assert!(
             text.starts_with(rule.id) && text.contains("Fix: "),
             "{text}"
         );
     }
     let (r, text) = explain("irreversible.unguarded");
-    assert_eq!(r.unwrap(), 0);
+    assert_eq!(r.unwrap(), Exit::Success);
     insta::assert_snapshot!("check_explain_irreversible_unguarded", text);
     let (r, text) = explain("all");
-    assert_eq!(r.unwrap(), 0);
+    assert_eq!(r.unwrap(), Exit::Success);
     insta::assert_snapshot!("check_explain_all", text);
     let (r, _) = explain("no.such-rule");
     assert!(r.unwrap_err().to_string().contains("schema.open-object"));
@@ -310,6 +311,67 @@ fn decide_prints_the_first_failure_and_every_other_check() {
     );
     assert_eq!(code, 1);
     insta::assert_snapshot!(text);
+}
+
+/// The finance example's plan-bound worker: a direct call is refused as `serve` refuses it
+/// (before any other check, `plan.unplanned`); as one of its planned steps it is decided.
+#[test]
+fn decide_refuses_a_plan_bound_direct_call_as_serve_does() {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/finance"
+    ));
+    let call = |planned: &str, json: bool| {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            tmp.path(),
+            format!(
+                r#"{{"principal": "fin-worker", "tool": "payment.schedule", "purpose": "billing",
+                    "inputs": {{"invoice_id": "INV-20260611", "amount": 4180, "currency": "EUR",
+                               "value_date": "2026-06-30",
+                               "reason": "Three-way match complete against PO-77812."}},
+                    "at_ms": 1790000000000{planned}}}"#
+            ),
+        )
+        .unwrap();
+        let args = decide::Args {
+            config: ConfigArg { dir: dir.clone() },
+            file: Some(tmp.path().into()),
+            json,
+        };
+        output(|o| decide::run(&args, o))
+    };
+    let (code, text) = call("", false);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.starts_with("decision: DENY at check 'plan' (rule plan.unplanned)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&toolgate_core::registry::unplanned_reason(
+            "fin-worker",
+            "payment.schedule",
+            false
+        )),
+        "the reason serve gives: {text}"
+    );
+    let (code, text) = call("", true);
+    assert_eq!(code, 1, "{text}");
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["verdict"]["rule"], "plan.unplanned", "{doc}");
+    assert_eq!(doc["verdict"]["kind"], "deny", "{doc}");
+    // As the planned step it is: a payment, gated for a person.
+    let (code, text) = call(r#", "planned": true"#, false);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("NEEDS APPROVAL"), "{text}");
+    // A role that is not plan-bound is decided as before (the acme worker's payment).
+    let (code, _) = decide_with(
+        r#"{"principal": "fin-worker", "tool": "payment.schedule", "purpose": "billing", "reason": "due",
+            "inputs": {"invoice_id": "INV-20260611", "amount": 12000, "currency": "EUR",
+                       "value_date": "2026-06-30", "reason": "Three-way match complete against PO-77812."},
+            "at_ms": 1790000000000}"#,
+    );
+    assert_eq!(code, 3);
 }
 
 #[test]

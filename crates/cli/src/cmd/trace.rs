@@ -1,5 +1,6 @@
 //! `toolgate trace RUN [--verbose]`: a run, step by step, with every check of every step.
 
+use crate::exit::Exit;
 use std::io::Write;
 
 use crate::cmd::ConfigArg;
@@ -21,7 +22,7 @@ pub struct Args {
     pub store: Option<String>,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     runtime()?.block_on(async {
         let registry = args.config.load()?;
         let store = open_existing(&registry, args.store.as_deref()).await?;
@@ -36,6 +37,6 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         }
         let text = store.trace(&args.run, args.verbose).await?;
         write!(out, "{text}")?;
-        Ok(0)
+        Ok(Exit::Success)
     })
 }

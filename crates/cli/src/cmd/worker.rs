@@ -1,6 +1,7 @@
 //! `toolgate worker`: claims and executes the steps of submitted plans. Parsing and printing
 //! only; the loop is `toolgate_gateway::worker`.
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ pub struct Args {
     pub dev: bool,
 }
 
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     toolgate_gateway::init_logging(match args.log_format {
         Format::Text => LogFormat::Text,
         Format::Json => LogFormat::Json,
@@ -66,5 +67,5 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<u8> {
         "worker stopped: {} step(s) executed ({} done, {} refused, {} parked for approval, {} other), {} recovered",
         stats.executed, stats.done, stats.refused, stats.parked, stats.other, stats.recovered
     )?;
-    Ok(0)
+    Ok(Exit::Success)
 }
