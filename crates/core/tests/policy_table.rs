@@ -55,8 +55,8 @@ fn approval(
 }
 
 fn history(entries: &[(&str, Tier, PriorOutcome)]) -> RunHistory {
-    RunHistory {
-        calls: entries
+    RunHistory::of_calls(
+        entries
             .iter()
             .map(|(t, tier, o)| PriorCall {
                 tool: t.to_string(),
@@ -64,7 +64,7 @@ fn history(entries: &[(&str, Tier, PriorOutcome)]) -> RunHistory {
                 outcome: *o,
             })
             .collect(),
-    }
+    )
 }
 
 /// What a row expects.

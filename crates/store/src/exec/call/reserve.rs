@@ -1,0 +1,427 @@
+//! The reservation of an allowed call, in the transaction that decided it: the idempotency
+//! key, the step row, window and daily budgets up the parent chain, and the approval nonces.
+//! A conditional write can still lose a race the engine could not see (another call took the
+//! key or the last unit of budget); the call is then refused, and nothing stays reserved.
+
+use crate::exec::*;
+
+use super::LedgerView;
+
+impl Executor {
+    /// Reserves an allowed call: `Call` when it may run, or settled when a race was lost.
+    pub(crate) async fn reserve_allowed(
+        &self,
+        tx: &mut Tx,
+        mut p: Pending,
+        decision: Decision,
+        view: LedgerView,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Prepared> {
+        let tier = self
+            .registry
+            .tool(&p.tool)
+            .expect("an allowed call names a registry tool")
+            .config
+            .tier;
+        let lost = self
+            .reserve(
+                tx,
+                &mut p,
+                &decision,
+                tier,
+                &view.chain,
+                &view.subject,
+                now,
+                cache,
+            )
+            .await?;
+        let Some((status, rule, reason)) = lost else {
+            return Ok(Prepared::Call {
+                p,
+                approvals: decision.approvals.clone(),
+                decision,
+                tokens: view.tokens,
+            });
+        };
+        // A race lost after the engine allowed: the record says which check ended up failing,
+        // not "allow" — except that another attempt of the same call taking the key first is
+        // no failure: nothing runs, and the retry hears that it is in progress (not a denial
+        // of the run).
+        let mut decision = decision;
+        let in_progress = status == CallStatus::InProgress;
+        if !in_progress {
+            let check = if rule.starts_with("budget.") {
+                CheckName::Budget
+            } else {
+                CheckName::Idempotency
+            };
+            overrule(&mut decision, check, &rule, &reason);
+        }
+        let mut outcome = StepOutcome::status(if in_progress {
+            StepStatus::Running
+        } else {
+            StepStatus::Refused
+        });
+        outcome.rule = Some(rule);
+        outcome.error = Some(reason);
+        if p.kind != StepKind::Direct && status == CallStatus::Refused {
+            self.settle_inline(tx, &p, &outcome, now).await?;
+        }
+        let kind = if in_progress {
+            AuditDecision::Replay
+        } else {
+            AuditDecision::Deny
+        };
+        self.settled(tx, p, status, decision, kind, outcome, now)
+            .await
+    }
+
+    /// How long a completed call of `tool` is replayed (ms): the tool's own retention or the
+    /// registry's, never shorter than the approval expiry.
+    pub(crate) fn retention_ms(&self, tool: &str) -> i64 {
+        let cfg = self.store.config();
+        match self
+            .registry
+            .tool(tool)
+            .and_then(|t| t.config.idempotency.retention_hours)
+        {
+            Some(h) => h.max(cfg.approval_expiry_hours) * 3_600_000,
+            None => cfg.retention_ms(),
+        }
+    }
+
+    /// Reserves the key, the budgets up the parent chain and the approval nonces. On a lost
+    /// race returns why (and leaves nothing reserved).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn reserve(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        decision: &Decision,
+        tier: Tier,
+        chain: &[String],
+        subject: &str,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Option<(CallStatus, String, String)>> {
+        let reg: &Registry = &self.registry;
+        let input_hash = InputHash::of(&p.inputs);
+        let retention = self.retention_ms(&p.tool);
+        let expires = now.millis() + retention;
+        // A direct read that does not replay takes no key: a new step every time, whose key
+        // column is made unique with its id. Anything else takes the key.
+        let keyed = p.kind != StepKind::Direct || reg.tool(&p.tool).is_none_or(replays);
+        // A direct call's step: the one an earlier attempt of this operation left (to be
+        // retried: it failed retryably), or a new one. Known before the key is taken, so the key
+        // row names it from the start. An earlier step of another principal (a key shared
+        // across principals), or one settled longer ago than the retention, is not this call's:
+        // its key is archived and a new step made.
+        let existing = if p.kind == StepKind::Direct && keyed {
+            let found = match tx
+                .opt(
+                    "SELECT step_id, attempts, principal, updated_at, run_id FROM steps WHERE idem_key = $1",
+                    args![p.idem_key.as_str()],
+                )
+                .await?
+            {
+                Some(r) if r.text(2)? == p.principal && r.i64(3)? + retention > now.millis() => {
+                    // The retry is recorded in the run of the step it retries.
+                    p.run_id = r.text(4)?;
+                    Some((r.text(0)?, r.i64(1)?))
+                }
+                Some(_) => {
+                    archive_key(tx, p.idem_key.as_str()).await?;
+                    None
+                }
+                None => None,
+            };
+            p.step_id = found.as_ref().map_or_else(new_id, |(id, _)| id.clone());
+            found
+        } else {
+            if p.kind == StepKind::Direct {
+                p.step_id = new_id();
+            }
+            None
+        };
+        let won = if keyed {
+            tx.exec(
+                "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, expires_at) \
+                 VALUES ($1, $2, 'in_flight', NULL, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING",
+                args![p.idem_key.as_str(), input_hash.as_str(), &p.step_id, now.millis(), expires],
+            )
+            .await?
+        } else {
+            1
+        };
+        if won == 0 {
+            if self.toggles.get().reserve_before_call {
+                return Ok(Some((
+                    CallStatus::InProgress,
+                    "idempotency.in_progress".into(),
+                    "the same call is in progress; check its status instead of retrying".into(),
+                )));
+            }
+            // Reservation switched off (fault evaluation): the key row follows the newest step.
+            tx.exec(
+                "UPDATE idempotency SET step_id = $1 WHERE idem_key = $2",
+                args![&p.step_id, p.idem_key.as_str()],
+            )
+            .await?;
+        }
+
+        // The step row: a planned step is already claimed; a direct call gets (or re-arms) one.
+        if p.kind == StepKind::Direct {
+            let tool = reg.tool(&p.tool).expect("checked by the caller");
+            let role = reg
+                .principal(&p.principal)
+                .map(|x| x.role().to_string())
+                .unwrap_or_default();
+            Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
+            // A direct call cannot outlast its timeout: once that (and two seconds to record the
+            // outcome) has passed with the step still running, whoever made it is gone and
+            // recovery may settle it.
+            let cfg = self.store.config();
+            let lease = now.millis()
+                + cfg
+                    .lease
+                    .min(cfg.call_timeout + Duration::from_secs(2))
+                    .as_millis() as i64;
+            let allowed = decision_json(decision);
+            match existing {
+                Some((id, attempts)) => {
+                    if attempts >= 4 {
+                        tx.exec(
+                            "DELETE FROM idempotency WHERE idem_key = $1",
+                            args![p.idem_key.as_str()],
+                        )
+                        .await?;
+                        return Ok(Some((
+                            CallStatus::Refused,
+                            "attempts.exhausted".into(),
+                            "this call was attempted 4 times; it will not be retried again".into(),
+                        )));
+                    }
+                    tx.exec(
+                        "UPDATE steps SET status = 'running', attempts = attempts + 1, \
+                         lease_until = $1, updated_at = $2, outcome = NULL, decision = $4 \
+                         WHERE step_id = $3",
+                        args![lease, now.millis(), &id, &allowed],
+                    )
+                    .await?;
+                    p.step_id = id;
+                    p.attempts = attempts + 1;
+                }
+                None => {
+                    let seq = crate::ledger::runs::next_seq(tx, &p.run_id).await?;
+                    p.seq = seq;
+                    p.attempts = 1;
+                    insert_step(
+                        tx,
+                        NewStep {
+                            step_id: &p.step_id,
+                            run_id: &p.run_id,
+                            seq,
+                            kind: StepKind::Direct,
+                            principal: &p.principal,
+                            role: &role,
+                            tool: &p.tool,
+                            effect: tool.config.effect,
+                            tier: tool.config.tier,
+                            purpose: p.purpose.as_deref(),
+                            reason: p.reason.as_deref(),
+                            evidence: &p.evidence,
+                            actor: &p.actor,
+                            inputs: &p.inputs,
+                            idem_key: &if keyed {
+                                p.idem_key.to_string()
+                            } else {
+                                format!("{}/{}", p.idem_key, p.step_id)
+                            },
+                            status: StepStatus::Running,
+                            attempts: 1,
+                            compensates: None,
+                            lease_until: Some(lease),
+                            decision: Some(&allowed),
+                            now,
+                        },
+                    )
+                    .await?;
+                }
+            }
+        }
+
+        if p.kind != StepKind::Direct {
+            // A claimed planned step keeps its decision too, for recovery (see `decision_json`).
+            tx.exec(
+                "UPDATE steps SET decision = $1 WHERE step_id = $2",
+                args![decision_json(decision), &p.step_id],
+            )
+            .await?;
+        }
+
+        // Window budgets first (`window`), so a refusal there leaves no counter to undo.
+        if let Some(t) = reg.tool(&p.tool).filter(|t| !t.windows.is_empty())
+            && let Some((rule, reason)) =
+                crate::window::reserve(tx, t, chain, &p.principal, &p.inputs, &p.step_id, now)
+                    .await?
+        {
+            self.unreserve_key(tx, p).await?;
+            return Ok(Some((CallStatus::Refused, rule, reason)));
+        }
+
+        // Budgets: every counter in the chain that has a limit, in one order everywhere (no
+        // deadlocks between workers), each a conditional increment.
+        if tier != Tier::Read {
+            let day = now.utc_day();
+            let mut limited: Vec<(&str, u32)> = chain
+                .iter()
+                .filter_map(|id| {
+                    reg.principal(id)
+                        .and_then(|pr| pr.budget(tier))
+                        .map(|l| (id.as_str(), l))
+                })
+                .collect();
+            limited.sort();
+            if !tx.is_pg() {
+                // SQLite: this transaction holds the only write lock and the cache was read
+                // inside it, so the check is exact; the increments are written once per
+                // counter when the batch commits (`flush`).
+                for (id, limit) in &limited {
+                    let used = cache
+                        .budgets
+                        .get(*id)
+                        .and_then(|m| m.get(&tier))
+                        .copied()
+                        .unwrap_or(0);
+                    if used >= *limit {
+                        crate::window::release(tx, &p.step_id).await?;
+                        self.unreserve_key(tx, p).await?;
+                        return Ok(Some((
+                            CallStatus::Refused,
+                            format!("budget.{tier}"),
+                            format!(
+                                "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
+                            ),
+                        )));
+                    }
+                }
+                for (id, _) in &limited {
+                    *cache
+                        .budgets
+                        .entry(id.to_string())
+                        .or_default()
+                        .entry(tier)
+                        .or_default() += 1;
+                    *cache.deltas.entry((id.to_string(), tier, day)).or_default() += 1;
+                    cache
+                        .reservations
+                        .push((p.step_id.clone(), id.to_string(), tier, day));
+                }
+            } else {
+                let mut taken: Vec<&str> = Vec::new();
+                for (id, limit) in &limited {
+                    if cache.ensured.insert((id.to_string(), tier, day)) {
+                        tx.exec(
+                        "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
+                         ON CONFLICT (principal, tier, day) DO NOTHING",
+                        args![*id, tier.as_str(), day],
+                    )
+                    .await?;
+                    }
+                    let ok = tx
+                        .exec(
+                            "UPDATE budget_usage SET used = used + 1 \
+                         WHERE principal = $1 AND tier = $2 AND day = $3 AND used < $4",
+                            args![*id, tier.as_str(), day, *limit as i64],
+                        )
+                        .await?;
+                    if ok == 0 {
+                        for t in &taken {
+                            tx.exec(
+                            "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3",
+                            args![*t, tier.as_str(), day],
+                        )
+                        .await?;
+                        }
+                        crate::window::release(tx, &p.step_id).await?;
+                        self.unreserve_key(tx, p).await?;
+                        return Ok(Some((
+                            CallStatus::Refused,
+                            format!("budget.{tier}"),
+                            format!(
+                                "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
+                            ),
+                        )));
+                    }
+                    taken.push(id);
+                }
+                for id in &taken {
+                    *cache
+                        .budgets
+                        .entry(id.to_string())
+                        .or_default()
+                        .entry(tier)
+                        .or_default() += 1;
+                    tx.exec(
+                    "INSERT INTO budget_reservations (step_id, principal, tier, day) VALUES ($1, $2, $3, $4)",
+                    args![&p.step_id, *id, tier.as_str(), day],
+                )
+                .await?;
+                }
+            }
+        }
+
+        // Approvals: single-use, consumed here, in the transaction that starts the call.
+        for c in &decision.approvals {
+            let fresh = tx
+                .exec(
+                    "INSERT INTO consumed_nonces (nonce, subject, consumed_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (nonce) DO NOTHING",
+                    args![&c.nonce, subject, now.millis()],
+                )
+                .await?;
+            if fresh == 0 {
+                // Another call consumed it between our read and now: fail closed.
+                return Err(StoreError::Token(toolgate_core::TokenError::Reused(
+                    c.nonce.clone(),
+                )));
+            }
+        }
+        if !decision.approvals.is_empty() {
+            tx.exec(
+                "UPDATE approval_requests SET status = 'consumed', decided_at = COALESCE(decided_at, $1) \
+                 WHERE subject = $2 AND status IN ('approved', 'pending')",
+                args![now.millis(), subject],
+            )
+            .await?;
+            let approval = json!({
+                "by": decision.approvals.iter().map(|c| c.approver.clone()).collect::<Vec<_>>(),
+                "at": now.millis(),
+                "input_hash": decision.input_hash.as_str(),
+            });
+            tx.exec(
+                "UPDATE steps SET approval = $1 WHERE step_id = $2",
+                args![canonical(&approval), &p.step_id],
+            )
+            .await?;
+        }
+        Ok(None)
+    }
+
+    pub(crate) async fn unreserve_key(&self, tx: &mut Tx, p: &Pending) -> Result<()> {
+        tx.exec(
+            "DELETE FROM idempotency WHERE idem_key = $1 AND state = 'in_flight'",
+            args![p.idem_key.as_str()],
+        )
+        .await?;
+        if p.kind == StepKind::Direct {
+            tx.exec(
+                "UPDATE steps SET status = 'failed', lease_until = NULL WHERE step_id = $1",
+                args![&p.step_id],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
