@@ -68,12 +68,7 @@ impl Executor {
 
     /// The claim transaction: marks the steps running (leased), then decides and reserves them
     /// in the same transaction unless one needs a destination lookup.
-    async fn claim(
-        &self,
-        by: Claim<'_>,
-        now: Timestamp,
-        started: Instant,
-    ) -> Result<Claimed> {
+    async fn claim(&self, by: Claim<'_>, now: Timestamp, started: Instant) -> Result<Claimed> {
         let lease = now.millis() + self.store.config().lease.as_millis() as i64;
         let mut tx = self.store.begin().await?;
         let rows = match by {
