@@ -285,53 +285,7 @@ pub(crate) struct HeldKey {
     step_status: Option<StepStatus>,
 }
 
-/// What one claim transaction has read already: each principal's budget use, kept current by
-/// the batch's own reservations. On SQLite the transaction holds the only
-/// write lock, so this is exact; on PostgreSQL the conditional updates stay authoritative.
-#[derive(Default)]
-pub(crate) struct BatchCache {
-    budgets: HashMap<String, HashMap<Tier, u32>>,
-    ensured: HashSet<(String, Tier, i64)>,
-    /// SQLite: budget increments and reservations to write when the batch commits.
-    deltas: HashMap<(String, Tier, i64), u32>,
-    reservations: Vec<(String, String, Tier, i64)>,
-}
-
-impl BatchCache {
-    /// Writes the batched budget increments and reservations (SQLite), before commit.
-    pub(crate) async fn flush(&mut self, tx: &mut Tx) -> Result<()> {
-        let mut deltas: Vec<_> = self.deltas.drain().collect();
-        deltas.sort();
-        for ((id, tier, day), n) in deltas {
-            tx.exec(
-                "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
-                 ON CONFLICT (principal, tier, day) DO NOTHING",
-                args![&id, tier.as_str(), day],
-            )
-            .await?;
-            tx.exec(
-                "UPDATE budget_usage SET used = used + $4 WHERE principal = $1 AND tier = $2 AND day = $3",
-                args![&id, tier.as_str(), day, n as i64],
-            )
-            .await?;
-        }
-        if !self.reservations.is_empty() {
-            let rows: Vec<Value> = self
-                .reservations
-                .drain(..)
-                .map(|(step, id, tier, day)| json!({"s": step, "p": id, "t": tier.as_str(), "d": day}))
-                .collect();
-            tx.exec(
-                "INSERT INTO budget_reservations (step_id, principal, tier, day) \
-                 SELECT j.value ->> 's', j.value ->> 'p', j.value ->> 't', j.value ->> 'd' \
-                 FROM json_each($1) AS j",
-                args![Value::Array(rows).to_string()],
-            )
-            .await?;
-        }
-        Ok(())
-    }
-}
+pub(crate) use crate::ledger::budgets::BatchCache;
 
 /// Claims, decides, calls and records. Holds the registry, the approval keys, the handler
 /// and a clock; cheap to clone.

@@ -283,92 +283,18 @@ impl Executor {
                 })
                 .collect();
             limited.sort();
-            if !tx.is_pg() {
-                // SQLite: this transaction holds the only write lock and the cache was read
-                // inside it, so the check is exact; the increments are written once per
-                // counter when the batch commits (`flush`).
-                for (id, limit) in &limited {
-                    let used = cache
-                        .budgets
-                        .get(*id)
-                        .and_then(|m| m.get(&tier))
-                        .copied()
-                        .unwrap_or(0);
-                    if used >= *limit {
-                        crate::window::release(tx, &p.step_id).await?;
-                        self.unreserve_key(tx, p).await?;
-                        return Ok(Some((
-                            CallStatus::Refused,
-                            format!("budget.{tier}"),
-                            format!(
-                                "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
-                            ),
-                        )));
-                    }
-                }
-                for (id, _) in &limited {
-                    *cache
-                        .budgets
-                        .entry(id.to_string())
-                        .or_default()
-                        .entry(tier)
-                        .or_default() += 1;
-                    *cache.deltas.entry((id.to_string(), tier, day)).or_default() += 1;
-                    cache
-                        .reservations
-                        .push((p.step_id.clone(), id.to_string(), tier, day));
-                }
-            } else {
-                let mut taken: Vec<&str> = Vec::new();
-                for (id, limit) in &limited {
-                    if cache.ensured.insert((id.to_string(), tier, day)) {
-                        tx.exec(
-                        "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
-                         ON CONFLICT (principal, tier, day) DO NOTHING",
-                        args![*id, tier.as_str(), day],
-                    )
-                    .await?;
-                    }
-                    let ok = tx
-                        .exec(
-                            "UPDATE budget_usage SET used = used + 1 \
-                         WHERE principal = $1 AND tier = $2 AND day = $3 AND used < $4",
-                            args![*id, tier.as_str(), day, *limit as i64],
-                        )
-                        .await?;
-                    if ok == 0 {
-                        for t in &taken {
-                            tx.exec(
-                            "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3",
-                            args![*t, tier.as_str(), day],
-                        )
-                        .await?;
-                        }
-                        crate::window::release(tx, &p.step_id).await?;
-                        self.unreserve_key(tx, p).await?;
-                        return Ok(Some((
-                            CallStatus::Refused,
-                            format!("budget.{tier}"),
-                            format!(
-                                "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
-                            ),
-                        )));
-                    }
-                    taken.push(id);
-                }
-                for id in &taken {
-                    *cache
-                        .budgets
-                        .entry(id.to_string())
-                        .or_default()
-                        .entry(tier)
-                        .or_default() += 1;
-                    tx.exec(
-                    "INSERT INTO budget_reservations (step_id, principal, tier, day) VALUES ($1, $2, $3, $4)",
-                    args![&p.step_id, *id, tier.as_str(), day],
-                )
-                .await?;
-                }
+            if let Some((id, limit)) =
+                crate::ledger::budgets::charge(tx, cache, &p.step_id, &limited, tier, day).await?
+            {
+                crate::window::release(tx, &p.step_id).await?;
+                self.unreserve_key(tx, p).await?;
+                return Ok(Some((
+                    CallStatus::Refused,
+                    format!("budget.{tier}"),
+                    format!(
+                        "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
+                    ),
+                )));
             }
         }
 
