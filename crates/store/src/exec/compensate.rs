@@ -1,3 +1,7 @@
+//! Aborting a run: its steps not yet run are refused, and each done `write` step is undone by
+//! its compensating tool (or by itself with the values read before it), newest first, each
+//! as a compensation step with its own audit record.
+
 use super::*;
 
 impl Executor {

@@ -1,3 +1,6 @@
+//! A parked call decided again without effect, inside a transaction that is rolled back, so
+//! the approval page can show what would happen if people approved it.
+
 use super::*;
 
 /// A parked call decided again now, without doing anything: what would happen if people

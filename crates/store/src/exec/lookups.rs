@@ -1,3 +1,8 @@
+//! Reads toolgate makes on its own behalf, through the same handler as the calls it governs:
+//! the allowed values of a destination field (before deciding, outside any transaction), the
+//! values a `compensate_with` write is about to change, and the facts the approval page shows.
+//! Only the schema check applies to them; each is recorded as a `lookup` audit record.
+
 use super::*;
 
 impl Executor {

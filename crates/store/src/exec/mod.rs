@@ -1,10 +1,17 @@
-//! The executor: claims steps, decides each again with core's [`Engine`] at execution time
-//! (with the allowed destinations looked up through the tool's declared read tool, outside any
-//! transaction), reserves what an allowed call needs (idempotency key, budgets up the parent
-//! chain, approval nonces) in the same transaction, calls the [`Handler`], and records the
-//! outcome with its audit record. It also holds the direct (non-planned) governed call path the gateway uses
-//! for each `tools/call`, recovery of steps whose worker died, the reconciler of `unknown`
-//! steps, and run abortion with compensation.
+//! The executor: every call toolgate lets through, from the request to its audit record.
+//!
+//! - [`call`]: one governed call as its phases — the ledgers' view, the engine's decision,
+//!   settling what does not run, reserving what does, forwarding it, recording it. Both the
+//!   direct `tools/call` path ([`Executor::governed_call`]) and the planned-step queue decide
+//!   through the same `prepare`.
+//! - `queue`: claiming planned steps in batches (`run_batch`, `execute_step`, `drain`).
+//! - `lookups`: the reads toolgate makes itself before deciding (allowed destinations, the
+//!   values a write will change), outside any transaction.
+//! - `recovery`, `reconcile`, `compensate`: steps whose worker died, `unknown` steps asked
+//!   about by key, and undoing an aborted run.
+//! - `dry`: a parked call decided again without doing anything, for the approval page.
+//!
+//! None of these write SQL for the ledgers they use; that is [`crate::ledger`]'s.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -29,7 +36,7 @@ use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};
 use crate::store::{
-    BudgetAction, IdemAction, NewStep, Settle, Store, insert_step, new_id, parse_status, step_cols,
+    BudgetAction, IdemAction, NewStep, Settle, Store, insert_step, new_id, step_cols,
     step_from_row, to_json, used_nonces,
 };
 
@@ -272,20 +279,8 @@ pub enum SyncPoint {
 /// A callback at each [`SyncPoint`].
 pub type SyncHook = Arc<dyn Fn(SyncPoint) + Send + Sync>;
 
-/// A key's record, as the decision needs it: the first call's inputs, whether it settled and
-/// with what, and whose call it was (a key a tool shares across principals is never replayed
-/// to another).
-pub(crate) struct HeldKey {
-    input_hash: String,
-    done: bool,
-    outcome: Option<String>,
-    step_id: String,
-    principal: Option<String>,
-    created_at: Option<Timestamp>,
-    step_status: Option<StepStatus>,
-}
-
 pub(crate) use crate::ledger::budgets::BatchCache;
+pub(crate) use crate::ledger::keys::HeldKey;
 
 /// Claims, decides, calls and records. Holds the registry, the approval keys, the handler
 /// and a clock; cheap to clone.
@@ -344,17 +339,6 @@ fn decision_json(d: &Decision) -> String {
         "registry_version": d.registry_version,
     })
     .to_string()
-}
-
-/// Frees a key held by a settled step row (steps keep their key unique): the step keeps it
-/// as `KEY/STEP`, so the record of what it did stays and a new step may take the key.
-async fn archive_key(tx: &mut Tx, key: &str) -> Result<()> {
-    tx.exec(
-        "UPDATE steps SET idem_key = idem_key || '/' || step_id WHERE idem_key = $1",
-        args![key],
-    )
-    .await?;
-    Ok(())
 }
 
 /// The schema check (3) for toolgate's own calls — destination lookups, reconciliation and

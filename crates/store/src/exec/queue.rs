@@ -1,3 +1,8 @@
+//! The planned-step queue: claims steps in batches (`FOR UPDATE SKIP LOCKED` on PostgreSQL, the
+//! single writer on SQLite), decides and reserves them in the claim's transaction (or, when a
+//! destination must be looked up first, in a second one after the lookups), calls the allowed
+//! ones concurrently and records every outcome in one commit.
+
 use super::*;
 
 /// What a claim transaction came to.

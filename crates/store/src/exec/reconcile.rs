@@ -1,3 +1,7 @@
+//! The reconciler of `unknown` steps: asks the target whether the call landed (by key, or by a
+//! query matched against the call's inputs) and settles the step either way once the answer
+//! can be believed.
+
 use super::*;
 
 impl Executor {

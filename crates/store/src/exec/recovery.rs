@@ -1,3 +1,7 @@
+//! Steps whose worker stopped mid-call (lease expired while `running`). Nothing is re-run
+//! blind: the allow decision the reservation kept goes into the chain first, then a read goes
+//! back to the queue and anything else becomes `unknown`, for reconciliation.
+
 use super::*;
 
 impl Executor {

@@ -1,3 +1,7 @@
+//! Forwarding an allowed call: the handler is called outside any transaction, under the
+//! store's call timeout, and what came back is classified by the tool's effect (a timeout on
+//! an irreversible call is `unknown`, never retried blind; on a read or write it is retryable).
+
 use crate::exec::*;
 
 /// A call made, not yet recorded.

@@ -1,3 +1,7 @@
+//! The audit records the executor writes: a governed call's (inputs redacted by data class,
+//! bounded when no schema admitted them), and those of the reads and settlements toolgate
+//! makes itself (lookups, recovery, reconciliation, compensation).
+
 use crate::exec::*;
 
 impl Executor {

@@ -131,7 +131,7 @@ impl Executor {
                     Some((r.text(0)?, r.i64(1)?))
                 }
                 Some(_) => {
-                    archive_key(tx, p.idem_key.as_str()).await?;
+                    crate::ledger::keys::archive(tx, &p.idem_key).await?;
                     None
                 }
                 None => None,
@@ -144,17 +144,10 @@ impl Executor {
             }
             None
         };
-        let won = if keyed {
-            tx.exec(
-                "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, expires_at) \
-                 VALUES ($1, $2, 'in_flight', NULL, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING",
-                args![p.idem_key.as_str(), input_hash.as_str(), &p.step_id, now.millis(), expires],
-            )
-            .await?
-        } else {
-            1
-        };
-        if won == 0 {
+        let won = !keyed
+            || crate::ledger::keys::take(tx, &p.idem_key, &input_hash, &p.step_id, now, expires)
+                .await?;
+        if !won {
             if self.toggles.get().reserve_before_call {
                 return Ok(Some((
                     CallStatus::InProgress,
@@ -163,11 +156,7 @@ impl Executor {
                 )));
             }
             // Reservation switched off (fault evaluation): the key row follows the newest step.
-            tx.exec(
-                "UPDATE idempotency SET step_id = $1 WHERE idem_key = $2",
-                args![&p.step_id, p.idem_key.as_str()],
-            )
-            .await?;
+            crate::ledger::keys::move_to(tx, &p.idem_key, &p.step_id).await?;
         }
 
         // The step row: a planned step is already claimed; a direct call gets (or re-arms) one.
@@ -191,11 +180,7 @@ impl Executor {
             match existing {
                 Some((id, attempts)) => {
                     if attempts >= 4 {
-                        tx.exec(
-                            "DELETE FROM idempotency WHERE idem_key = $1",
-                            args![p.idem_key.as_str()],
-                        )
-                        .await?;
+                        crate::ledger::keys::forget(tx, &p.idem_key).await?;
                         return Ok(Some((
                             CallStatus::Refused,
                             "attempts.exhausted".into(),
@@ -336,11 +321,7 @@ impl Executor {
     }
 
     pub(crate) async fn unreserve_key(&self, tx: &mut Tx, p: &Pending) -> Result<()> {
-        tx.exec(
-            "DELETE FROM idempotency WHERE idem_key = $1 AND state = 'in_flight'",
-            args![p.idem_key.as_str()],
-        )
-        .await?;
+        crate::ledger::keys::release_in_flight(tx, &p.idem_key).await?;
         if p.kind == StepKind::Direct {
             tx.exec(
                 "UPDATE steps SET status = 'failed', lease_until = NULL WHERE step_id = $1",

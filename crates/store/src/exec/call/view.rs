@@ -186,36 +186,15 @@ impl Executor {
         p: &Pending,
         now: Timestamp,
     ) -> Result<Option<HeldKey>> {
-        let Some(r) = tx
-            .opt(
-                "SELECT i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, s.principal, \
-                 s.created_at, s.status FROM idempotency i LEFT JOIN steps s ON s.step_id = i.step_id \
-                 WHERE i.idem_key = $1",
-                args![p.idem_key.as_str()],
-            )
-            .await?
-        else {
+        let Some(h) = crate::ledger::keys::held(tx, &p.idem_key).await? else {
             return Ok(None);
         };
-        let done = r.text(1)? == "done";
-        if done && r.i64(3)? <= now.millis() {
-            tx.exec(
-                "DELETE FROM idempotency WHERE idem_key = $1",
-                args![p.idem_key.as_str()],
-            )
-            .await?;
-            archive_key(tx, p.idem_key.as_str()).await?;
+        if h.done && h.expires_at.millis() <= now.millis() {
+            crate::ledger::keys::forget(tx, &p.idem_key).await?;
+            crate::ledger::keys::archive(tx, &p.idem_key).await?;
             return Ok(None);
         }
-        Ok(Some(HeldKey {
-            input_hash: r.text(0)?,
-            done,
-            outcome: r.opt_text(2)?,
-            step_id: r.text(4)?,
-            principal: r.opt_text(5)?,
-            created_at: r.opt_i64(6)?.map(Timestamp::from_millis),
-            step_status: r.opt_text(7)?.map(|t| parse_status(&t)).transpose()?,
-        }))
+        Ok(Some(h))
     }
 
     /// The subject an approval binds to: the step id, or for a direct call the caller and its
