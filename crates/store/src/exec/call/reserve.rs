@@ -105,6 +105,26 @@ impl Executor {
         now: Timestamp,
         cache: &mut BatchCache,
     ) -> Result<Option<(CallStatus, String, String)>> {
+        if let Some(lost) = self.reserve_key_and_step(tx, p, decision, now).await? {
+            return Ok(Some(lost));
+        }
+        if let Some(lost) = self.reserve_budgets(tx, p, tier, chain, now, cache).await? {
+            return Ok(Some(lost));
+        }
+        self.consume_approvals(tx, p, decision, subject, now)
+            .await?;
+        Ok(None)
+    }
+
+    /// The idempotency key and the step row: a direct call's step is made (or re-armed for a
+    /// retry); a planned step, already claimed, keeps the decision that let it through.
+    async fn reserve_key_and_step(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        decision: &Decision,
+        now: Timestamp,
+    ) -> Result<Option<(CallStatus, String, String)>> {
         let reg: &Registry = &self.registry;
         let input_hash = InputHash::of(&p.inputs);
         let retention = self.retention_ms(&p.tool);
@@ -244,7 +264,21 @@ impl Executor {
             )
             .await?;
         }
+        Ok(None)
+    }
 
+    /// Window budgets, then the daily budgets of every counter up the parent chain that has a
+    /// limit. A refusal gives back what the call took already, its key included.
+    async fn reserve_budgets(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        tier: Tier,
+        chain: &[String],
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Option<(CallStatus, String, String)>> {
+        let reg: &Registry = &self.registry;
         // Window budgets first (`window`), so a refusal there leaves no counter to undo.
         if let Some(t) = reg.tool(&p.tool).filter(|t| !t.windows.is_empty())
             && let Some((rule, reason)) =
@@ -283,6 +317,19 @@ impl Executor {
             }
         }
 
+        Ok(None)
+    }
+
+    /// Approvals are single-use: their nonces are consumed here, in the transaction that
+    /// starts the call, and the step keeps who approved it.
+    async fn consume_approvals(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        decision: &Decision,
+        subject: &str,
+        now: Timestamp,
+    ) -> Result<()> {
         // Approvals: single-use, consumed here, in the transaction that starts the call.
         for c in &decision.approvals {
             let fresh = tx
@@ -317,7 +364,7 @@ impl Executor {
             )
             .await?;
         }
-        Ok(None)
+        Ok(())
     }
 
     pub(crate) async fn unreserve_key(&self, tx: &mut Tx, p: &Pending) -> Result<()> {
