@@ -76,48 +76,14 @@ impl Executor {
     async fn claim(&self, by: Claim<'_>, now: Timestamp, started: Instant) -> Result<Claimed> {
         let lease = now.millis() + self.store.config().lease.as_millis() as i64;
         let mut tx = self.store.begin().await?;
-        let rows = match by {
-            // `status IN ('pending', 'failed')` repeats what the OR implies so that SQLite's
-            // planner uses the `steps_queue` partial index; without it the claim scanned every
-            // planned step ever made and slowed as the table grew.
+        let mut claimed = match by {
             Claim::Queue(limit) => {
-                let sql: &'static str = if tx.is_pg() {
-                    concat!(
-                        "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
-                         updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
-                         WHERE status IN ('pending', 'failed') \
-                         AND (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
-                         AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3 \
-                         FOR UPDATE SKIP LOCKED) RETURNING ",
-                        step_cols!()
-                    )
-                } else {
-                    concat!(
-                        "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
-                         updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
-                         WHERE status IN ('pending', 'failed') \
-                         AND (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
-                         AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3) RETURNING ",
-                        step_cols!()
-                    )
-                };
-                tx.rows(sql, args![lease, now.millis(), limit as i64])
-                    .await?
+                crate::ledger::steps::claim_queued(&mut tx, lease, now, limit).await?
             }
             Claim::Step(step_id) => {
-                tx.rows(
-                    concat!(
-                        "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
-                         updated_at = $2, retry_at = NULL WHERE step_id = $3 \
-                         AND status IN ('pending', 'failed') AND attempts < 4 RETURNING ",
-                        step_cols!()
-                    ),
-                    args![lease, now.millis(), step_id],
-                )
-                .await?
+                crate::ledger::steps::claim_one(&mut tx, step_id, lease, now).await?
             }
         };
-        let mut claimed = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
         claimed.sort_by_key(|a| (a.created_at, a.seq));
         let pending: Vec<Pending> = claimed
             .iter()
