@@ -15,8 +15,8 @@ fn bench_decide(c: &mut Criterion) {
     let keys = ApprovalKeys::new("k1", b"bench-key-bench-key-bench-key-32".to_vec());
     let engine = Engine::new(&registry, &keys);
     // An act-tier call that passes every check, after 50 earlier steps in the run.
-    let run = RunHistory {
-        calls: (0..50)
+    let run = RunHistory::of_calls(
+        (0..50)
             .map(|i| PriorCall {
                 tool: if i % 2 == 0 {
                     "invoice.search"
@@ -28,7 +28,7 @@ fn bench_decide(c: &mut Criterion) {
                 outcome: PriorOutcome::Allowed,
             })
             .collect(),
-    };
+    );
     let mut budgets = BudgetView::default();
     budgets.set("fin-worker", Tier::Act, 2);
     budgets.set("fin-lead", Tier::Act, 3);

@@ -193,29 +193,48 @@ pub enum PriorOutcome {
     Gated,
 }
 
-/// The run so far.
+/// `n` earlier calls alike: how a store hands over a long run, counted rather than listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorCalls {
+    pub call: PriorCall,
+    pub n: i64,
+}
+
+/// The run so far: earlier calls listed one by one (`calls`), counted by kind (`counted`), or
+/// both. Policies and rate limits see only the totals ([`RunHistory::counts`]), so the two
+/// forms decide alike.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunHistory {
     pub calls: Vec<PriorCall>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counted: Vec<PriorCalls>,
 }
 
 impl RunHistory {
+    /// A run given as its calls, one by one.
+    pub fn of_calls(calls: Vec<PriorCall>) -> Self {
+        RunHistory {
+            calls,
+            counted: Vec::new(),
+        }
+    }
+
     pub fn counts(&self, tool: &str) -> RunCounts {
-        let mut c = RunCounts {
-            steps: self.calls.len() as i64,
-            ..RunCounts::default()
-        };
-        for call in &self.calls {
+        let mut c = RunCounts::default();
+        let listed = self.calls.iter().map(|call| (call, 1));
+        let counted = self.counted.iter().map(|g| (&g.call, g.n));
+        for (call, n) in listed.chain(counted) {
+            c.steps += n;
             match call.outcome {
-                PriorOutcome::Denied => c.denials += 1,
+                PriorOutcome::Denied => c.denials += n,
                 PriorOutcome::Allowed => {
                     match call.tier {
-                        Tier::Act => c.act_steps += 1,
-                        Tier::Spend => c.spend_steps += 1,
+                        Tier::Act => c.act_steps += n,
+                        Tier::Spend => c.spend_steps += n,
                         Tier::Read => {}
                     }
                     if call.tool == tool {
-                        c.tool_calls += 1;
+                        c.tool_calls += n;
                     }
                 }
                 PriorOutcome::Gated => {}
@@ -390,7 +409,10 @@ pub struct CallRequest<'a> {
 impl<'a> CallRequest<'a> {
     /// A request with an empty run, no budget use, no approvals and no looked-up facts.
     pub fn new(principal: &'a str, tool: &'a str, inputs: &'a Value) -> Self {
-        static EMPTY_RUN: RunHistory = RunHistory { calls: Vec::new() };
+        static EMPTY_RUN: RunHistory = RunHistory {
+            calls: Vec::new(),
+            counted: Vec::new(),
+        };
         static EMPTY_BUDGETS: std::sync::LazyLock<BudgetView> =
             std::sync::LazyLock::new(BudgetView::default);
         static EMPTY_FACTS: std::sync::LazyLock<DestinationFacts> =

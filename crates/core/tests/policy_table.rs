@@ -55,8 +55,8 @@ fn approval(
 }
 
 fn history(entries: &[(&str, Tier, PriorOutcome)]) -> RunHistory {
-    RunHistory {
-        calls: entries
+    RunHistory::of_calls(
+        entries
             .iter()
             .map(|(t, tier, o)| PriorCall {
                 tool: t.to_string(),
@@ -64,7 +64,7 @@ fn history(entries: &[(&str, Tier, PriorOutcome)]) -> RunHistory {
                 outcome: *o,
             })
             .collect(),
-    }
+    )
 }
 
 /// What a row expects.
@@ -1059,5 +1059,38 @@ fn policies_over_inputs_published_as_any_of_null_decide_the_calls_they_were_writ
             Some("policy.error"),
             "{name}: no policy errors on an absent optional input"
         );
+    }
+}
+
+/// A run handed over as counts decides like the same run listed call by call.
+#[test]
+fn a_counted_run_counts_like_the_same_run_listed() {
+    use toolgate_core::PriorCalls;
+    let listed = history(&[
+        ("a", Tier::Act, PriorOutcome::Allowed),
+        ("a", Tier::Act, PriorOutcome::Allowed),
+        ("b", Tier::Spend, PriorOutcome::Allowed),
+        ("b", Tier::Spend, PriorOutcome::Denied),
+        ("c", Tier::Read, PriorOutcome::Gated),
+    ]);
+    let group = |tool: &str, tier, outcome, n| PriorCalls {
+        call: PriorCall {
+            tool: tool.into(),
+            tier,
+            outcome,
+        },
+        n,
+    };
+    let counted = RunHistory {
+        calls: Vec::new(),
+        counted: vec![
+            group("a", Tier::Act, PriorOutcome::Allowed, 2),
+            group("b", Tier::Spend, PriorOutcome::Allowed, 1),
+            group("b", Tier::Spend, PriorOutcome::Denied, 1),
+            group("c", Tier::Read, PriorOutcome::Gated, 1),
+        ],
+    };
+    for tool in ["a", "b", "c", "d"] {
+        assert_eq!(listed.counts(tool), counted.counts(tool), "{tool}");
     }
 }

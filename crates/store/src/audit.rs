@@ -192,10 +192,22 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
     let (mut seq, mut prev) = (head.i64(0)?, head.text(1)?);
     let mut seqs = Vec::with_capacity(drafts.len());
     let mut rows = Vec::with_capacity(drafts.len());
+    // A refusal without a step row is counted with its run (see `ledger::runs`).
+    let mut refusals = Vec::new();
     for body in drafts {
         seq += 1;
         let principal = body.who.principal.clone();
         let (run_id, step_id, ts) = (body.run_id.clone(), body.step_id.clone(), body.ts.millis());
+        if let (None, Some(run_id), AuditDecision::Deny) =
+            (&body.step_id, &body.run_id, body.why.decision)
+        {
+            refusals.push(crate::ledger::runs::Refusal {
+                audit_seq: seq,
+                run_id: run_id.clone(),
+                tool: body.tool.clone(),
+                tier: body.tier.unwrap_or(Tier::Read),
+            });
+        }
         let record = AuditRecord { seq, prev, body };
         let text = record.canonical();
         let hash = sha256_tagged(text.as_bytes());
@@ -250,6 +262,7 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
             .await?;
         }
     }
+    crate::ledger::runs::record_refusals(tx, &refusals).await?;
     tx.exec(
         "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
         args![seq, prev],

@@ -14,6 +14,7 @@ pub mod checkpoint;
 mod db;
 pub mod error;
 pub mod exec;
+mod ledger;
 mod lite;
 pub mod model;
 pub mod plan;

@@ -143,7 +143,7 @@ pub enum ApprovalStatus {
 }
 
 impl ApprovalStatus {
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             ApprovalStatus::Pending => "pending",
             ApprovalStatus::Approved => "approved",

@@ -113,11 +113,8 @@ async fn batch(
     let mut cache = BatchCache::default();
     let mut out = Vec::with_capacity(jobs.len());
     for (j, p) in jobs.iter().zip(inputs) {
-        let run_id = p.run_id.clone();
+        // Each call reads its run inside this transaction, so it sees the calls before it.
         out.push(j.exec.prepare(&mut tx, p, j.now, &mut cache).await?);
-        // The next call of the same run must see this one (its step, or its refusal in the
-        // audit chain): read the run again inside this transaction.
-        cache.runs.remove(&run_id);
     }
     cache.flush(&mut tx).await?;
     let settled = out.iter().any(|p| matches!(p, Prepared::Settled { .. }));

@@ -106,7 +106,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     )?;
     let keys = keys(&registry, !input.approvals.is_empty())?;
     let engine = Engine::new(&registry, &keys);
-    let run = RunHistory { calls: input.run };
+    let run = RunHistory::of_calls(input.run);
     let budgets = BudgetView {
         used: input.budgets,
         ..BudgetView::default()

@@ -1,0 +1,151 @@
+//! One governed call, in the order it happens. Both ways in — a direct `tools/call`
+//! ([`Executor::governed_call`]) and a claimed planned step (`queue`) — go through
+//! [`Executor::prepare`], which reads as its phases:
+//!
+//! 1. [`view`]: what the ledgers hold that the engine decides on (the run's counts, today's
+//!    budget use, the key's record, the approvals granted and the nonces spent);
+//! 2. [`decide`]: core's [`Engine`] over that view, once — and again with a person's
+//!    rejection if the call would be gated;
+//! 3. [`settle`] or [`reserve`]: a call that does not run is settled in place (replayed,
+//!    reported in flight, refused, parked); an allowed one reserves its key, step, budgets and
+//!    approval nonces in the same transaction;
+//! 4. [`forward`]: the handler is called outside any transaction, under the store's timeout,
+//!    and the outcome is classified by the tool's effect;
+//! 5. the outcome and its audit record ([`record`]) are committed together.
+//!
+//! Each phase is one function with one job; the SQL they need lives in [`crate::ledger`].
+
+use super::*;
+
+mod decide;
+mod forward;
+mod record;
+mod reserve;
+mod settle;
+mod view;
+
+pub(crate) use view::LedgerView;
+
+impl Executor {
+    /// Decides one pending call inside `tx` and reserves (or settles) it.
+    pub(crate) async fn prepare(
+        &self,
+        tx: &mut Tx,
+        mut p: Pending,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Prepared> {
+        if !p.lookups.is_empty() {
+            // The lookups made for this call go in the chain before its own record.
+            audit::append(tx, std::mem::take(&mut p.lookups)).await?;
+        }
+        let view = self.load_view(tx, &mut p, now, cache).await?;
+        let decision = self.decide(tx, &p, &view, now).await?;
+        match decision.verdict.clone() {
+            Verdict::Allow if view.key.state == IdempotencyState::Done => {
+                self.replay(tx, p, decision, view, now).await
+            }
+            Verdict::Allow if view.key.state == IdempotencyState::InFlight => {
+                self.report_in_flight(tx, p, decision, view, now).await
+            }
+            Verdict::Allow => {
+                self.reserve_allowed(tx, p, decision, view, now, cache)
+                    .await
+            }
+            Verdict::Deny { check, .. } => self.refuse(tx, p, decision, check, &view, now).await,
+            Verdict::NeedsApproval {
+                rule,
+                approvers_needed,
+                approved_by,
+                ..
+            } => {
+                let needed = approvers_needed as i64 + approved_by.len() as i64;
+                self.park(tx, p, decision, &rule, needed, &view, now).await
+            }
+        }
+    }
+
+    /// One governed `tools/call` outside a plan: derive the key, decide with the store's
+    /// state, reserve, call, record, audit. Duplicates replay; a call in flight reports it;
+    /// a key reused with other inputs is refused.
+    pub async fn governed_call(&self, call: DirectCall) -> Result<CallResult> {
+        let now = self.clock.now();
+        let key = if self.toggles.get().derived_keys {
+            match self.registry.tool(&call.tool) {
+                Some(t) => self.registry.call_key(&call.principal, t, &call.inputs),
+                // Refused as unknown; the key only labels the record.
+                None => IdempotencyKey::for_call(
+                    &format!("principal:{}", call.principal),
+                    &call.tool,
+                    &[],
+                    &call.inputs,
+                ),
+            }
+        } else {
+            IdempotencyKey::from_stored(format!("minted:{}", new_id()))
+        };
+        let started = Instant::now();
+        let mut p = Pending {
+            step_id: String::new(),
+            run_id: call.run_id,
+            seq: 0,
+            kind: StepKind::Direct,
+            principal: call.principal,
+            tool: call.tool,
+            inputs: call.inputs,
+            idem_key: key.clone(),
+            purpose: call.purpose,
+            reason: call.reason,
+            purpose_from: call.purpose_from,
+            argument_errors: call.argument_errors,
+            evidence: call.evidence,
+            actor: call.actor,
+            presented: call.approvals,
+            attempts: 0,
+            started,
+            governance_us: None,
+            destinations: None,
+            lookups: Vec::new(),
+        };
+        self.look_up_destinations(&mut p, &mut LookupCache::default())
+            .await;
+        let prepared = self.store.reserve_direct(self.clone(), p, now).await?;
+        match prepared {
+            Prepared::Settled {
+                p,
+                status,
+                decision,
+                outcome,
+                audit_seq,
+            } => Ok(CallResult {
+                status,
+                decision,
+                idem_key: key,
+                step_id: (!p.step_id.is_empty()).then_some(p.step_id),
+                approval_id: outcome.approval_id.clone(),
+                outcome: Some(outcome),
+                audit_seq,
+            }),
+            Prepared::Call {
+                mut p,
+                decision,
+                tokens,
+                approvals,
+            } => {
+                p.governance_us = Some(p.elapsed_us());
+                self.point(SyncPoint::Reserved);
+                let (status, outcome, seq, p, decision) =
+                    self.call_and_record(p, decision, tokens, approvals).await?;
+                Ok(CallResult {
+                    status,
+                    decision,
+                    idem_key: key,
+                    step_id: Some(p.step_id),
+                    outcome: Some(outcome),
+                    approval_id: None,
+                    audit_seq: seq,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The reservation of an allowed call, in the transaction that decided it: the idempotency
+//! key, the step row, window and daily budgets up the parent chain, and the approval nonces.
+//! A conditional write can still lose a race the engine could not see (another call took the
+//! key or the last unit of budget); the call is then refused, and nothing stays reserved.
+
+use crate::exec::*;
+
+use super::LedgerView;
+
+impl Executor {
+    /// Reserves an allowed call: `Call` when it may run, or settled when a race was lost.
+    pub(crate) async fn reserve_allowed(
+        &self,
+        tx: &mut Tx,
+        mut p: Pending,
+        decision: Decision,
+        view: LedgerView,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Prepared> {
+        let tier = self
+            .registry
+            .tool(&p.tool)
+            .expect("an allowed call names a registry tool")
+            .config
+            .tier;
+        let lost = self
+            .reserve(
+                tx,
+                &mut p,
+                &decision,
+                tier,
+                &view.chain,
+                &view.subject,
+                now,
+                cache,
+            )
+            .await?;
+        let Some((status, rule, reason)) = lost else {
+            return Ok(Prepared::Call {
+                p,
+                approvals: decision.approvals.clone(),
+                decision,
+                tokens: view.tokens,
+            });
+        };
+        // A race lost after the engine allowed: the record says which check ended up failing,
+        // not "allow" — except that another attempt of the same call taking the key first is
+        // no failure: nothing runs, and the retry hears that it is in progress (not a denial
+        // of the run).
+        let mut decision = decision;
+        let in_progress = status == CallStatus::InProgress;
+        if !in_progress {
+            let check = if rule.starts_with("budget.") {
+                CheckName::Budget
+            } else {
+                CheckName::Idempotency
+            };
+            overrule(&mut decision, check, &rule, &reason);
+        }
+        let mut outcome = StepOutcome::status(if in_progress {
+            StepStatus::Running
+        } else {
+            StepStatus::Refused
+        });
+        outcome.rule = Some(rule);
+        outcome.error = Some(reason);
+        if p.kind != StepKind::Direct && status == CallStatus::Refused {
+            self.settle_inline(tx, &p, &outcome, now).await?;
+        }
+        let kind = if in_progress {
+            AuditDecision::Replay
+        } else {
+            AuditDecision::Deny
+        };
+        self.settled(tx, p, status, decision, kind, outcome, now)
+            .await
+    }
+
+    /// How long a completed call of `tool` is replayed (ms): the tool's own retention or the
+    /// registry's, never shorter than the approval expiry.
+    pub(crate) fn retention_ms(&self, tool: &str) -> i64 {
+        let cfg = self.store.config();
+        match self
+            .registry
+            .tool(tool)
+            .and_then(|t| t.config.idempotency.retention_hours)
+        {
+            Some(h) => h.max(cfg.approval_expiry_hours) * 3_600_000,
+            None => cfg.retention_ms(),
+        }
+    }
+
+    /// Reserves the key, the budgets up the parent chain and the approval nonces. On a lost
+    /// race returns why (and leaves nothing reserved).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn reserve(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        decision: &Decision,
+        tier: Tier,
+        chain: &[String],
+        subject: &str,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Option<(CallStatus, String, String)>> {
+        if let Some(lost) = self.reserve_key_and_step(tx, p, decision, now).await? {
+            return Ok(Some(lost));
+        }
+        if let Some(lost) = self.reserve_budgets(tx, p, tier, chain, now, cache).await? {
+            return Ok(Some(lost));
+        }
+        self.consume_approvals(tx, p, decision, subject, now)
+            .await?;
+        Ok(None)
+    }
+
+    /// The idempotency key and the step row: a direct call's step is made (or re-armed for a
+    /// retry); a planned step, already claimed, keeps the decision that let it through.
+    async fn reserve_key_and_step(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        decision: &Decision,
+        now: Timestamp,
+    ) -> Result<Option<(CallStatus, String, String)>> {
+        let reg: &Registry = &self.registry;
+        let input_hash = InputHash::of(&p.inputs);
+        let retention = self.retention_ms(&p.tool);
+        let expires = now.millis() + retention;
+        // A direct read that does not replay takes no key: a new step every time, whose key
+        // column is made unique with its id. Anything else takes the key.
+        let keyed = p.kind != StepKind::Direct || reg.tool(&p.tool).is_none_or(replays);
+        // A direct call's step: the one an earlier attempt of this operation left (to be
+        // retried: it failed retryably), or a new one. Known before the key is taken, so the key
+        // row names it from the start. An earlier step of another principal (a key shared
+        // across principals), or one settled longer ago than the retention, is not this call's:
+        // its key is archived and a new step made.
+        let existing = if p.kind == StepKind::Direct && keyed {
+            let found = match tx
+                .opt(
+                    "SELECT step_id, attempts, principal, updated_at, run_id FROM steps WHERE idem_key = $1",
+                    args![p.idem_key.as_str()],
+                )
+                .await?
+            {
+                Some(r) if r.text(2)? == p.principal && r.i64(3)? + retention > now.millis() => {
+                    // The retry is recorded in the run of the step it retries.
+                    p.run_id = r.text(4)?;
+                    Some((r.text(0)?, r.i64(1)?))
+                }
+                Some(_) => {
+                    crate::ledger::keys::archive(tx, &p.idem_key).await?;
+                    None
+                }
+                None => None,
+            };
+            p.step_id = found.as_ref().map_or_else(new_id, |(id, _)| id.clone());
+            found
+        } else {
+            if p.kind == StepKind::Direct {
+                p.step_id = new_id();
+            }
+            None
+        };
+        let won = !keyed
+            || crate::ledger::keys::take(tx, &p.idem_key, &input_hash, &p.step_id, now, expires)
+                .await?;
+        if !won {
+            if self.toggles.get().reserve_before_call {
+                return Ok(Some((
+                    CallStatus::InProgress,
+                    "idempotency.in_progress".into(),
+                    "the same call is in progress; check its status instead of retrying".into(),
+                )));
+            }
+            // Reservation switched off (fault evaluation): the key row follows the newest step.
+            crate::ledger::keys::move_to(tx, &p.idem_key, &p.step_id).await?;
+        }
+
+        // The step row: a planned step is already claimed; a direct call gets (or re-arms) one.
+        if p.kind == StepKind::Direct {
+            let tool = reg.tool(&p.tool).expect("checked by the caller");
+            let role = reg
+                .principal(&p.principal)
+                .map(|x| x.role().to_string())
+                .unwrap_or_default();
+            Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
+            // A direct call cannot outlast its timeout: once that (and two seconds to record the
+            // outcome) has passed with the step still running, whoever made it is gone and
+            // recovery may settle it.
+            let cfg = self.store.config();
+            let lease = now.millis()
+                + cfg
+                    .lease
+                    .min(cfg.call_timeout + Duration::from_secs(2))
+                    .as_millis() as i64;
+            let allowed = decision_json(decision);
+            match existing {
+                Some((id, attempts)) => {
+                    if attempts >= 4 {
+                        crate::ledger::keys::forget(tx, &p.idem_key).await?;
+                        return Ok(Some((
+                            CallStatus::Refused,
+                            "attempts.exhausted".into(),
+                            "this call was attempted 4 times; it will not be retried again".into(),
+                        )));
+                    }
+                    tx.exec(
+                        "UPDATE steps SET status = 'running', attempts = attempts + 1, \
+                         lease_until = $1, updated_at = $2, outcome = NULL, decision = $4 \
+                         WHERE step_id = $3",
+                        args![lease, now.millis(), &id, &allowed],
+                    )
+                    .await?;
+                    p.step_id = id;
+                    p.attempts = attempts + 1;
+                }
+                None => {
+                    let seq = crate::ledger::runs::next_seq(tx, &p.run_id).await?;
+                    p.seq = seq;
+                    p.attempts = 1;
+                    insert_step(
+                        tx,
+                        NewStep {
+                            step_id: &p.step_id,
+                            run_id: &p.run_id,
+                            seq,
+                            kind: StepKind::Direct,
+                            principal: &p.principal,
+                            role: &role,
+                            tool: &p.tool,
+                            effect: tool.config.effect,
+                            tier: tool.config.tier,
+                            purpose: p.purpose.as_deref(),
+                            reason: p.reason.as_deref(),
+                            evidence: &p.evidence,
+                            actor: &p.actor,
+                            inputs: &p.inputs,
+                            idem_key: &if keyed {
+                                p.idem_key.to_string()
+                            } else {
+                                format!("{}/{}", p.idem_key, p.step_id)
+                            },
+                            status: StepStatus::Running,
+                            attempts: 1,
+                            compensates: None,
+                            lease_until: Some(lease),
+                            decision: Some(&allowed),
+                            now,
+                        },
+                    )
+                    .await?;
+                }
+            }
+        }
+
+        if p.kind != StepKind::Direct {
+            // A claimed planned step keeps its decision too, for recovery (see `decision_json`).
+            tx.exec(
+                "UPDATE steps SET decision = $1 WHERE step_id = $2",
+                args![decision_json(decision), &p.step_id],
+            )
+            .await?;
+        }
+        Ok(None)
+    }
+
+    /// Window budgets, then the daily budgets of every counter up the parent chain that has a
+    /// limit. A refusal gives back what the call took already, its key included.
+    async fn reserve_budgets(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        tier: Tier,
+        chain: &[String],
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<Option<(CallStatus, String, String)>> {
+        let reg: &Registry = &self.registry;
+        // Window budgets first (`window`), so a refusal there leaves no counter to undo.
+        if let Some(t) = reg.tool(&p.tool).filter(|t| !t.windows.is_empty())
+            && let Some((rule, reason)) =
+                crate::window::reserve(tx, t, chain, &p.principal, &p.inputs, &p.step_id, now)
+                    .await?
+        {
+            self.unreserve_key(tx, p).await?;
+            return Ok(Some((CallStatus::Refused, rule, reason)));
+        }
+
+        // Budgets: every counter in the chain that has a limit, in one order everywhere (no
+        // deadlocks between workers), each a conditional increment.
+        if tier != Tier::Read {
+            let day = now.utc_day();
+            let mut limited: Vec<(&str, u32)> = chain
+                .iter()
+                .filter_map(|id| {
+                    reg.principal(id)
+                        .and_then(|pr| pr.budget(tier))
+                        .map(|l| (id.as_str(), l))
+                })
+                .collect();
+            limited.sort();
+            if let Some((id, limit)) =
+                crate::ledger::budgets::charge(tx, cache, &p.step_id, &limited, tier, day).await?
+            {
+                crate::window::release(tx, &p.step_id).await?;
+                self.unreserve_key(tx, p).await?;
+                return Ok(Some((
+                    CallStatus::Refused,
+                    format!("budget.{tier}"),
+                    format!(
+                        "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
+                    ),
+                )));
+            }
+        }
+
+        Ok(None)
+    }
+
+    /// Approvals are single-use: their nonces are consumed here, in the transaction that
+    /// starts the call, and the step keeps who approved it.
+    async fn consume_approvals(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        decision: &Decision,
+        subject: &str,
+        now: Timestamp,
+    ) -> Result<()> {
+        // Approvals: single-use, consumed here, in the transaction that starts the call.
+        for c in &decision.approvals {
+            let fresh = tx
+                .exec(
+                    "INSERT INTO consumed_nonces (nonce, subject, consumed_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (nonce) DO NOTHING",
+                    args![&c.nonce, subject, now.millis()],
+                )
+                .await?;
+            if fresh == 0 {
+                // Another call consumed it between our read and now: fail closed.
+                return Err(StoreError::Token(toolgate_core::TokenError::Reused(
+                    c.nonce.clone(),
+                )));
+            }
+        }
+        if !decision.approvals.is_empty() {
+            tx.exec(
+                "UPDATE approval_requests SET status = 'consumed', decided_at = COALESCE(decided_at, $1) \
+                 WHERE subject = $2 AND status IN ('approved', 'pending')",
+                args![now.millis(), subject],
+            )
+            .await?;
+            let approval = json!({
+                "by": decision.approvals.iter().map(|c| c.approver.clone()).collect::<Vec<_>>(),
+                "at": now.millis(),
+                "input_hash": decision.input_hash.as_str(),
+            });
+            tx.exec(
+                "UPDATE steps SET approval = $1 WHERE step_id = $2",
+                args![canonical(&approval), &p.step_id],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn unreserve_key(&self, tx: &mut Tx, p: &Pending) -> Result<()> {
+        crate::ledger::keys::release_in_flight(tx, &p.idem_key).await?;
+        if p.kind == StepKind::Direct {
+            tx.exec(
+                "UPDATE steps SET status = 'failed', lease_until = NULL WHERE step_id = $1",
+                args![&p.step_id],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}

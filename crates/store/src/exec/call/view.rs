@@ -1,0 +1,209 @@
+//! The ledgers' view of a call: everything the engine decides on that is not in the request
+//! itself, read inside the deciding transaction. A claimed batch reads each principal's budgets
+//! once ([`BatchCache`]) and keeps them current with its own reservations.
+
+use crate::exec::*;
+
+/// What the ledgers hold for one call, read once before it is decided.
+pub(crate) struct LedgerView {
+    /// The run so far, as policies and rate limits count it.
+    pub(crate) run: RunHistory,
+    /// The principal and every ancestor it draws budget from, nearest first.
+    pub(crate) chain: Vec<String>,
+    /// Today's budget use along `chain`, and the tool's window budgets.
+    pub(crate) budgets: BudgetView,
+    pub(crate) key: KeyView,
+    /// What an approval for this call binds to (see [`Executor::subject`]).
+    pub(crate) subject: String,
+    /// The approvals the caller presented, then those people granted for `subject`.
+    pub(crate) tokens: Vec<ApprovalToken>,
+    /// The nonces of `tokens` already spent.
+    pub(crate) used_nonces: HashSet<String>,
+    /// The pinned upstream definition the tool is served under now.
+    pub(crate) definition: Option<String>,
+}
+
+/// The call's idempotency key as the ledger holds it.
+pub(crate) struct KeyView {
+    pub(crate) state: IdempotencyState,
+    /// The key's record, when it has one.
+    pub(crate) held: Option<HeldKey>,
+    /// For a key another principal holds: by whom and when (for the refusal's message).
+    pub(crate) elsewhere: Option<String>,
+}
+
+impl Executor {
+    /// Reads the ledgers' view of `p` (and takes the approvals it presented).
+    pub(crate) async fn load_view(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<LedgerView> {
+        let run = self.load_run(tx, p).await?;
+        let chain = self.budget_chain(p);
+        let budgets = self.load_budgets(tx, p, &chain, now, cache).await?;
+        let key = self.load_key(tx, p, now).await?;
+        let subject = self.subject(p);
+        let tokens = self.load_approvals(tx, p, &subject).await?;
+        let nonces: Vec<String> = tokens
+            .iter()
+            .filter_map(|t| self.keys.open(t).ok().map(|c| c.nonce))
+            .collect();
+        let used_nonces = used_nonces(tx, &nonces).await?;
+        Ok(LedgerView {
+            run,
+            chain,
+            budgets,
+            key,
+            subject,
+            tokens,
+            used_nonces,
+            definition: self.handler.definition_hash(&self.target(&p.tool)),
+        })
+    }
+
+    /// The run so far, as policies and rate limits see it: the steps before this one (a
+    /// direct call sees every step of its run), and the refusals of direct calls, which hold
+    /// no step row.
+    async fn load_run(&self, tx: &mut Tx, p: &Pending) -> Result<RunHistory> {
+        let before = match p.kind {
+            StepKind::Direct => None,
+            _ => Some(p.seq),
+        };
+        crate::ledger::runs::history(tx, &p.run_id, before).await
+    }
+
+    /// The principal and every ancestor it draws from.
+    fn budget_chain(&self, p: &Pending) -> Vec<String> {
+        self.registry
+            .principal(&p.principal)
+            .map(|pr| {
+                std::iter::once(pr.id().to_string())
+                    .chain(pr.ancestors.iter().cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Today's budget use of everyone on `chain`, and the windows of the tool's window budgets.
+    async fn load_budgets(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        chain: &[String],
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<BudgetView> {
+        let day = now.utc_day();
+        let mut budgets = BudgetView::default();
+        for id in chain {
+            if !cache.budgets.contains_key(id) {
+                let used = crate::ledger::budgets::used_today(tx, id, day).await?;
+                cache.budgets.insert(id.clone(), used);
+            }
+            for (tier, used) in &cache.budgets[id] {
+                budgets.set(id, *tier, *used);
+            }
+        }
+        if let Some(t) = self
+            .registry
+            .tool(&p.tool)
+            .filter(|t| !t.windows.is_empty())
+        {
+            budgets.windows = crate::window::load(tx, t, chain, &p.inputs, now).await?;
+        }
+        Ok(budgets)
+    }
+
+    /// The key's state. A direct read that does not replay has no key record to look up: it
+    /// runs every time. A planned step's key is its own (run, seq, inputs): on its first
+    /// attempt no record can exist yet either.
+    async fn load_key(&self, tx: &mut Tx, p: &Pending, now: Timestamp) -> Result<KeyView> {
+        let replay = self.registry.tool(&p.tool).is_none_or(replays);
+        let first_attempt = p.kind == StepKind::Planned && p.attempts <= 1;
+        let mut key = KeyView {
+            state: IdempotencyState::Fresh,
+            held: None,
+            elsewhere: None,
+        };
+        if first_attempt || (p.kind == StepKind::Direct && !replay) {
+            return Ok(key);
+        }
+        let Some(h) = self.key_state(tx, p, now).await? else {
+            return Ok(key);
+        };
+        let input_hash = InputHash::of(&p.inputs);
+        key.state = if p.kind == StepKind::Direct
+            && h.principal.as_deref().is_some_and(|o| o != p.principal)
+        {
+            key.elsewhere = Some(format!(
+                "by '{}' at {}",
+                h.principal.as_deref().unwrap_or("another principal"),
+                h.created_at
+                    .map_or_else(|| "an earlier time".into(), |t| t.to_rfc3339())
+            ));
+            IdempotencyState::Elsewhere
+        } else if h.input_hash != input_hash.as_str() {
+            IdempotencyState::InputsDiffer
+        } else if h.done {
+            IdempotencyState::Done
+        } else if self.toggles.get().reserve_before_call {
+            IdempotencyState::InFlight
+        } else {
+            IdempotencyState::Fresh
+        };
+        key.held = Some(h);
+        Ok(key)
+    }
+
+    /// Approvals: what the caller presented, plus what people granted for this subject. A
+    /// planned step on its first attempt cannot have been parked yet, so has no grants.
+    async fn load_approvals(
+        &self,
+        tx: &mut Tx,
+        p: &mut Pending,
+        subject: &str,
+    ) -> Result<Vec<ApprovalToken>> {
+        let mut tokens = std::mem::take(&mut p.presented);
+        if p.kind == StepKind::Direct || p.attempts > 1 {
+            for t in crate::ledger::approvals::granted(tx, subject).await? {
+                if !tokens.contains(&t) {
+                    tokens.push(t);
+                }
+            }
+        }
+        Ok(tokens)
+    }
+
+    /// The record of `p`'s key, if it holds one. A completed key past its retention is
+    /// forgotten here (its record deleted, its step's key archived as `KEY/STEP`), so the
+    /// operation may be made again.
+    pub(crate) async fn key_state(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        now: Timestamp,
+    ) -> Result<Option<HeldKey>> {
+        let Some(h) = crate::ledger::keys::held(tx, &p.idem_key).await? else {
+            return Ok(None);
+        };
+        if h.done && h.expires_at.millis() <= now.millis() {
+            crate::ledger::keys::forget(tx, &p.idem_key).await?;
+            crate::ledger::keys::archive(tx, &p.idem_key).await?;
+            return Ok(None);
+        }
+        Ok(Some(h))
+    }
+
+    /// The subject an approval binds to: the step id, or for a direct call the caller and its
+    /// key, so an approval lets only the principal that asked run the call, also when the
+    /// tool's key is shared across principals.
+    pub(crate) fn subject(&self, p: &Pending) -> String {
+        match p.kind {
+            StepKind::Direct => format!("{}/{}", p.principal, p.idem_key),
+            _ => p.step_id.clone(),
+        }
+    }
+}

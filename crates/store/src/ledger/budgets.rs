@@ -1,0 +1,190 @@
+//! Daily budgets per principal and tier (`budget_usage`), and which step holds a unit of which
+//! counter (`budget_reservations`), so an outcome can charge or release exactly what its call
+//! reserved.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Value, json};
+use toolgate_core::Tier;
+
+use crate::db::{Tx, args};
+use crate::error::Result;
+use crate::store::parse_tier;
+
+/// What `principal` used of each tier's budget on `day`.
+pub(crate) async fn used_today(
+    tx: &mut Tx,
+    principal: &str,
+    day: i64,
+) -> Result<HashMap<Tier, u32>> {
+    let mut used = HashMap::new();
+    for r in tx
+        .rows(
+            "SELECT tier, used FROM budget_usage WHERE principal = $1 AND day = $2",
+            args![principal, day],
+        )
+        .await?
+    {
+        used.insert(parse_tier(&r.text(0)?)?, r.i64(1)? as u32);
+    }
+    Ok(used)
+}
+
+/// What one claim transaction has read already: each principal's budget use, kept current by
+/// the batch's own reservations. On SQLite the transaction holds the only
+/// write lock, so this is exact; on PostgreSQL the conditional updates stay authoritative.
+#[derive(Default)]
+pub(crate) struct BatchCache {
+    pub(crate) budgets: HashMap<String, HashMap<Tier, u32>>,
+    ensured: HashSet<(String, Tier, i64)>,
+    /// SQLite: budget increments and reservations to write when the batch commits.
+    deltas: HashMap<(String, Tier, i64), u32>,
+    reservations: Vec<(String, String, Tier, i64)>,
+}
+
+impl BatchCache {
+    /// Writes the batched budget increments and reservations (SQLite), before commit.
+    pub(crate) async fn flush(&mut self, tx: &mut Tx) -> Result<()> {
+        let mut deltas: Vec<_> = self.deltas.drain().collect();
+        deltas.sort();
+        for ((id, tier, day), n) in deltas {
+            tx.exec(
+                "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
+                 ON CONFLICT (principal, tier, day) DO NOTHING",
+                args![&id, tier.as_str(), day],
+            )
+            .await?;
+            tx.exec(
+                "UPDATE budget_usage SET used = used + $4 WHERE principal = $1 AND tier = $2 AND day = $3",
+                args![&id, tier.as_str(), day, n as i64],
+            )
+            .await?;
+        }
+        if !self.reservations.is_empty() {
+            let rows: Vec<Value> = self
+                .reservations
+                .drain(..)
+                .map(|(step, id, tier, day)| json!({"s": step, "p": id, "t": tier.as_str(), "d": day}))
+                .collect();
+            tx.exec(
+                "INSERT INTO budget_reservations (step_id, principal, tier, day) \
+                 SELECT j.value ->> 's', j.value ->> 'p', j.value ->> 't', j.value ->> 'd' \
+                 FROM json_each($1) AS j",
+                args![Value::Array(rows).to_string()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Takes one unit of `tier`'s budget of each counter in `limited` (sorted, so every worker
+/// takes them in one order and none deadlock) for `step_id`. Returns the first counter that
+/// is used up, with its limit; then nothing is taken.
+pub(crate) async fn charge<'a>(
+    tx: &mut Tx,
+    cache: &mut BatchCache,
+    step_id: &str,
+    limited: &[(&'a str, u32)],
+    tier: Tier,
+    day: i64,
+) -> Result<Option<(&'a str, u32)>> {
+    if tx.is_pg() {
+        charge_pg(tx, cache, step_id, limited, tier, day).await
+    } else {
+        Ok(charge_sqlite(cache, step_id, limited, tier, day))
+    }
+}
+
+/// SQLite: this transaction holds the only write lock and the cache was read inside it, so
+/// the check is exact; the increments are written once per counter when the batch commits
+/// ([`BatchCache::flush`]).
+fn charge_sqlite<'a>(
+    cache: &mut BatchCache,
+    step_id: &str,
+    limited: &[(&'a str, u32)],
+    tier: Tier,
+    day: i64,
+) -> Option<(&'a str, u32)> {
+    for (id, limit) in limited {
+        let used = cache
+            .budgets
+            .get(*id)
+            .and_then(|m| m.get(&tier))
+            .copied()
+            .unwrap_or(0);
+        if used >= *limit {
+            return Some((id, *limit));
+        }
+    }
+    for (id, _) in limited {
+        *cache
+            .budgets
+            .entry(id.to_string())
+            .or_default()
+            .entry(tier)
+            .or_default() += 1;
+        *cache.deltas.entry((id.to_string(), tier, day)).or_default() += 1;
+        cache
+            .reservations
+            .push((step_id.to_string(), id.to_string(), tier, day));
+    }
+    None
+}
+
+/// PostgreSQL: other transactions charge the same counters concurrently, so each unit is a
+/// conditional increment; a counter used up gives back the units this call took already.
+async fn charge_pg<'a>(
+    tx: &mut Tx,
+    cache: &mut BatchCache,
+    step_id: &str,
+    limited: &[(&'a str, u32)],
+    tier: Tier,
+    day: i64,
+) -> Result<Option<(&'a str, u32)>> {
+    let mut taken: Vec<&str> = Vec::new();
+    for (id, limit) in limited {
+        if cache.ensured.insert((id.to_string(), tier, day)) {
+            tx.exec(
+                "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
+                 ON CONFLICT (principal, tier, day) DO NOTHING",
+                args![*id, tier.as_str(), day],
+            )
+            .await?;
+        }
+        let ok = tx
+            .exec(
+                "UPDATE budget_usage SET used = used + 1 \
+                 WHERE principal = $1 AND tier = $2 AND day = $3 AND used < $4",
+                args![*id, tier.as_str(), day, *limit as i64],
+            )
+            .await?;
+        if ok == 0 {
+            for t in &taken {
+                tx.exec(
+                    "UPDATE budget_usage SET used = used - 1 \
+                     WHERE principal = $1 AND tier = $2 AND day = $3",
+                    args![*t, tier.as_str(), day],
+                )
+                .await?;
+            }
+            return Ok(Some((id, *limit)));
+        }
+        taken.push(id);
+    }
+    for id in &taken {
+        *cache
+            .budgets
+            .entry(id.to_string())
+            .or_default()
+            .entry(tier)
+            .or_default() += 1;
+        tx.exec(
+            "INSERT INTO budget_reservations (step_id, principal, tier, day) \
+             VALUES ($1, $2, $3, $4)",
+            args![step_id, *id, tier.as_str(), day],
+        )
+        .await?;
+    }
+    Ok(None)
+}

@@ -1,0 +1,109 @@
+//! The idempotency ledger: one row per key, with the first call's input hash, whether it
+//! settled and with what, and the step that holds it. A step row keeps its key unique too;
+//! a key given up by a settled step is archived on that row as `KEY/STEP`.
+
+use toolgate_core::{IdempotencyKey, InputHash, StepStatus, Timestamp};
+
+use crate::db::{Tx, args};
+use crate::error::Result;
+use crate::store::parse_status;
+
+/// A key's record, as the decision needs it: the first call's inputs, whether it settled and
+/// with what, and whose call it was (a key a tool shares across principals is never replayed
+/// to another).
+pub(crate) struct HeldKey {
+    pub input_hash: String,
+    pub done: bool,
+    pub outcome: Option<String>,
+    pub expires_at: Timestamp,
+    pub step_id: String,
+    pub principal: Option<String>,
+    pub created_at: Option<Timestamp>,
+    pub step_status: Option<StepStatus>,
+}
+
+/// The record of `key`, with the step that holds it.
+pub(crate) async fn held(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<HeldKey>> {
+    let Some(r) = tx
+        .opt(
+            "SELECT i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, s.principal, \
+             s.created_at, s.status FROM idempotency i LEFT JOIN steps s ON s.step_id = i.step_id \
+             WHERE i.idem_key = $1",
+            args![key.as_str()],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(HeldKey {
+        input_hash: r.text(0)?,
+        done: r.text(1)? == "done",
+        outcome: r.opt_text(2)?,
+        expires_at: Timestamp::from_millis(r.i64(3)?),
+        step_id: r.text(4)?,
+        principal: r.opt_text(5)?,
+        created_at: r.opt_i64(6)?.map(Timestamp::from_millis),
+        step_status: r.opt_text(7)?.map(|t| parse_status(&t)).transpose()?,
+    }))
+}
+
+/// Takes `key` for `step_id`, in flight until `expires_at` (ms); `false` when it is held.
+pub(crate) async fn take(
+    tx: &mut Tx,
+    key: &IdempotencyKey,
+    input_hash: &InputHash,
+    step_id: &str,
+    now: Timestamp,
+    expires_at: i64,
+) -> Result<bool> {
+    let n = tx
+        .exec(
+            "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, expires_at) \
+             VALUES ($1, $2, 'in_flight', NULL, $3, $4, $5) ON CONFLICT (idem_key) DO NOTHING",
+            args![key.as_str(), input_hash.as_str(), step_id, now.millis(), expires_at],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// Points a held key at a newer step (only with reservation switched off, for fault
+/// evaluation).
+pub(crate) async fn move_to(tx: &mut Tx, key: &IdempotencyKey, step_id: &str) -> Result<()> {
+    tx.exec(
+        "UPDATE idempotency SET step_id = $1 WHERE idem_key = $2",
+        args![step_id, key.as_str()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Forgets `key`'s record, settled or not.
+pub(crate) async fn forget(tx: &mut Tx, key: &IdempotencyKey) -> Result<()> {
+    tx.exec(
+        "DELETE FROM idempotency WHERE idem_key = $1",
+        args![key.as_str()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Gives back a key taken for a call that will not be made (still in flight).
+pub(crate) async fn release_in_flight(tx: &mut Tx, key: &IdempotencyKey) -> Result<()> {
+    tx.exec(
+        "DELETE FROM idempotency WHERE idem_key = $1 AND state = 'in_flight'",
+        args![key.as_str()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Frees a key held by a settled step row: the step keeps it as `KEY/STEP`, so the record of
+/// what it did stays and a new step may take the key.
+pub(crate) async fn archive(tx: &mut Tx, key: &IdempotencyKey) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET idem_key = idem_key || '/' || step_id WHERE idem_key = $1",
+        args![key.as_str()],
+    )
+    .await?;
+    Ok(())
+}
