@@ -340,15 +340,15 @@ fn field_grants_budgets_and_policies_refuse_what_they_should() {
     );
 
     // After five act steps in one run, a sixth is refused by max-act-steps.
-    let run = RunHistory {
-        calls: (0..5)
+    let run = RunHistory::of_calls(
+        (0..5)
             .map(|_| PriorCall {
                 tool: "cancel_visit".into(),
                 tier: Tier::Act,
                 outcome: PriorOutcome::Allowed,
             })
             .collect(),
-    };
+    );
     let mut req = CallRequest::new("dispatch-agent", "schedule_technician", &visit);
     req.purpose = Some("service_delivery");
     req.reason = Some("book the first free slot");
