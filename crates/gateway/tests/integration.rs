@@ -13,6 +13,7 @@ mod hostile;
 mod jwks_https;
 mod keep_alive;
 mod keys;
+mod notify;
 mod otlp;
 mod passthrough;
 mod pinning;

@@ -16,6 +16,7 @@ pub mod error;
 pub mod exec;
 mod lite;
 pub mod model;
+pub mod notify;
 pub mod plan;
 pub mod previews;
 mod reserve;
@@ -44,6 +45,7 @@ pub use model::{
     Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
     StepKind, StepOutcome, StepReport,
 };
+pub use notify::{Delivery, NotifySummary, RaisedRequest};
 pub use plan::{
     PlanSubmission, Review, ReviewVerdict, RunStatus, StepProblem, SubmittedPlan, WorkSignal,
     assign_worker, check_step,
