@@ -208,7 +208,7 @@ impl Store {
         for r in c
             .rows(
                 "SELECT destination, state, \
-                 CASE WHEN last_error IS NULL THEN 0 ELSE 1 END AS erred, COUNT(*) \
+                 CAST(CASE WHEN last_error IS NULL THEN 0 ELSE 1 END AS BIGINT) AS erred, COUNT(*) \
                  FROM notify_outbox GROUP BY destination, state, erred ORDER BY destination",
                 args![],
             )
