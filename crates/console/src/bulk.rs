@@ -160,3 +160,136 @@ pub async fn approve(
     }
     Ok(out)
 }
+
+/// A run's parked steps offered as one decision, like approving a saved plan: every open
+/// request of the run, in the order they were raised, each bound to its input hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOffer {
+    pub run_id: String,
+    /// (approval id, input hash, tool), in the order raised.
+    pub members: Vec<(String, String, String)>,
+    /// Why the run cannot be approved as one now (a step the viewer may not decide, one that
+    /// would be refused, one whose inputs changed), or `None`.
+    pub refusal: Option<String>,
+}
+
+impl RunOffer {
+    /// The set as the form carries it: `id:hash` joined by commas.
+    pub fn set(&self) -> String {
+        self.members
+            .iter()
+            .map(|(id, h, _)| format!("{id}:{h}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// The offer for the run `run_id` as `viewer` would decide it, when it has two or more open
+/// requests. Every open request of the run is a member, so a step the viewer may not decide
+/// (segregation of duties) refuses the whole run rather than being left out of it.
+pub async fn run_offer(
+    exec: &Executor,
+    viewer: &str,
+    run_id: &str,
+) -> Result<Option<RunOffer>, ConsoleError> {
+    let now = exec.clock.now();
+    let mut open: Vec<ApprovalRequest> = exec
+        .store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await?
+        .into_iter()
+        .filter(|r| r.run_id.as_deref() == Some(run_id) && now < r.expires_at)
+        .collect();
+    if open.len() < 2 {
+        return Ok(None);
+    }
+    open.sort_by(|a, b| (a.created_at, &a.approval_id).cmp(&(b.created_at, &b.approval_id)));
+    let mut refusal = None;
+    for (n, r) in open.iter().enumerate() {
+        let step = n + 1;
+        let why = if !actions::may_decide(&exec.registry, viewer, r) {
+            Some(format!(
+                "parked step {step} ({}) is not yours to decide",
+                crate::fmt::text(&r.tool)
+            ))
+        } else if r.approved_by.iter().any(|a| a == viewer) {
+            Some(format!("you already approved parked step {step}"))
+        } else {
+            match exec.store.step(&r.subject).await {
+                Ok(s) if toolgate_core::InputHash::of(&s.inputs) != r.input_hash => {
+                    Some(format!("the inputs of parked step {step} changed"))
+                }
+                Ok(_) | Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let why = match why {
+            Some(w) => Some(w),
+            None => exec
+                .dry_decide(r)
+                .await?
+                .refused_by()
+                .map(|(rule, reason)| {
+                    format!(
+                        "parked step {step} ({}) would be refused by {}: {}",
+                        crate::fmt::text(&r.tool),
+                        crate::fmt::text(rule),
+                        crate::fmt::text(reason)
+                    )
+                }),
+        };
+        if let Some(w) = why {
+            refusal = Some(w);
+            break;
+        }
+    }
+    Ok(Some(RunOffer {
+        run_id: run_id.to_string(),
+        members: open
+            .iter()
+            .map(|r| {
+                (
+                    r.approval_id.clone(),
+                    r.input_hash.to_string(),
+                    r.tool.clone(),
+                )
+            })
+            .collect(),
+        refusal,
+    }))
+}
+
+/// Approves the run's parked steps as one: the set must be exactly the run's open requests
+/// as shown (none added, none changed), none refused; each is then approved in the order
+/// raised, bound to its hash, and (with `run_now`) runs once.
+pub async fn approve_run(
+    exec: &Executor,
+    viewer: &str,
+    run_id: &str,
+    set: &str,
+    run_now: bool,
+) -> Result<Vec<(String, Approved)>, ConsoleError> {
+    let Some(offer) = run_offer(exec, viewer, run_id).await? else {
+        return Err(ConsoleError::BulkRefused(
+            "this run no longer has two or more parked steps to approve together".into(),
+        ));
+    };
+    if offer.set() != set {
+        return Err(ConsoleError::BulkRefused(
+            "the run's parked steps changed after they were shown (a step was added, decided \
+             or revised): open the run again"
+                .into(),
+        ));
+    }
+    if let Some(why) = offer.refusal {
+        return Err(ConsoleError::BulkRefused(why));
+    }
+    let mut out = Vec::new();
+    for (id, hash, _) in &offer.members {
+        out.push((
+            id.clone(),
+            actions::approve(exec, id, viewer, hash, run_now).await?,
+        ));
+    }
+    Ok(out)
+}

@@ -133,6 +133,8 @@ pub struct ItemView {
     pub duplicates: Vec<ApprovalRequest>,
     /// The next item in the viewer's queue (after a decision, the page goes there).
     pub next: Option<String>,
+    /// The run's open requests, to approve together, when it has two or more.
+    pub run_offer: Option<crate::bulk::RunOffer>,
     pub now: Timestamp,
 }
 
@@ -294,6 +296,9 @@ pub async fn load_for(
             .or_else(|| ids.iter().find(|i| **i != approval_id))
             .filter(|i| **i != approval_id)
             .map(|i| i.to_string());
+        if let Some(run) = v.request.run_id.clone() {
+            v.run_offer = crate::bulk::run_offer(exec, viewer, &run).await?;
+        }
         let dry = exec.dry_decide(&v.request).await?;
         // The reason may quote the agent's inputs: shown as text people may safely see.
         v.would_refuse = dry
@@ -388,6 +393,7 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
         facts: Vec::new(),
         duplicates,
         next: None,
+        run_offer: None,
         now: exec.clock.now(),
         request,
     })

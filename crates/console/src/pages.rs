@@ -505,6 +505,25 @@ pub fn item(
                     }
                 }
             }
+            @if let (Some(o), ApprovalStatus::Pending, false) = (&v.run_offer, r.status, v.expired()) {
+                section #run-approval data-count=(o.members.len()) {
+                    h2 { "This run's " (o.members.len()) " parked steps, as one decision" }
+                    ol #run-steps { @for (id, hash, tool) in &o.members {
+                        li data-id=(id) { a href={(base) "/item/" (id)} { code { (tool) } } " · " code.muted { (short(hash)) } @if *id == r.approval_id { " (this item)" } }
+                    } }
+                    @if let Some(why) = &o.refusal {
+                        div.alert role="alert" #run-refusal { "Cannot be approved together: " (why) ". Decide the steps one by one." }
+                    } @else {
+                        form #run-approve-form method="post" action={(base) "/run/approve"} {
+                            input type="hidden" name="csrf" value=(who.1);
+                            input type="hidden" name="run" value=(o.run_id);
+                            input type="hidden" name="set" value=(o.set());
+                            p.muted { "Each step is approved for exactly the inputs listed (its hash), decided again now, and runs once; nothing is approved if any of them changed." }
+                            button.approve #run-approve type="submit" { "Approve all " (o.members.len()) " steps of this run" }
+                        }
+                    }
+                }
+            }
             script { (PreEscaped(ITEM_JS)) }
         }))
     }

@@ -137,6 +137,7 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/item/{id}/approve", post(approve))
         .route("/item/{id}/reject", post(reject))
         .route("/bulk", post(bulk_approve))
+        .route("/run/approve", post(run_approve))
         .route("/evidence/{id}", get(evidence_page))
         .route("/report", get(report_page))
         .with_state(state)
@@ -686,35 +687,75 @@ async fn bulk_approve(
     )
     .await
     {
-        Ok(done) => {
-            let lines: Vec<String> = done
-                .iter()
-                .map(|(id, a)| match a {
-                    Approved::DirectCall => {
-                        format!(
-                            "{id}: approved; the agent's retry of exactly this call runs it once"
-                        )
-                    }
-                    Approved::Ran(r) => format!("{id}: status {}", r.status),
-                    Approved::Queued { step_id } => format!("{id}: step {step_id} queued"),
-                    Approved::Waiting { .. } => format!("{id}: waiting for another approver"),
-                })
-                .collect();
-            let ran_all = done
-                .iter()
-                .all(|(_, a)| !matches!(a, Approved::Ran(r) if r.status != toolgate_core::StepStatus::Done));
-            html(
-                StatusCode::OK,
-                pages::outcome(
-                    s.base(),
-                    (&who.principal, &who.csrf),
-                    "",
-                    ran_all,
-                    &format!("Approved {} calls as one", done.len()),
-                    &lines,
-                ),
-            )
-        }
+        Ok(done) => approved_together(&s, &who, &done, "Approved {} calls as one"),
+        Err(e) => failure(&s, &who, e),
+    }
+}
+
+/// The page after several approvals made as one decision: what became of each.
+fn approved_together(
+    s: &ConsoleState,
+    who: &Session,
+    done: &[(String, Approved)],
+    title: &str,
+) -> Response {
+    let lines: Vec<String> = done
+        .iter()
+        .map(|(id, a)| match a {
+            Approved::DirectCall => {
+                format!("{id}: approved; the agent's retry of exactly this call runs it once")
+            }
+            Approved::Ran(r) => format!("{id}: status {}", r.status),
+            Approved::Queued { step_id } => format!("{id}: step {step_id} queued"),
+            Approved::Waiting { .. } => format!("{id}: waiting for another approver"),
+        })
+        .collect();
+    let ran_all = done.iter().all(
+        |(_, a)| !matches!(a, Approved::Ran(r) if r.status != toolgate_core::StepStatus::Done),
+    );
+    html(
+        StatusCode::OK,
+        pages::outcome(
+            s.base(),
+            (&who.principal, &who.csrf),
+            "",
+            ran_all,
+            &title.replace("{}", &done.len().to_string()),
+            &lines,
+        ),
+    )
+}
+
+#[derive(Deserialize)]
+struct RunForm {
+    csrf: Option<String>,
+    run: Option<String>,
+    set: Option<String>,
+}
+
+/// A run's parked steps approved together (the item page's "approve this run" form).
+async fn run_approve(
+    State(s): State<ConsoleState>,
+    headers: HeaderMap,
+    Form(f): Form<RunForm>,
+) -> Response {
+    let Some(who) = s.session(&headers).await else {
+        return to_login(&s);
+    };
+    if !csrf_ok(&who, &f.csrf) {
+        return csrf_refusal(&s, &who);
+    }
+    let exec = &s.exec();
+    match crate::bulk::approve_run(
+        exec,
+        &who.principal,
+        f.run.as_deref().unwrap_or_default(),
+        f.set.as_deref().unwrap_or_default(),
+        s.inner.opts.run_on_approve,
+    )
+    .await
+    {
+        Ok(done) => approved_together(&s, &who, &done, "Approved the run's {} parked steps"),
         Err(e) => failure(&s, &who, e),
     }
 }

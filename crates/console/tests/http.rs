@@ -477,3 +477,112 @@ async fn metrics_and_report_pages_show_the_gate() {
     );
     assert!(page.contains(&format!("#{seq} <code>{}</code>", allowed.body.tool)));
 }
+
+/// A plan's two parked payments, approved together from the item page: each is bound to its
+/// own hash, runs once, and a set that differs from the run's parked steps approves nothing.
+#[tokio::test]
+async fn a_runs_parked_steps_are_approved_together_each_running_once() {
+    let e = env().await;
+    let p = park(
+        &e,
+        vec![
+            step(
+                "payment.schedule",
+                payment("SUP-0001", "INV-20260612", 12600.5, NEW_IBAN),
+                &["INV-20260612", "PO-77840"],
+            ),
+            step(
+                "payment.schedule",
+                payment("SUP-0001", "INV-20260613", 980.0, NEW_IBAN),
+                &["INV-20260613", "PO-77840"],
+            ),
+        ],
+    )
+    .await;
+    let parked: Vec<_> = e
+        .store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.run_id.as_deref() == Some(p.run.as_str()))
+        .collect();
+    assert_eq!(parked.len(), 2, "both payments park");
+
+    // Someone who may not decide the run's steps is refused the run as one.
+    let carol = toolgate_console::bulk::run_offer(&e.exec, "carol", &p.run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        carol
+            .refusal
+            .as_deref()
+            .is_some_and(|w| w.contains("not yours to decide")),
+        "{carol:?}"
+    );
+    assert!(
+        toolgate_console::bulk::approve_run(&e.exec, "carol", &p.run, &carol.set(), true)
+            .await
+            .is_err()
+    );
+
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let (csrf, _, page) = open(&mut h, &p.approval).await;
+    assert!(
+        page.contains("id=\"run-approval\" data-count=\"2\""),
+        "{page}"
+    );
+    assert!(page.contains("Approve all 2 steps of this run"), "{page}");
+    let set = hidden(&page, "set").expect("the run's set on the page");
+    let run = hidden(&page, "run").unwrap();
+    assert_eq!(run, p.run);
+
+    // One hash altered: the whole set is refused, nothing approved or run.
+    let (first, rest) = set.split_once(',').unwrap();
+    let tampered = format!("{}:sha256:00{rest}", first.split(':').next().unwrap());
+    let r = h
+        .post(
+            "/run/approve",
+            &[("csrf", &csrf), ("run", &run), ("set", &tampered)],
+        )
+        .await;
+    assert_ne!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(e.rec.count("payment.schedule"), 0);
+    for a in &parked {
+        assert_eq!(
+            e.store.approval(&a.approval_id).await.unwrap().status,
+            ApprovalStatus::Pending
+        );
+    }
+
+    let r = h
+        .post(
+            "/run/approve",
+            &[("csrf", &csrf), ("run", &run), ("set", &set)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body.contains("Approved the run's 2 parked steps"),
+        "{}",
+        r.body
+    );
+    assert_eq!(e.rec.count("payment.schedule"), 2, "each step ran");
+    for a in &parked {
+        assert_eq!(e.rec.count_step(&a.subject), 1, "{} ran once", a.subject);
+        assert_eq!(
+            e.store.step(&a.subject).await.unwrap().status,
+            StepStatus::Done
+        );
+    }
+    // The same form again approves nothing more.
+    let again = h
+        .post(
+            "/run/approve",
+            &[("csrf", &csrf), ("run", &run), ("set", &set)],
+        )
+        .await;
+    assert_ne!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(e.rec.count("payment.schedule"), 2);
+}

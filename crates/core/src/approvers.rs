@@ -55,6 +55,33 @@ pub struct GateApprovers {
     pub approvers: Option<u8>,
 }
 
+/// `approvals.notify.<name>:` in toolgate.yaml: a webhook told when a request is raised. It
+/// takes the requests gated by one of `rules`, or that people of one of `roles` may approve;
+/// with neither set, every request. The URL is `url`, or read from the environment variable
+/// `url_env` (a chat webhook's URL is its secret: keep it out of the registry).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyWebhook {
+    /// The URL posted to (`http://` or `https://`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"https://hooks.slack.com/services/T000/B000/XXXX")]
+    pub url: Option<String>,
+    /// An environment variable holding the URL, read when the gateway starts or reloads;
+    /// instead of `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"AP_DESK_WEBHOOK")]
+    pub url_env: Option<String>,
+    /// The `@gate` rules (policy @ids, or `gate.always` for a tool's own gate) whose requests it
+    /// takes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(example = ["iban-change"])]
+    pub rules: Vec<String>,
+    /// Approver roles: it takes the requests a person of one of these roles may approve.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(example = ["ap.clerk"])]
+    pub roles: Vec<String>,
+}
+
 /// `approval_context:` on a tool: a read tool asked when a person opens one of its parked
 /// calls, whose answer is shown beside the inputs (the payee and account of a payment, the
 /// invoice's own amount and status).
@@ -168,6 +195,35 @@ impl Registry {
             count: tool_count.max(1),
             declared_in,
         }
+    }
+
+    /// The names of the `approvals.notify` webhooks told of a request of `tool` gated under
+    /// `rule`: those naming the rule, those naming a role whose people may approve it, and those
+    /// naming neither.
+    pub fn notify_targets(&self, tool: &str, rule: &str) -> Vec<&str> {
+        let set = self.approvers(tool, rule);
+        let approves = |role: &str| {
+            if set.any_approver() {
+                self.role(role).is_some_and(|r| r.approver)
+            } else {
+                set.roles.iter().any(|r| r == role)
+                    || set
+                        .people
+                        .iter()
+                        .any(|p| self.principal(p).is_some_and(|p| p.role() == role))
+            }
+        };
+        self.gateway
+            .approvals
+            .notify
+            .iter()
+            .filter(|(_, w)| {
+                (w.rules.is_empty() && w.roles.is_empty())
+                    || w.rules.iter().any(|r| r == rule)
+                    || w.roles.iter().any(|r| approves(r))
+            })
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     /// The people behind a requester: itself, and the person it acts for (`on_behalf_of`).
@@ -361,6 +417,51 @@ pub(crate) fn check(
                     format!("'{}' is not a read tool of this registry", c.tool),
                     "name a tool with effect: read; its answer is shown to the approver",
                 ));
+            }
+        }
+    }
+    for (name, w) in &gateway.approvals.notify {
+        let path = format!("approvals.notify.{name}");
+        match (&w.url, &w.url_env) {
+            (Some(_), Some(_)) | (None, None) => out.push(finding(
+                "toolgate.yaml",
+                path.clone(),
+                "config.notify-url",
+                "set exactly one of url and url_env".to_string(),
+                "url: https://…, or url_env: NAME_OF_A_VARIABLE holding it",
+            )),
+            (Some(u), None) if !(u.starts_with("http://") || u.starts_with("https://")) => out
+                .push(finding(
+                    "toolgate.yaml",
+                    format!("{path}.url"),
+                    "config.notify-url",
+                    "the URL is not http:// or https://".to_string(),
+                    "a webhook URL such as https://hooks.slack.com/services/…",
+                )),
+            _ => {}
+        }
+        for (j, r) in w.roles.iter().enumerate() {
+            if !roles.contains(&r.as_str()) {
+                out.push(finding(
+                    "toolgate.yaml",
+                    format!("{path}.roles[{j}]"),
+                    "ref.dangling",
+                    format!("role '{r}' is not declared"),
+                    "name a role declared in principals.yaml",
+                ));
+            }
+        }
+        if let Some(p) = policies {
+            for (j, r) in w.rules.iter().enumerate() {
+                if r != "gate.always" && !p.info(r).is_some_and(|i| i.gate) {
+                    out.push(finding(
+                        "toolgate.yaml",
+                        format!("{path}.rules[{j}]"),
+                        "ref.dangling",
+                        format!("'{r}' is not the @id of a @gate policy"),
+                        "name a policy marked @gate, or gate.always for tools gated always",
+                    ));
+                }
             }
         }
     }

@@ -294,6 +294,15 @@ pub struct ApprovalConfig {
     /// Who approves the calls each `@gate` policy gates (by its @id), and how many.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gates: BTreeMap<String, crate::approvers::GateApprovers>,
+    /// Webhooks told when a request is raised, by a name of your choosing (kept with each
+    /// delivery, so the URL itself is never stored): each for the requests of some `@gate`
+    /// rules or of some approver roles, or for every request. Each gets one JSON post per
+    /// request, with a Slack-compatible `text` and a link to the item; a failed post is
+    /// retried with backoff and shown by `toolgate status` and `/metrics`; the call parks
+    /// whatever the webhook does.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(example = serde_json::json!({"ap-desk": {"url_env": "AP_DESK_WEBHOOK", "roles": ["ap.clerk"]}}))]
+    pub notify: BTreeMap<String, crate::approvers::NotifyWebhook>,
 }
 
 /// A retired key, kept for verification only: its id and where to read it (`env` or `file`).
@@ -332,6 +341,7 @@ impl Default for ApprovalConfig {
             key_file: None,
             previous: Vec::new(),
             gates: BTreeMap::new(),
+            notify: BTreeMap::new(),
         }
     }
 }

@@ -5,7 +5,6 @@
 //! command line or the environment ([`OAuthOptions`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
@@ -108,92 +107,12 @@ impl JwtVerifier {
 
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The TLS client configuration for an https JWKS: the system's roots plus the PEM file `ca`.
-fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        // A system certificate rustls cannot use is skipped, as every rustls client does.
-        let _ = roots.add(cert);
-    }
-    if let Some(ca) = ca {
-        let certs = CertificateDer::pem_file_iter(ca)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| format!("reading the CA file {}: {e}", ca.display()))?;
-        if certs.is_empty() {
-            return Err(format!("the CA file {} holds no certificate", ca.display()));
-        }
-        for c in certs {
-            roots
-                .add(c)
-                .map_err(|e| format!("the CA file {}: {e}", ca.display()))?;
-        }
-    }
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-}
-
 /// GET an `https://` URL over HTTP/1.1 and return its body (status 2xx only). The certificate
-/// must chain to a trusted root and name the URL's host.
+/// must chain to a trusted root (the system's, plus the PEM file `ca`) and name the URL's host.
 async fn fetch_https(url: &str, ca: Option<&Path>) -> Result<String, String> {
-    use http_body_util::{BodyExt, Empty};
-    use hyper::body::Bytes;
-
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
-    let host = uri.host().ok_or("the URL has no host")?;
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = uri.port_u16().unwrap_or(443);
-    let authority = uri
-        .authority()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|| host.clone());
-    let path = uri
-        .path_and_query()
-        .map(|p| p.to_string())
-        .unwrap_or_else(|| "/".into());
-
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca)?));
-    let name = rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|e| format!("not a TLS server name: {e}"))?;
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("connecting: {e}"))?;
-    let tls = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS: {e}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-            .await
-            .map_err(|e| format!("HTTP: {e}"))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let req = hyper::Request::get(path)
-        .header(hyper::header::HOST, authority)
-        .header(hyper::header::ACCEPT, "application/json")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("HTTP: {e}"))?;
-    let status = resp.status();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("reading the body: {e}"))?
-        .to_bytes();
-    if !status.is_success() {
+    let (status, body) = crate::https::request(url, ca, None).await?;
+    if !(200..300).contains(&status) {
         return Err(format!("HTTP status {status}"));
     }
-    String::from_utf8(body.to_vec()).map_err(|_| "the body is not UTF-8".into())
+    String::from_utf8(body).map_err(|_| "the body is not UTF-8".into())
 }

@@ -384,6 +384,14 @@ impl Gateway {
         crate::worker::work_in_gateway(self.state.clone(), stop).await
     }
 
+    /// Starts announcing raised approval requests to the `approvals.notify` webhooks, with
+    /// links to the page under the public URL or `served` (the HTTP address), until `shutdown`.
+    pub fn spawn_notifier(&self, served: &str, shutdown: CancellationToken) {
+        let state = self.state.clone();
+        let base = crate::notify::item_base(self.public_url.as_deref(), served);
+        tokio::spawn(crate::notify::run(move || state.executor(), base, shutdown));
+    }
+
     /// Closes the upstreams and the store.
     pub async fn close(&self) {
         self.state.upstreams.close().await;
@@ -520,9 +528,12 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
             .http_addr
             .clone()
             .unwrap_or_else(|| gw.state.registry().gateway.server.http.clone());
-        let (_, fut) = gw.bind_http(&addr, shutdown.clone()).await?;
+        let (local, fut) = gw.bind_http(&addr, shutdown.clone()).await?;
+        gw.spawn_notifier(&local.to_string(), shutdown.clone());
         Some(tokio::spawn(fut))
     } else {
+        let served = gw.state.registry().gateway.server.http.clone();
+        gw.spawn_notifier(&served, shutdown.clone());
         None
     };
     // The plan queue: submitted and approved planned steps run here, as a `toolgate worker`

@@ -59,6 +59,7 @@ async fn follow_registry(
     executor: &mut Executor,
     work: &WorkOptions,
     stop: watch::Receiver<bool>,
+    live: &arc_swap::ArcSwap<Executor>,
 ) -> WorkStats {
     let mut changes = crate::reload::folder_signals(dir);
     let (pause_tx, pause_rx) = watch::channel(false);
@@ -95,6 +96,7 @@ async fn follow_registry(
             break;
         }
         *executor = crate::reload::reload_executor(dir, executor, trigger).await;
+        live.store(Arc::new(executor.clone()));
     }
     total
 }
@@ -161,7 +163,23 @@ async fn work_until_stopped(
     );
     let work = opts.work.clone().unwrap_or_default();
     tracing::info!(store = %url, registry = %registry.version.label, batch = work.batch, "worker started");
-    let stats = follow_registry(&dir, &mut executor, &work, stop).await;
+    // Raised requests are announced from here too, for deployments without a `serve`.
+    let live = Arc::new(arc_swap::ArcSwap::from_pointee(executor.clone()));
+    let notifier = tokio_util::sync::CancellationToken::new();
+    {
+        let live = live.clone();
+        let base = crate::notify::item_base(
+            registry.gateway.server.public_url.as_deref(),
+            &registry.gateway.server.http,
+        );
+        tokio::spawn(crate::notify::run(
+            move || live.load().as_ref().clone(),
+            base,
+            notifier.clone(),
+        ));
+    }
+    let stats = follow_registry(&dir, &mut executor, &work, stop, &live).await;
+    notifier.cancel();
     tracing::info!(
         executed = stats.executed,
         done = stats.done,

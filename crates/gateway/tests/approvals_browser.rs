@@ -28,14 +28,15 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-const WORKER_A: &str = "tg-test-sod-worker-a-0001";
+pub(crate) const WORKER_A: &str = "tg-test-sod-worker-a-0001";
 const WORKER_B: &str = "tg-test-sod-worker-b-0001";
 const ALICE: &str = "tg-test-sod-alice-0001";
 const BOB: &str = "tg-test-sod-bob-0001";
 const SAM: &str = "tg-test-sod-sam-0001";
 const VERA: &str = "tg-test-sod-vera-0001";
-const APPROVAL_KEY: &str = "toolgate-test-approval-key-0123456789abcdef";
-const REDACTION_KEY: &str = "toolgate-test-redaction-key-0123456789";
+pub(crate) const METRICS_TOKEN: &str = "toolgate-test-metrics-token-0123";
+pub(crate) const APPROVAL_KEY: &str = "toolgate-test-approval-key-0123456789abcdef";
+pub(crate) const REDACTION_KEY: &str = "toolgate-test-redaction-key-0123456789";
 
 fn browser_available() -> bool {
     let present = || Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
@@ -53,7 +54,7 @@ fn browser_available() -> bool {
     false
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -304,7 +305,7 @@ fn person(id: &str, role: &str, key: &str, grants: &str) -> String {
 /// The finance example's tools, policies and lock, with test principals: worker-a acts for
 /// alice; sam (a person) changes IBANs and may approve others' changes, with the vendor-master
 /// leads; the AP clerks approve payments. Per-run and 24 h limits raised for a queue of 44.
-fn write_registry(dir: &Path, record: &Path, store: &Path) {
+pub(crate) fn write_registry(dir: &Path, record: &Path, store: &Path) {
     let ex = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
     copy_dir(&ex.join("tools"), &dir.join("tools"));
     copy_dir(&ex.join("policies"), &dir.join("policies"));
@@ -363,39 +364,45 @@ fn write_registry(dir: &Path, record: &Path, store: &Path) {
     toolgate_gateway::pins::rehome_lock(dir).unwrap();
 }
 
-fn payment(invoice: &str, amount: f64, reason: &str) -> Value {
+pub(crate) fn payment(invoice: &str, amount: f64, reason: &str) -> Value {
     json!({"invoice_id": invoice, "amount": amount, "currency": "EUR", "value_date": "2026-06-30", "reason": reason})
 }
 
-const GOOD: &str = "Three-way match complete against PO-77812; the invoice is approved";
+pub(crate) const GOOD: &str = "Three-way match complete against PO-77812; the invoice is approved";
 
-fn meta(run: &str) -> Value {
+pub(crate) fn meta(run: &str) -> Value {
     json!({"purpose": "billing", "run_id": run})
 }
 
-fn structured(r: &rmcp::model::CallToolResult) -> Value {
+pub(crate) fn structured(r: &rmcp::model::CallToolResult) -> Value {
     r.structured_content.clone().unwrap_or(Value::Null)
 }
 
 /// `toolgate serve` on the test registry, ready; its fake ERP records to `record`.
-struct Setup {
-    _tmp: tempfile::TempDir,
-    port: u16,
-    record: PathBuf,
-    store_path: PathBuf,
-    serve: tokio::process::Child,
-    mcp: String,
-    base: String,
+pub(crate) struct Setup {
+    pub _tmp: tempfile::TempDir,
+    pub port: u16,
+    pub record: PathBuf,
+    pub store_path: PathBuf,
+    pub serve: tokio::process::Child,
+    pub mcp: String,
+    pub base: String,
 }
 
 impl Setup {
     async fn start() -> Setup {
+        Setup::start_edited(|_| {}).await
+    }
+
+    /// As [`Setup::start`], with `edit` run on the registry folder before `serve` starts.
+    pub(crate) async fn start_edited(edit: impl FnOnce(&Path)) -> Setup {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("finance");
         std::fs::create_dir_all(&dir).unwrap();
         let record = tmp.path().join("erp-calls.jsonl");
         let store_path = tmp.path().join("store.db");
         write_registry(&dir, &record, &store_path);
+        edit(&dir);
         let port = free_port();
         let log = tmp.path().join("serve.log");
         let logf = std::fs::File::create(&log).unwrap();
@@ -406,6 +413,7 @@ impl Setup {
             .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
             .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
             .env("TOOLGATE_FAKE_FINANCE_BULK", "1")
+            .env("TOOLGATE_METRICS_TOKEN", METRICS_TOKEN)
             .env("RUST_LOG", "warn")
             .stdout(logf.try_clone().unwrap())
             .stderr(logf)

@@ -14,6 +14,7 @@ mod jwks_https;
 mod keep_alive;
 mod keys;
 mod lean;
+mod notify;
 mod otlp;
 mod passthrough;
 mod pinning;

@@ -17,6 +17,7 @@ pub mod exec;
 mod ledger;
 mod lite;
 pub mod model;
+pub mod notify;
 pub mod plan;
 pub mod previews;
 mod reserve;
@@ -45,6 +46,7 @@ pub use model::{
     Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
     StepKind, StepOutcome, StepReport,
 };
+pub use notify::{Delivery, NotifySummary, RaisedRequest};
 pub use plan::{
     PlanSubmission, Review, ReviewVerdict, RunStatus, StepProblem, SubmittedPlan, WorkSignal,
     assign_worker, check_step,

@@ -9,6 +9,7 @@ mod conflicts;
 mod duties;
 mod faults;
 mod lookups;
+mod notify_outbox;
 mod plans;
 mod previews;
 mod sqlite_writers;

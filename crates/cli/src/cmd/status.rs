@@ -77,6 +77,53 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
             write!(out, "last refused reload: ")?;
             write_report(out, r)?;
         }
+        if let Ok(registry) = Registry::load(dir)
+            && !registry.gateway.approvals.notify.is_empty()
+        {
+            write_notifications(out, &registry)?;
+        }
     }
     Ok(Exit::refused_if(!current))
+}
+
+/// How the `approvals.notify` webhooks' deliveries stand, read from the store (every gateway
+/// sharing it posts from the same outbox).
+fn write_notifications(out: &mut dyn Write, registry: &Registry) -> anyhow::Result<()> {
+    let rt = crate::cmd::store::runtime()?;
+    let summary = match rt.block_on(async {
+        let store = crate::cmd::store::open_existing(registry, None).await?;
+        let s = store.notify_summary().await;
+        store.close().await;
+        anyhow::Ok(s?)
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            writeln!(out, "notifications: cannot read the store: {e:#}")?;
+            return Ok(());
+        }
+    };
+    for name in registry.gateway.approvals.notify.keys() {
+        let s = summary
+            .iter()
+            .find(|s| &s.destination == name)
+            .cloned()
+            .unwrap_or_default();
+        write!(
+            out,
+            "notifications {name}: {} sent, {} waiting, {} retrying, {} failed",
+            s.sent, s.waiting, s.retrying, s.failed
+        )?;
+        if s.failing()
+            && let (Some(e), Some(at)) = (&s.last_error, s.last_error_at)
+        {
+            write!(
+                out,
+                "; last failure {}: {}",
+                toolgate_console::fmt::datetime(at),
+                toolgate_core::clip::printable(e)
+            )?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
 }

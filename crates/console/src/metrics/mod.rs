@@ -242,6 +242,7 @@ impl Metrics {
             let tables = Tables {
                 gates: exec.store.gate_counts().await?,
                 budgets: exec.store.budget_use(exec.clock.now()).await?,
+                notifications: exec.store.notify_summary().await?,
             };
             st.tables = Some((Instant::now(), tables));
         }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use toolgate_core::Registry;
-use toolgate_store::{ApprovalStatus, BudgetUse, GateCount};
+use toolgate_store::{ApprovalStatus, BudgetUse, GateCount, NotifySummary};
 
 use super::tally::{Histogram, OTHER, Tally, is_known_rule, tool_label};
 use crate::report::{float, labels};
@@ -14,6 +14,7 @@ use crate::report::{float, labels};
 pub struct Tables {
     pub gates: Vec<GateCount>,
     pub budgets: Vec<BudgetUse>,
+    pub notifications: Vec<NotifySummary>,
 }
 
 /// The four states a gate's requests are reported in.
@@ -267,6 +268,56 @@ pub fn render(registry: &Registry, t: &Tally, tables: &Tables) -> String {
             &labels(&[("rule", rule), ("would", would)]),
             n,
         );
+    }
+    o.family(
+        "toolgate_notifications",
+        "gauge",
+        "Notifications of raised approval requests per webhook (approvals.notify) and state: \
+         sent, waiting (not tried yet), retrying (failed, to be tried again), failed (given up).",
+    );
+    // Webhooks no longer in the registry are left out (their names may be anything once).
+    for n in &tables.notifications {
+        if !registry
+            .gateway
+            .approvals
+            .notify
+            .contains_key(&n.destination)
+        {
+            continue;
+        }
+        let dest = n.destination.as_str();
+        for (state, v) in [
+            ("sent", n.sent),
+            ("waiting", n.waiting),
+            ("retrying", n.retrying),
+            ("failed", n.failed),
+        ] {
+            o.row(
+                "toolgate_notifications",
+                &labels(&[("webhook", dest), ("state", state)]),
+                v,
+            );
+        }
+    }
+    o.family(
+        "toolgate_notification_last_failure_timestamp_seconds",
+        "gauge",
+        "When a post to the webhook last failed (Unix seconds).",
+    );
+    for n in &tables.notifications {
+        if let Some(at) = n.last_error_at
+            && registry
+                .gateway
+                .approvals
+                .notify
+                .contains_key(&n.destination)
+        {
+            o.row(
+                "toolgate_notification_last_failure_timestamp_seconds",
+                &labels(&[("webhook", &n.destination)]),
+                float(at.millis() as f64 / 1000.0),
+            );
+        }
     }
     o.histogram(
         "toolgate_call_latency_seconds",
