@@ -284,16 +284,8 @@ async fn run_store(
             None,
         ),
         StoreKind::Postgres(server) => {
-            let name = format!("toolgate_crash_{}", std::process::id());
-            let admin = toolgate_store::Store::connect(server, Default::default()).await?;
-            admin
-                .execute_raw(&format!("DROP DATABASE IF EXISTS {name}"))
-                .await?;
-            admin
-                .execute_raw(&format!("CREATE DATABASE {name}"))
-                .await?;
-            let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
-            (format!("{base}/{name}"), Some((admin, name)))
+            let db = crate::database::BenchDatabase::create(server, "crash").await?;
+            (db.url.clone(), Some(db))
         }
     };
     let top = dir.path().join("toolgate.yaml");
@@ -390,12 +382,9 @@ async fn run_store(
                 http = http.restart().await?;
             }
             Crash::DatabaseRestart => {
-                let (admin, name) = pg.as_ref().expect("postgres only");
-                admin
-                    .execute_raw(&format!(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                         WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-                    ))
+                pg.as_ref()
+                    .expect("postgres only")
+                    .terminate_connections()
                     .await?;
             }
         }
@@ -497,11 +486,8 @@ async fn run_store(
     let _ = gateway.wait().await;
     reconciler.close().await;
     http.stop.cancel();
-    if let Some((admin, name)) = pg {
-        let _ = admin
-            .execute_raw(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .await;
-        admin.close().await;
+    if let Some(db) = pg {
+        db.drop().await;
     }
     Ok(())
 }

@@ -31,7 +31,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::Child;
 use toolgate_fakes::{FakeServer, FaultPlan, Recorder, finance::Finance};
-use toolgate_store::Store;
 
 use crate::BENCH_KEY;
 use crate::crash::{FakeHttp, free_port, spawn_gateway};
@@ -103,21 +102,11 @@ pub async fn run_fleet(opts: &FleetOptions) -> anyhow::Result<String> {
         which("wrk"),
         "wrk is not on PATH: run scripts/install-bench-peers.sh"
     );
-    let name = format!("toolgate_fleet_{}", std::process::id());
-    let admin = Store::connect(&opts.postgres, Default::default())
+    let db = crate::database::BenchDatabase::create(&opts.postgres, "fleet")
         .await
-        .with_context(|| format!("connecting to {}", opts.postgres))?;
-    admin
-        .execute_raw(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await?;
-    admin
-        .execute_raw(&format!("CREATE DATABASE {name}"))
-        .await?;
-    let result = measure(opts, &name).await;
-    let _ = admin
-        .execute_raw(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await;
-    admin.close().await;
+        .with_context(|| format!("creating a database on {}", opts.postgres))?;
+    let result = measure(opts, db.name()).await;
+    db.drop().await;
     result
 }
 

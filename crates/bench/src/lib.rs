@@ -10,6 +10,7 @@
 //! The registry is `examples/finance` with three documented changes (see [`prepare_registry`]).
 
 pub mod crash;
+mod database;
 pub mod fleet;
 pub mod peers;
 pub mod scale;

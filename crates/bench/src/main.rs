@@ -217,10 +217,7 @@ async fn main() -> anyhow::Result<()> {
             durability,
             json,
         } => {
-            let toolgate = match toolgate {
-                Some(t) => t,
-                None => std::env::current_exe()?.with_file_name("toolgate"),
-            };
+            let toolgate = toolgate_or_beside(toolgate)?;
             let mut stores = vec![StoreKind::Sqlite];
             if let (Some(url), false) = (postgres, sqlite_only) {
                 stores.push(StoreKind::Postgres(url));
@@ -248,10 +245,7 @@ async fn main() -> anyhow::Result<()> {
             toolgate,
             json,
         } => {
-            let toolgate = match toolgate {
-                Some(t) => t,
-                None => std::env::current_exe()?.with_file_name("toolgate"),
-            };
+            let toolgate = toolgate_or_beside(toolgate)?;
             let report = run_storm(&StormOptions {
                 toolgate,
                 store: postgres.map_or(StoreKind::Sqlite, StoreKind::Postgres),
@@ -277,10 +271,7 @@ async fn main() -> anyhow::Result<()> {
             requests,
             json,
         } => {
-            let toolgate = match toolgate {
-                Some(t) => t,
-                None => std::env::current_exe()?.with_file_name("toolgate"),
-            };
+            let toolgate = toolgate_or_beside(toolgate)?;
             let report = run_scale(&ScaleOptions {
                 toolgate,
                 postgres,
@@ -304,10 +295,7 @@ async fn main() -> anyhow::Result<()> {
             reads_only,
             toolgate,
         } => {
-            let toolgate = match toolgate {
-                Some(t) => t,
-                None => std::env::current_exe()?.with_file_name("toolgate"),
-            };
+            let toolgate = toolgate_or_beside(toolgate)?;
             let table = run_peers(&PeersOptions {
                 secs,
                 rounds,
@@ -327,10 +315,7 @@ async fn main() -> anyhow::Result<()> {
             reads_only,
             toolgate,
         } => {
-            let toolgate = match toolgate {
-                Some(t) => t,
-                None => std::env::current_exe()?.with_file_name("toolgate"),
-            };
+            let toolgate = toolgate_or_beside(toolgate)?;
             let table = run_fleet(&FleetOptions {
                 secs,
                 rounds,
@@ -345,4 +330,12 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Relay { listen, upstream } => run_relay(&listen, &upstream).await?,
     }
     Ok(())
+}
+
+/// The `toolgate` binary named on the command line, or the one beside this binary.
+fn toolgate_or_beside(named: Option<PathBuf>) -> std::io::Result<PathBuf> {
+    match named {
+        Some(t) => Ok(t),
+        None => Ok(std::env::current_exe()?.with_file_name("toolgate")),
+    }
 }

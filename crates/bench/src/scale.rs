@@ -141,19 +141,8 @@ pub async fn run_scale(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
     );
     let http = FakeHttp::start(fake, None).await?;
 
-    let name = format!("toolgate_scale_{}", std::process::id());
-    let admin = Store::connect(&opts.postgres, Default::default()).await?;
-    admin
-        .execute_raw(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await?;
-    admin
-        .execute_raw(&format!("CREATE DATABASE {name}"))
-        .await?;
-    let base = opts
-        .postgres
-        .rsplit_once('/')
-        .map_or(opts.postgres.as_str(), |(b, _)| b);
-    let url = format!("{base}/{name}");
+    let db = crate::database::BenchDatabase::create(&opts.postgres, "scale").await?;
+    let url = db.url.clone();
     let top = dir.path().join("toolgate.yaml");
     let mut config: Value = yaml_serde::from_str(&std::fs::read_to_string(&top)?)?;
     config["upstreams"]["erp"] = json!({
@@ -167,10 +156,7 @@ pub async fn run_scale(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
 
     let result = phases(opts, dir.path(), &http, &url).await;
     http.stop.cancel();
-    let _ = admin
-        .execute_raw(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await;
-    admin.close().await;
+    db.drop().await;
     result
 }
 

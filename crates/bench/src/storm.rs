@@ -297,16 +297,8 @@ pub async fn run_storm(opts: &StormOptions) -> anyhow::Result<StormReport> {
             None,
         ),
         StoreKind::Postgres(server) => {
-            let name = format!("toolgate_storm_{}", std::process::id());
-            let admin = Store::connect(server, Default::default()).await?;
-            admin
-                .execute_raw(&format!("DROP DATABASE IF EXISTS {name}"))
-                .await?;
-            admin
-                .execute_raw(&format!("CREATE DATABASE {name}"))
-                .await?;
-            let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
-            (format!("{base}/{name}"), Some((admin, name)))
+            let db = crate::database::BenchDatabase::create(server, "storm").await?;
+            (db.url.clone(), Some(db))
         }
     };
     let top = dir.path().join("toolgate.yaml");
@@ -322,11 +314,8 @@ pub async fn run_storm(opts: &StormOptions) -> anyhow::Result<StormReport> {
 
     let result = storm(opts, dir.path(), &http, &store_url).await;
     http.stop.cancel();
-    if let Some((admin, name)) = pg {
-        let _ = admin
-            .execute_raw(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .await;
-        admin.close().await;
+    if let Some(db) = pg {
+        db.drop().await;
     }
     let mut report = result?;
     report.store = match opts.store {
