@@ -170,6 +170,7 @@ impl Upstream {
         tracing::info!(upstream = %self.name, tools = tools.len(), "connected to upstream");
         // Checked before the peer is published: nothing of a (re)connection is served unchecked.
         self.pins.check(info, &tools).await;
+        self.routes.reconnected();
         *self.tools.write().expect("tools lock") = tools;
         *self.peer.write().expect("peer lock") = Some(peer.clone());
         *guard = Some(service);
@@ -365,7 +366,7 @@ impl Upstream {
                 ),
             )
             .await?;
-        let _route = self.routes.open(handle.progress_token.clone());
+        let _route = self.routes.open(handle.progress_token.clone()).await;
         match handle.await_response().await? {
             ServerResult::CallToolResult(r) => Ok(r),
             _ => Err(ServiceError::UnexpectedResponse),
