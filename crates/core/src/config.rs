@@ -461,7 +461,7 @@ pub struct ToolConfig {
     #[schemars(example = ["invoice_id", "amount"])]
     pub identity: Vec<String>,
     #[serde(default)]
-    /// Constraints on inputs that choose where data or money goes, enforced against data at call time (check 4).
+    /// Constraints on inputs that choose where data or money goes, enforced against data at call time (check 5).
     pub destinations: Vec<DestinationConfig>,
     /// Input or output fields stored as keyed hashes in the audit log.
     #[serde(default)]

@@ -23,6 +23,8 @@ use crate::token::{ApprovalClaims, ApprovalKeys, ApprovalToken, Expected};
 pub enum CheckName {
     Credential,
     Listed,
+    /// An upstream tool is served only at the definition `toolgate.lock` pins for it.
+    Pin,
     Schema,
     Destination,
     Purpose,
@@ -35,9 +37,10 @@ pub enum CheckName {
 }
 
 impl CheckName {
-    pub const ALL: [CheckName; 11] = [
+    pub const ALL: [CheckName; 12] = [
         CheckName::Credential,
         CheckName::Listed,
+        CheckName::Pin,
         CheckName::Schema,
         CheckName::Destination,
         CheckName::Purpose,
@@ -53,6 +56,7 @@ impl CheckName {
         match self {
             CheckName::Credential => "credential",
             CheckName::Listed => "listed",
+            CheckName::Pin => "pin",
             CheckName::Schema => "schema",
             CheckName::Destination => "destination",
             CheckName::Purpose => "purpose",
@@ -374,6 +378,31 @@ fn never_used(_: &str) -> bool {
     false
 }
 
+/// How a tool's upstream definition stands against the pins of `toolgate.lock`, as the gateway
+/// serves it at the moment of the call: the input of the pin check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Definition<'a> {
+    /// Nothing upstream to pin: a built-in tool, or pinning switched off (benchmarks only).
+    Local,
+    /// Served at the pinned definition with this hash.
+    Pinned(&'a str),
+    /// The upstream has not been reached yet, so it could not be checked. Nothing can be
+    /// forwarded to it until it is reached, and then only what the check lets through.
+    Unreached,
+    /// Not served: the definition changed, is not pinned, or its server is blocked; why.
+    Blocked(&'a str),
+}
+
+impl<'a> Definition<'a> {
+    /// The pinned definition hash the call (and any approval of it) is bound to.
+    pub fn hash(self) -> Option<&'a str> {
+        match self {
+            Definition::Pinned(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
 /// One call to decide.
 #[derive(Clone, Copy)]
 pub struct CallRequest<'a> {
@@ -400,8 +429,8 @@ pub struct CallRequest<'a> {
     pub rejection: Option<&'a str>,
     pub approvals: &'a [ApprovalToken],
     pub destinations: &'a DestinationFacts,
-    /// The pinned upstream definition hash of the tool, when it has one.
-    pub definition_hash: Option<&'a str>,
+    /// How the tool's upstream definition stands against `toolgate.lock` (the pin check).
+    pub definition: Definition<'a>,
     /// Whether an approval nonce was consumed already (the store's ledger).
     pub nonce_used: &'a dyn Fn(&str) -> bool,
 }
@@ -433,7 +462,7 @@ impl<'a> CallRequest<'a> {
             rejection: None,
             approvals: &[],
             destinations: &EMPTY_FACTS,
-            definition_hash: None,
+            definition: Definition::Local,
             nonce_used: &never_used,
         }
     }
@@ -505,7 +534,7 @@ impl<'r> Engine<'r> {
     /// Decides one call at time `now`.
     pub fn decide(&self, req: &CallRequest<'_>, now: Timestamp) -> Decision {
         let mut rec = Recorder {
-            checks: Vec::with_capacity(11),
+            checks: Vec::with_capacity(CheckName::ALL.len()),
         };
         let input_hash = InputHash::of(req.inputs);
         let version = self.registry.version.hash.clone();
@@ -547,7 +576,26 @@ impl<'r> Engine<'r> {
         );
         let cfg = &tool.config;
 
-        // 3. inputs against the closed schema, and the governance arguments given with them.
+        // 3. an upstream tool only at the definition its pin names; a changed one is not
+        // decided further (what its inputs mean may have changed with it).
+        match req.definition {
+            Definition::Local => rec.skip(CheckName::Pin, "nothing upstream to pin"),
+            Definition::Pinned(hash) => rec.pass(
+                CheckName::Pin,
+                format!("served at the definition toolgate.lock pins ({hash})"),
+            ),
+            Definition::Unreached => rec.skip(
+                CheckName::Pin,
+                "the upstream has not been reached, so it is checked when it is, before \
+                 anything is forwarded",
+            ),
+            Definition::Blocked(why) => {
+                rec.fail(CheckName::Pin, "pin.blocked", why.to_string());
+                return self.finish_early(rec, CheckName::Pin, input_hash, version);
+            }
+        }
+
+        // 4. inputs against the closed schema, and the governance arguments given with them.
         let checked = match tool.schema.validate(req.inputs) {
             Ok(()) if req.argument_errors.is_empty() => Ok(()),
             Ok(()) => Err(req.argument_errors.to_vec()),
@@ -573,14 +621,14 @@ impl<'r> Engine<'r> {
             }
         };
 
-        // 4. destination constraints, against data. A value off the list of a destination
-        // declared `unknown: gate` goes to a person (check 11) instead of being refused.
+        // 5. destination constraints, against data. A value off the list of a destination
+        // declared `unknown: gate` goes to a person (check 12) instead of being refused.
         let destination_gate = self.check_destinations(&mut rec, tool, req, inputs_valid);
 
-        // 5. purpose (and reason, for anything that changes state) granted for the scopes.
+        // 6. purpose (and reason, for anything that changes state) granted for the scopes.
         let covering = self.check_purpose(&mut rec, tool, principal.config.grants.as_slice(), req);
 
-        // 6. tier and sensitivity within the grant.
+        // 7. tier and sensitivity within the grant.
         let candidates: Vec<&GrantConfig> = if covering.is_empty() {
             principal.config.grants.iter().collect()
         } else {
@@ -620,7 +668,7 @@ impl<'r> Engine<'r> {
             );
         }
 
-        // 7. per-run rate limit.
+        // 8. per-run rate limit.
         let counts = req.run.counts(tool.name());
         let ran_before = req.idempotency.ran_before();
         match cfg.rate_limit {
@@ -645,7 +693,7 @@ impl<'r> Engine<'r> {
             None => rec.pass(CheckName::RateLimit, "no per-run limit".into()),
         }
 
-        // What the tool's window budgets hold (policies see it; check 9 judges it).
+        // What the tool's window budgets hold (policies see it; check 10 judges it).
         let windows = if inputs_valid {
             budget::check(
                 self.registry,
@@ -659,7 +707,7 @@ impl<'r> Engine<'r> {
             None
         };
 
-        // 8. policies, over the call and the run so far.
+        // 9. policies, over the call and the run so far.
         let verdict = if inputs_valid && !ran_before {
             Some(self.evaluate_policies(principal, tool, req, counts, windows.as_ref()))
         } else {
@@ -713,7 +761,7 @@ impl<'r> Engine<'r> {
             .unwrap_or_default();
         note_shadow(&mut rec, CheckName::Policy, &shadow);
 
-        // 9. daily budget and window budgets, for the principal and every ancestor it draws from.
+        // 10. daily budget and window budgets, for the principal and every ancestor it draws from.
         // A replay runs nothing and reserves nothing (its first run was charged), so it is not
         // refused for a budget its own first run filled.
         if ran_before {
@@ -725,7 +773,7 @@ impl<'r> Engine<'r> {
             self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
         }
 
-        // 10. idempotency, as the store sees this call's key.
+        // 11. idempotency, as the store sees this call's key.
         match req.idempotency {
             IdempotencyState::Fresh => rec.pass(CheckName::Idempotency, "new key".into()),
             IdempotencyState::Done => rec.pass(
@@ -755,7 +803,7 @@ impl<'r> Engine<'r> {
             ),
         }
 
-        // 11. the gate: a tool that always needs a person, or a @gate policy that matched.
+        // 12. the gate: a tool that always needs a person, or a @gate policy that matched.
         let gate_rule = if cfg.gate == crate::model::Gate::Always {
             Some("gate.always".to_string())
         } else {
@@ -931,7 +979,7 @@ impl<'r> Engine<'r> {
                         DestinationKind::Exact => "value",
                     };
                     if d.unknown == crate::config::UnknownDestination::Gate {
-                        // Not refused: a person decides (check 11), seeing exactly this value.
+                        // Not refused: a person decides (check 12), seeing exactly this value.
                         unlisted.push(format!(
                             "'{}' {what} {}",
                             d.field,
@@ -1208,7 +1256,7 @@ impl<'r> Engine<'r> {
             tool_version: &cfg.version,
             input_hash,
             registry_version: None,
-            definition_hash: req.definition_hash,
+            definition_hash: req.definition.hash(),
         };
         let mut valid: Vec<ApprovalClaims> = Vec::new();
         let mut refused = Vec::new();

@@ -23,9 +23,9 @@ pub mod why;
 pub use budget::{Held, WindowBudget, WindowView};
 pub use canon::{IdempotencyKey, InputHash, Redactor, canonical};
 pub use decide::{
-    BudgetView, CallRequest, Check, CheckName, Decision, DestinationFacts, DestinationLookupCall,
-    Engine, IdempotencyState, Outcome, PriorCall, PriorCalls, PriorOutcome, RunHistory,
-    ShadowEffect, ShadowRule, Verdict, destination_lookups,
+    BudgetView, CallRequest, Check, CheckName, Decision, Definition, DestinationFacts,
+    DestinationLookupCall, Engine, IdempotencyState, Outcome, PriorCall, PriorCalls, PriorOutcome,
+    RunHistory, ShadowEffect, ShadowRule, Verdict, destination_lookups,
 };
 pub use model::{
     Clock, Effect, FixedClock, Gate, PrincipalKind, Sensitivity, StepStatus, SystemClock, Tier,

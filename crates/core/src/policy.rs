@@ -591,7 +591,7 @@ pub(crate) fn call_context(
 }
 
 /// Each policy that applies to one call's tool and how it came out, as the engine's policy
-/// check (check 8) evaluates them: for `toolgate decide`, so an author sees a rule that did
+/// check (check 9) evaluates them: for `toolgate decide`, so an author sees a rule that did
 /// not fire, not only the decision. `None` when the engine does not evaluate policies for the
 /// call (an unknown principal or tool, a tool not listed for the role, inputs that fail the
 /// schema); the decision's checks say which.

@@ -768,7 +768,7 @@ fn policy_table() {
     let mut failures = Vec::new();
     for r in &rows {
         let d = decide_row(&engine, r);
-        assert_eq!(d.checks.len(), 11, "{}: every check is recorded", r.name);
+        assert_eq!(d.checks.len(), 12, "{}: every check is recorded", r.name);
         let got = match &d.verdict {
             Verdict::Allow => Want::Allow,
             Verdict::Deny {

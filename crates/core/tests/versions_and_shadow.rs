@@ -288,3 +288,133 @@ fn a_tool_gate_in_shadow_is_recorded_and_nothing_waits() {
             .contains("would ask for approval")
     );
 }
+
+/// The pin check, at the engine: the gateway says how the tool's upstream definition is served;
+/// a blocked one is refused by the third check with every check recorded, a pinned one passes
+/// and binds approvals to its hash.
+mod pin {
+    use super::*;
+    use toolgate_core::Definition;
+
+    fn decide_served(
+        reg: &Registry,
+        definition: Definition<'_>,
+        tokens: &[ApprovalToken],
+    ) -> Decision {
+        let k = keys();
+        let inputs = payment(15_000.0);
+        let mut req = CallRequest::new("fin-worker", "payment.schedule", &inputs);
+        req.purpose = Some("billing");
+        req.reason = Some("Pay the approved invoice on its due date.");
+        req.subject = "call-1";
+        req.approvals = tokens;
+        req.definition = definition;
+        Engine::new(reg, &k).decide(&req, NOW)
+    }
+
+    fn check(d: &Decision, name: CheckName) -> &toolgate_core::Check {
+        d.checks.iter().find(|c| c.name == name).expect("recorded")
+    }
+
+    #[test]
+    fn a_blocked_definition_is_refused_by_the_pin_check_and_nothing_after_it_is_evaluated() {
+        let reg = version(same, same_tools);
+        let why = "tool 'pay' changed since it was pinned (description); see `toolgate lock diff`";
+        let d = decide_served(&reg, Definition::Blocked(why), &[]);
+        match &d.verdict {
+            Verdict::Deny {
+                check,
+                rule,
+                reason,
+            } => {
+                assert_eq!(*check, CheckName::Pin);
+                assert_eq!(rule, "pin.blocked");
+                assert_eq!(reason, why);
+            }
+            other => panic!("refused, not {other:?}"),
+        }
+        assert_eq!(d.checks.len(), CheckName::ALL.len(), "every check recorded");
+        assert_eq!(d.checks.len(), 12);
+        let names: Vec<CheckName> = d.checks.iter().map(|c| c.name).collect();
+        assert_eq!(names, CheckName::ALL.to_vec(), "in the documented order");
+        assert_eq!(check(&d, CheckName::Credential).outcome, Outcome::Pass);
+        assert_eq!(check(&d, CheckName::Listed).outcome, Outcome::Pass);
+        assert_eq!(check(&d, CheckName::Pin).outcome, Outcome::Fail);
+        // A changed definition is not decided further, not even parked for a person.
+        for c in &d.checks[3..] {
+            assert_eq!(c.outcome, Outcome::Skip, "{:?}", c);
+            assert!(c.detail.contains("the pin check failed"), "{}", c.detail);
+        }
+    }
+
+    #[test]
+    fn a_tool_not_listed_for_the_role_is_unknown_before_its_pin_is_looked_at() {
+        let reg = version(same, same_tools);
+        let k = keys();
+        let inputs = payment(15_000.0);
+        let mut req = CallRequest::new("fin-worker", "no.such.tool", &inputs);
+        req.definition = Definition::Blocked("upstream 'erp' is blocked");
+        let d = Engine::new(&reg, &k).decide(&req, NOW);
+        assert!(
+            matches!(
+                d.verdict,
+                Verdict::Deny {
+                    check: CheckName::Listed,
+                    ..
+                }
+            ),
+            "{:?}",
+            d.verdict
+        );
+        assert!(!check(&d, CheckName::Listed).detail.contains("erp"));
+    }
+
+    #[test]
+    fn a_pinned_definition_passes_and_binds_the_approval_to_its_hash() {
+        let reg = version(same, same_tools);
+        let d = decide_served(&reg, Definition::Pinned("sha256:aaa"), &[]);
+        let pin = check(&d, CheckName::Pin);
+        assert_eq!(pin.outcome, Outcome::Pass);
+        assert!(pin.detail.contains("sha256:aaa"), "{}", pin.detail);
+        assert!(
+            matches!(d.verdict, Verdict::NeedsApproval { .. }),
+            "{:?}",
+            d.verdict
+        );
+
+        // An approval issued under that definition lets the call through; once the served
+        // definition is another, the same approval no longer verifies.
+        let Verdict::NeedsApproval { rule, .. } = &d.verdict else {
+            unreachable!()
+        };
+        let tool = reg.tool("payment.schedule").unwrap();
+        let token = keys().issue(&ApprovalClaims {
+            subject: "call-1".into(),
+            tool: "payment.schedule".into(),
+            tool_version: tool.config.version.clone(),
+            input_hash: InputHash::of(&payment(15_000.0)),
+            registry_version: Some(reg.version.hash.clone()),
+            gate_rule: Some(rule.clone()),
+            definition_hash: Some("sha256:aaa".into()),
+            approver: "alice".into(),
+            expires_at: NOW.plus_hours(72),
+            nonce: "nonce-pin".into(),
+        });
+        let tokens = std::slice::from_ref(&token);
+        assert!(decide_served(&reg, Definition::Pinned("sha256:aaa"), tokens).is_allow());
+        let moved = decide_served(&reg, Definition::Pinned("sha256:bbb"), tokens);
+        assert!(!moved.is_allow(), "{:?}", moved.verdict);
+    }
+
+    #[test]
+    fn built_in_and_unreached_upstreams_skip_the_pin_check_with_the_reason() {
+        let reg = version(same, same_tools);
+        let local = decide_served(&reg, Definition::Local, &[]);
+        assert_eq!(check(&local, CheckName::Pin).outcome, Outcome::Skip);
+        let unreached = decide_served(&reg, Definition::Unreached, &[]);
+        let c = check(&unreached, CheckName::Pin);
+        assert_eq!(c.outcome, Outcome::Skip);
+        assert!(c.detail.contains("not been reached"), "{}", c.detail);
+        assert!(matches!(unreached.verdict, Verdict::NeedsApproval { .. }));
+    }
+}

@@ -11,14 +11,15 @@
 //!
 //! Every verdict that changes (at start, on a change, after a lock approval took effect) is
 //! written to the audit chain: one `pin` record with the hashes served, one `pin_block` record
-//! per blocked tool or server. Refused calls are `deny` records under rule `pin.blocked`.
+//! per blocked tool or server. A call to a blocked tool is refused by the engine's pin check
+//! (rule `pin.blocked`), recorded like any refusal.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use rmcp::model::{CallToolResult, ContentBlock, ResultType, ServerPeerInfo, Tool};
+use rmcp::model::{ServerPeerInfo, Tool};
 use serde_json::{Value, json};
 use toolgate_contract::{
     ContractError, DefinitionHash, Lockfile, PinSet, PinVerdict, ServerIdentity,
@@ -452,92 +453,23 @@ pub fn listed(state: &GatewayState, tool: &toolgate_core::registry::Tool) -> boo
     }
 }
 
-/// The refusal of a call whose upstream tool is not served at a pinned definition, recorded in
-/// the audit chain; `None` when the call may go on to be decided. A tool the caller's role is
-/// not granted is left to the engine, which refuses it without naming any upstream.
-pub async fn refusal(
-    state: &GatewayState,
-    caller: &Caller,
-    call: &DirectCall,
-) -> Option<CallToolResult> {
+/// Brings the pin state of a call's upstream up to date before the engine's pin check reads it
+/// ([`toolgate_store::Handler::served`]): an upstream never reached is connected, which checks
+/// it, and a tool it blocks re-reads `toolgate.lock` once, so an approval given since takes
+/// effect without a restart. Nothing for a tool the caller's role is not granted: the engine
+/// refuses that without naming any upstream.
+pub async fn freshen(state: &GatewayState, caller: &Caller, call: &DirectCall) {
     let registry = state.registry();
-    let tool = registry.tool(&call.tool)?;
-    let (upstream, name) = upstream_of(tool)?;
-    if state.upstreams.ensure_checked(upstream).await.is_err() {
-        // Unreachable, so never checked: the call path reports the outage as for any upstream
-        // (nothing can be forwarded to a server that is not connected and checked).
-        return None;
-    }
-    let message = state.upstreams.pin_check(upstream, name).await.err()?;
-    if !tool.is_listed_for(&caller.role) {
-        return None;
-    }
-    let store = &state.store;
-    let (inputs, redacted) = store
-        .config()
-        .redactor
-        .redact(&call.inputs, &tool.config.redact);
-    let draft = AuditDraft {
-        ts: SystemClock.now(),
-        run_id: Some(call.run_id.clone()),
-        step_id: None,
-        who: AuditWho {
-            principal: caller.principal.clone(),
-            role: caller.role.clone(),
-            actor: call.actor.clone(),
-        },
-        tool: call.tool.clone(),
-        tool_version: Some(tool.config.version.clone()),
-        effect: Some(tool.config.effect),
-        tier: Some(tool.config.tier),
-        inputs,
-        redacted,
-        idem_key: None,
-        why: AuditWhy {
-            purpose: call.purpose.clone(),
-            reason: call.reason.clone(),
-            evidence: call.evidence.clone(),
-            decision: AuditDecision::Deny,
-            rule: Some("pin.blocked".into()),
-            checks: Vec::new(),
-            shadow: Vec::new(),
-        },
-        approval: None,
-        outcome: AuditOutcome {
-            status: StepStatus::Refused,
-            target_ref: None,
-            latency_ms: None,
-            latency_us: None,
-            governance_us: None,
-            error: Some(message.clone()),
-        },
-        registry_version: registry.version.hash.clone(),
+    let Some(tool) = registry.tool(&call.tool) else {
+        return;
     };
-    let seq = match store.append_audit(vec![draft]).await {
-        Ok(s) => s.first().copied(),
-        Err(e) => {
-            tracing::error!(error = %e, "recording a pin refusal failed");
-            None
-        }
+    let Some((upstream, name)) = upstream_of(tool) else {
+        return;
     };
-    tracing::warn!(tool = %call.tool, upstream, principal = %caller.principal, "call refused: upstream tool not served at a pinned definition");
-    let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
-        "'{}' was NOT executed: {message}. Nothing was sent upstream. Next: the tool is \
-         unavailable until an operator reviews the change; do not retry it, and tell the user \
-         it is blocked.",
-        call.tool
-    ))]);
-    r.structured_content = Some(json!({
-        "status": "refused",
-        "tool": call.tool,
-        "check": "pin",
-        "rule": "pin.blocked",
-        "reason": message,
-        "upstream": upstream,
-        "audit_seq": seq,
-    }));
-    r.result_type = Some(ResultType::COMPLETE);
-    Some(r)
+    if tool.is_listed_for(&caller.role) {
+        // An unreachable upstream stays unreached: the call path reports the outage.
+        let _ = state.upstreams.pin_check(upstream, name).await;
+    }
 }
 
 /// Rewrites the identity of each server pinned in `dir`'s `toolgate.lock` to how `dir`'s

@@ -71,6 +71,10 @@ fn readable_error(text: String, facts: Value) -> CallToolResult {
 /// What the caller may legitimately do after a refusal by `check`.
 fn next_moves(check: CheckName) -> &'static str {
     match check {
+        CheckName::Pin => {
+            "nothing was sent upstream; the tool is unavailable until an operator reviews the change \
+             to its definition, so do not retry it — tell the user it is blocked"
+        }
         CheckName::Schema => {
             "correct the named field(s) to a value that passes and call again; do not invent values \
              you were not given — if the right value is unknown, ask for it"

@@ -239,9 +239,7 @@ impl GatewayServer {
         if let Some(answer) = crate::builtins::intercept(&self.state, &call, run_named).await {
             return answer;
         }
-        if let Some(refused) = crate::pins::refusal(&self.state, caller, &call).await {
-            return Ok(refused);
-        }
+        crate::pins::freshen(&self.state, caller, &call).await;
         let executor = crate::builtins::executor_for(&self.state, tool);
         let result = executor.governed_call(call).await.map_err(|e| {
             tracing::error!(error = %e, "a governed call could not be recorded");

@@ -36,7 +36,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_contract::{DefinitionHash, PinVerdict, ServerIdentity};
 use toolgate_core::config::UpstreamConfig;
-use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Target};
+use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Served, Target};
 
 use crate::pins::{PinGuard, Pins};
 use crate::relay::Routes;
@@ -643,15 +643,24 @@ impl Upstreams {
 }
 
 impl Handler for Upstreams {
-    fn definition_hash(&self, target: &Target) -> Option<String> {
-        let upstream = self.map.get(target.upstream.as_deref()?)?;
+    fn served(&self, target: &Target) -> Served {
+        let Some(upstream) = target.upstream.as_deref() else {
+            return Served::Local;
+        };
+        let Some(u) = self.map.get(upstream) else {
+            return Served::Blocked(format!(
+                "no upstream named '{upstream}' is declared in toolgate.yaml"
+            ));
+        };
+        if u.pins.unchecked() {
+            return Served::Unreached;
+        }
         let name = target.upstream_tool.as_deref().unwrap_or(&target.tool);
-        upstream
-            .pins
-            .allows(name)
-            .ok()
-            .flatten()
-            .map(|h| h.as_str().to_string())
+        match u.pins.allows(name) {
+            Ok(Some(hash)) => Served::Pinned(hash.as_str().to_string()),
+            Ok(None) => Served::Local,
+            Err(why) => Served::Blocked(why),
+        }
     }
 
     fn call<'a>(

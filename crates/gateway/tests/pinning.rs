@@ -543,7 +543,8 @@ async fn assert_refused(
         "{case}: {tool} must be refused: {r:?}"
     );
     let t = text(&r);
-    assert!(t.contains("NOT executed"), "{case}: {t}");
+    assert!(t.contains("refused by the pin check"), "{case}: {t}");
+    assert!(t.contains("nothing was sent upstream"), "{case}: {t}");
     assert!(
         t.contains("toolgate lock diff"),
         "{case}: the refusal names the command: {t}"

@@ -40,7 +40,7 @@ pub use db::{ConnectOptions, SchemaProblem};
 pub use error::{Result, StoreError};
 pub use exec::{
     BoxFuture, CallMeta, CallResult, CallStatus, DirectCall, DryRun, Executor, Handler,
-    HandlerError, HandlerOutput, SyncHook, SyncPoint, Target,
+    HandlerError, HandlerOutput, Served, SyncHook, SyncPoint, Target,
 };
 pub use model::{
     Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,

@@ -120,7 +120,7 @@ async fn duplicate_direct_call_is_replayed(db: &TestDb) {
             .starts_with("hmac:")
     );
     assert_eq!(recs[0].body.redacted, vec!["iban".to_string()]);
-    assert_eq!(recs[0].body.why.checks.len(), 11, "every check recorded");
+    assert_eq!(recs[0].body.why.checks.len(), 12, "every check recorded");
     assert!(store.verify_chain().await.unwrap().is_intact());
 }
 

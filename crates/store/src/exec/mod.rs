@@ -24,7 +24,7 @@ use toolgate_core::schema::FieldError;
 use toolgate_core::why::{PurposeSource, replays};
 use toolgate_core::{
     ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName, Clock,
-    Decision, DestinationFacts, DestinationLookupCall, Effect, Engine, IdempotencyKey,
+    Decision, Definition, DestinationFacts, DestinationLookupCall, Effect, Engine, IdempotencyKey,
     IdempotencyState, InputHash, Registry, RunHistory, StepStatus, Tier, Timestamp, Verdict,
     canonical, destination_lookups,
 };
@@ -96,11 +96,37 @@ pub trait Handler: Send + Sync {
         meta: &'a CallMeta,
     ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>>;
 
-    /// The pinned upstream definition hash `target` is served under now (`toolgate.lock`), if
-    /// any: bound into the call's decision and into approvals requested for it, so an approval
-    /// given under one definition does not verify once the definition changed. A lookup, no I/O.
-    fn definition_hash(&self, _target: &Target) -> Option<String> {
-        None
+    /// How `target`'s definition is served now against `toolgate.lock`: the input of the
+    /// engine's pin check. Its hash is bound into the call's decision and into approvals
+    /// requested for it, so an approval given under one definition does not verify once the
+    /// definition changed. A lookup, no I/O.
+    fn served(&self, _target: &Target) -> Served {
+        Served::Local
+    }
+}
+
+/// How a handler serves a tool's definition (the owned form of [`Definition`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Served {
+    /// Nothing upstream to pin (a built-in, a test handler, pinning off).
+    #[default]
+    Local,
+    /// At the pinned definition with this hash.
+    Pinned(String),
+    /// Its upstream has not been reached, so not checked yet.
+    Unreached,
+    /// Not served, and why.
+    Blocked(String),
+}
+
+impl Served {
+    pub fn as_definition(&self) -> Definition<'_> {
+        match self {
+            Served::Local => Definition::Local,
+            Served::Pinned(h) => Definition::Pinned(h),
+            Served::Unreached => Definition::Unreached,
+            Served::Blocked(why) => Definition::Blocked(why),
+        }
     }
 }
 

@@ -57,7 +57,7 @@ impl Executor {
             rejection,
             approvals: &view.tokens,
             destinations: &destinations,
-            definition_hash: view.definition.as_deref(),
+            definition: view.served.as_definition(),
             nonce_used: &nonce_used,
         };
         if self.toggles.get().approval_binding {

@@ -130,7 +130,7 @@ impl Executor {
                 rule,
                 approvers_needed: approvers_needed.max(1),
                 expires_at: now.plus_hours(self.store.config().approval_expiry_hours),
-                definition_hash: view.definition.as_deref(),
+                definition_hash: view.served.as_definition().hash(),
                 registry_version: &decision.registry_version,
             },
             now,

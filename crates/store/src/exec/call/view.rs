@@ -19,8 +19,8 @@ pub(crate) struct LedgerView {
     pub(crate) tokens: Vec<ApprovalToken>,
     /// The nonces of `tokens` already spent.
     pub(crate) used_nonces: HashSet<String>,
-    /// The pinned upstream definition the tool is served under now.
-    pub(crate) definition: Option<String>,
+    /// How the handler serves the tool's definition now (the pin check's input).
+    pub(crate) served: Served,
 }
 
 /// The call's idempotency key as the ledger holds it.
@@ -60,7 +60,7 @@ impl Executor {
             subject,
             tokens,
             used_nonces,
-            definition: self.handler.definition_hash(&self.target(&p.tool)),
+            served: self.handler.served(&self.target(&p.tool)),
         })
     }
 
