@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 /// The widest a column is padded to.
-const WIDEST: usize = 80;
+const WIDEST: usize = 200;
 
 pub struct Table {
     header: Vec<String>,
