@@ -403,7 +403,12 @@ fn a_runs_parked_steps_are_approved_together_from_the_terminal() {
 
     let (code, help, _) = approvals(&["approve", "--help"], ALICE_KEY);
     assert_eq!(code, Some(0));
-    for needle in ["--run <RUN_ID>", "--set <ID:HASH,...>", "all or nothing", "show --run"] {
+    for needle in [
+        "--run <RUN_ID>",
+        "--set <ID:HASH,...>",
+        "all or nothing",
+        "show --run",
+    ] {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
     }
 

@@ -69,7 +69,12 @@ pub fn since(
 ) -> Since {
     let used: Vec<&ApprovalRequest> = history
         .iter()
-        .filter(|r| matches!(r.status, ApprovalStatus::Approved | ApprovalStatus::Consumed))
+        .filter(|r| {
+            matches!(
+                r.status,
+                ApprovalStatus::Approved | ApprovalStatus::Consumed
+            )
+        })
         .filter(|r| r.inputs.get(party.0.as_str()) == Some(&party.1))
         .filter(|r| r.inputs.get(field) == Some(value))
         .collect();

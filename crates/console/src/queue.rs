@@ -97,7 +97,11 @@ impl QueueItem {
             n if n >= 2 => 4,
             _ => 0,
         };
-        let new_destination = if self.new_destinations.is_empty() { 0 } else { 4 };
+        let new_destination = if self.new_destinations.is_empty() {
+            0
+        } else {
+            4
+        };
         // 1 point per order of magnitude from 1,000: 1,000 → 1, 10,000 → 2, 100,000 → 3.
         let amount = self
             .amount
@@ -243,7 +247,13 @@ mod tests {
     use serde_json::json;
     use toolgate_core::InputHash;
 
-    fn item(id: &str, tier: Tier, sensitivity: Sensitivity, people: i64, amount: Option<f64>) -> QueueItem {
+    fn item(
+        id: &str,
+        tier: Tier,
+        sensitivity: Sensitivity,
+        people: i64,
+        amount: Option<f64>,
+    ) -> QueueItem {
         QueueItem {
             request: ApprovalRequest {
                 approval_id: id.into(),
@@ -266,7 +276,11 @@ mod tests {
                 decided_by: None,
             },
             tier,
-            effect: if tier == Tier::Spend { Effect::Irreversible } else { Effect::Write },
+            effect: if tier == Tier::Spend {
+                Effect::Irreversible
+            } else {
+                Effect::Write
+            },
             sensitivity,
             amount,
             time_left_ms: 1,
@@ -281,17 +295,47 @@ mod tests {
     #[test]
     fn a_restricted_two_person_iban_change_is_not_last() {
         let mut items = vec![
-            item("pay-4180", Tier::Spend, Sensitivity::Confidential, 1, Some(4180.0)),
+            item(
+                "pay-4180",
+                Tier::Spend,
+                Sensitivity::Confidential,
+                1,
+                Some(4180.0),
+            ),
             item("note", Tier::Act, Sensitivity::Internal, 1, None),
             item("iban-change", Tier::Act, Sensitivity::Restricted, 2, None),
-            item("pay-48000", Tier::Spend, Sensitivity::Confidential, 1, Some(48_000.0)),
-            item("pay-980", Tier::Spend, Sensitivity::Confidential, 1, Some(980.0)),
+            item(
+                "pay-48000",
+                Tier::Spend,
+                Sensitivity::Confidential,
+                1,
+                Some(48_000.0),
+            ),
+            item(
+                "pay-980",
+                Tier::Spend,
+                Sensitivity::Confidential,
+                1,
+                Some(980.0),
+            ),
         ];
         items.sort_by(risk_order);
-        let order: Vec<&str> = items.iter().map(|i| i.request.approval_id.as_str()).collect();
-        assert_eq!(order, vec!["iban-change", "pay-48000", "pay-4180", "pay-980", "note"]);
+        let order: Vec<&str> = items
+            .iter()
+            .map(|i| i.request.approval_id.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            vec!["iban-change", "pay-48000", "pay-4180", "pay-980", "note"]
+        );
         // A new destination lifts a routine payment above a large known one.
-        let mut new = item("pay-new-iban", Tier::Spend, Sensitivity::Confidential, 1, Some(980.0));
+        let mut new = item(
+            "pay-new-iban",
+            Tier::Spend,
+            Sensitivity::Confidential,
+            1,
+            Some(980.0),
+        );
         new.new_destinations = vec!["iban".into()];
         assert!(new.risk() > items[1].risk());
     }

@@ -205,7 +205,11 @@ async fn agent_text_on_every_page_part_is_shown_not_obeyed() {
         let at = r.body.find(acts).unwrap_or(0);
         let from = r.body.floor_char_boundary(at.saturating_sub(300));
         let to = r.body.ceil_char_boundary((at + 100).min(r.body.len()));
-        assert!(raw.is_empty(), "{what} showed {raw:?}: …{}…", &r.body[from..to]);
+        assert!(
+            raw.is_empty(),
+            "{what} showed {raw:?}: …{}…",
+            &r.body[from..to]
+        );
         assert!(
             !r.body.contains("\nAPPROVED BY CFO"),
             "{what}: a newline forged a line"
@@ -215,10 +219,11 @@ async fn agent_text_on_every_page_part_is_shown_not_obeyed() {
     let queue = h.get("/").await;
     assert_eq!(queue.status, StatusCode::OK);
     check("the queue", &queue);
-    assert!(queue.body.contains("東京🚀-\\u{202e}x-ü"), "the run id, shortened by characters");
-    let filtered = h
-        .get(&format!("/?run={}", enc(&run)))
-        .await;
+    assert!(
+        queue.body.contains("東京🚀-\\u{202e}x-ü"),
+        "the run id, shortened by characters"
+    );
+    let filtered = h.get(&format!("/?run={}", enc(&run))).await;
     assert_eq!(filtered.status, StatusCode::OK);
     check("the queue filtered by the run", &filtered);
     assert!(filtered.body.contains(&format!("/item/{}", ids[0])));
@@ -243,21 +248,34 @@ async fn agent_text_on_every_page_part_is_shown_not_obeyed() {
     // Written out, visibly, and the multi-byte text whole: in the reason, the facts, the run.
     assert!(item.body.contains("\\u{202e}NABI\\u{202c}"));
     assert!(item.body.contains("\\u{001b}[2J"));
-    assert!(item.body.matches("Zürich 東京 🚀").count() >= 2, "reason and payee");
+    assert!(
+        item.body.matches("Zürich 東京 🚀").count() >= 2,
+        "reason and payee"
+    );
     assert!(item.body.contains(&crate::common::html_text(&format!(
         "run-{}-Zürich-東京🚀-\\u{{202e}}x-ü",
         "é".repeat(20)
     ))));
-    assert!(item.body.contains(&"x".repeat(100_000)), "the reason is shown whole");
+    assert!(
+        item.body.contains(&"x".repeat(100_000)),
+        "the reason is shown whole"
+    );
     // The evidence link is one path segment, however the id reads.
-    assert!(item.body.contains("href=\"/evidence/Zahlung%1B%5B2J%1B%5D0%3Bpwned%07%20"));
+    assert!(
+        item.body
+            .contains("href=\"/evidence/Zahlung%1B%5B2J%1B%5D0%3Bpwned%07%20")
+    );
 
     let dup = h.get(&format!("/item/{}", ids[2])).await;
     assert_eq!(dup.status, StatusCode::OK);
     check("the duplicate", &dup);
 
     let evidence = h.get(&format!("/evidence/{}", enc(NASTY))).await;
-    assert_eq!(evidence.status, StatusCode::NOT_FOUND, "not in the ontology");
+    assert_eq!(
+        evidence.status,
+        StatusCode::NOT_FOUND,
+        "not in the ontology"
+    );
     check("the evidence page", &evidence);
 
     let csrf = hidden(&item.body, "csrf").unwrap();

@@ -741,14 +741,21 @@ async fn approving_a_set_in_the_store_is_all_or_nothing() {
         "{err}"
     );
     let first = e.store.approval(&parked[0].approval_id).await.unwrap();
-    assert!(first.approved_by.is_empty(), "the first grant was rolled back");
+    assert!(
+        first.approved_by.is_empty(),
+        "the first grant was rolled back"
+    );
     // Bob's set is taken whole.
     e.store
         .approve_all(&e.exec.registry, &e.exec.keys, &ids, "bob", e.clock_now())
         .await
         .unwrap();
     assert_eq!(
-        e.store.approval(&parked[1].approval_id).await.unwrap().status,
+        e.store
+            .approval(&parked[1].approval_id)
+            .await
+            .unwrap()
+            .status,
         ApprovalStatus::Approved
     );
     assert_eq!(
@@ -833,10 +840,7 @@ async fn the_account_in_the_decision_facts_says_since_when_it_is_the_suppliers()
     let p = park(&e, vec![transfer("SUP-0002", "INV-20260902")]).await;
     let (_, _, page) = open(&mut h, &p.approval).await;
     let row = fact_row(&page, "account");
-    let since = format!(
-        "unchanged since {}",
-        toolgate_console::fmt::datetime(t0)
-    );
+    let since = format!("unchanged since {}", toolgate_console::fmt::datetime(t0));
     assert!(row.contains(&since), "{row}");
     assert!(!row.contains("recent"), "{row}");
 

@@ -332,7 +332,7 @@ mod tests {
             principal: "fin-worker".into(),
             tool: "payment.schedule".into(),
             tool_version: "1.0.0".into(),
-            input_hash: toolgate_core::InputHash::from_stored("sha256:00".into()),
+            input_hash: toolgate_core::InputHash::from_stored("sha256:00"),
             inputs: serde_json::json!({}),
             reason: Some(format!("{nasty} {}", "x".repeat(100_000))),
             evidence: vec![],
@@ -349,7 +349,9 @@ mod tests {
         let text = body["text"].as_str().unwrap();
         let raw: Vec<char> = text
             .chars()
-            .filter(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+            .filter(|c| {
+                c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            })
             .collect();
         assert!(raw.is_empty(), "{raw:?}");
         assert!(text.contains("Zürich 東京 🚀"), "{text}");

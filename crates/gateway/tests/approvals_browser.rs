@@ -680,7 +680,10 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     br.goto(&format!("{base}/item/{typo_id}")).await;
     br.find("#approve").await;
     let inner = br.eval("return window.innerWidth").await;
-    assert!(inner.as_f64().unwrap() <= 400.0, "the window is {inner} px wide");
+    assert!(
+        inner.as_f64().unwrap() <= 400.0,
+        "the window is {inner} px wide"
+    );
     for button in ["approve", "reject"] {
         let on_screen = br
             .eval(&format!(

@@ -433,8 +433,7 @@ async fn write_run(
 /// `s` as one shell word people may copy: bare when it is plain, single-quoted otherwise.
 fn shell_word(s: &str) -> String {
     if !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/'))
     {
         s.to_string()
@@ -658,7 +657,18 @@ mod tests {
 
         let mut out = Vec::new();
         assert_eq!(
-            run(&args(&url, Sub::Show { id: Some(id.clone()), run: None, api_key: None }), &mut out).unwrap(),
+            run(
+                &args(
+                    &url,
+                    Sub::Show {
+                        id: Some(id.clone()),
+                        run: None,
+                        api_key: None
+                    }
+                ),
+                &mut out
+            )
+            .unwrap(),
             Exit::Success
         );
         let text = String::from_utf8(out).unwrap();
@@ -891,15 +901,27 @@ mod tests {
                 !out.contains("\nAPPROVED BY CFO"),
                 "{what} let a newline forge a line"
             );
-            assert!(out.contains("京🚀"), "{what}: the run id's multi-byte text is whole");
+            assert!(
+                out.contains("京🚀"),
+                "{what}: the run id's multi-byte text is whole"
+            );
             for line in out.lines().filter(|l| !l.contains("xxxxxxxxxx")) {
-                assert!(line.chars().count() < 1_000, "{what}: a table was widened: {line:.200}");
+                assert!(
+                    line.chars().count() < 1_000,
+                    "{what}: a table was widened: {line:.200}"
+                );
             }
         }
         let show = &outputs[2].1;
         assert!(show.contains("Zürich 東京 🚀"), "{show:.2000}");
-        assert!(show.contains("\\u{202e}NABI"), "the override is shown, written out");
-        assert!(show.contains(&"x".repeat(100_000)), "the reason is printed whole");
+        assert!(
+            show.contains("\\u{202e}NABI"),
+            "the override is shown, written out"
+        );
+        assert!(
+            show.contains(&"x".repeat(100_000)),
+            "the reason is printed whole"
+        );
         let run_view = &outputs[3].1;
         assert!(
             run_view.contains("toolgate approvals approve --run 'run-"),
