@@ -294,7 +294,7 @@ mod tests {
     /// first, the large payment before the routine ones, and a small internal note last.
     #[test]
     fn a_restricted_two_person_iban_change_is_not_last() {
-        let mut items = vec![
+        let mut items = [
             item(
                 "pay-4180",
                 Tier::Spend,
