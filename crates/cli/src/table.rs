@@ -2,6 +2,9 @@
 
 use std::io::{self, Write};
 
+/// The widest a column is padded to.
+const WIDEST: usize = 200;
+
 pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
@@ -30,7 +33,12 @@ impl Table {
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for r in &self.rows {
             for (i, c) in r.iter().enumerate() {
-                widths[i] = widths[i].max(c.chars().count());
+                // A cell longer than WIDEST (a 100 KB value) is printed whole but not padded
+                // to: the other rows keep a width a terminal can show.
+                let n = c.chars().count();
+                if n <= WIDEST {
+                    widths[i] = widths[i].max(n);
+                }
             }
         }
         let line = |cells: &[String], out: &mut dyn Write| -> io::Result<()> {
@@ -51,5 +59,37 @@ impl Table {
             line(r, out)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_cell_is_printed_whole_without_widening_the_other_rows() {
+        let mut t = Table::new(&["FIELD", "VALUE", "NOTES"]);
+        t.row(vec!["text".into(), "x".repeat(100_000), "long".into()]);
+        t.row(vec!["amount".into(), "12600.5".into(), "changed".into()]);
+        let mut out = Vec::new();
+        t.write(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[2].contains(&"x".repeat(100_000)), "printed whole");
+        assert_eq!(lines[3], "amount  12600.5  changed");
+        assert!(lines[0].chars().count() < 40, "{}", lines[0]);
+    }
+
+    #[test]
+    fn multi_byte_cells_are_padded_by_characters() {
+        let mut t = Table::new(&["A", "B"]);
+        t.row(vec!["Zürich 東京 🚀".into(), "x".into()]);
+        t.row(vec!["ab".into(), "y".into()]);
+        let mut out = Vec::new();
+        t.write(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("Zürich 東京 🚀  x"), "{text}");
+        // Padded by characters (11), not bytes (19).
+        assert!(text.contains(&format!("ab{}y", " ".repeat(11))), "{text}");
     }
 }

@@ -286,3 +286,168 @@ fn read_only_commands_never_create_or_migrate_a_postgres_store() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("migrated by a newer toolgate"), "{err}");
 }
+
+/// A store holding one run of two parked payments under the console's fixture registry;
+/// returns (registry folder, store URL, run id, [(approval id, step id)]).
+fn parked_run(tmp: &Path) -> (PathBuf, String, String, Vec<(String, String)>) {
+    use std::sync::Arc;
+    use toolgate_core::{ApprovalKeys, Clock, Registry, SystemClock};
+    use toolgate_store::{
+        BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, PlannedStep, Store,
+        StoreConfig, Target,
+    };
+    struct Unreachable;
+    impl Handler for Unreachable {
+        fn call<'a>(
+            &'a self,
+            _: &'a Target,
+            _: &'a serde_json::Value,
+            _: &'a CallMeta,
+        ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
+            Box::pin(async { Err(HandlerError::Failed("not in this test".into())) })
+        }
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../console/tests/fixtures/registry");
+    let url = format!("sqlite://{}", tmp.join("t.db").display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (run, ids) = rt.block_on(async {
+        let registry = Registry::load(&dir).unwrap();
+        let store = Store::connect(&url, StoreConfig::default()).await.unwrap();
+        let pay = |invoice: &str, amount: f64| PlannedStep {
+            tool: "payment.schedule".into(),
+            inputs: serde_json::json!({"supplier_id": "SUP-0001", "invoice_id": invoice,
+                "amount": amount, "currency": "EUR", "iban": "DE89370400440532013000",
+                "reason": "Three-way match against PO-77840"}),
+            principal: "fin-worker".into(),
+            purpose: Some("billing".into()),
+            reason: Some("matched".into()),
+            evidence: vec![],
+            actor: Default::default(),
+        };
+        let run = store
+            .create_run(
+                &registry,
+                "fin-worker",
+                Some("billing"),
+                &[pay("INV-20260612", 12600.5), pay("INV-20260613", 980.0)],
+                SystemClock.now(),
+            )
+            .await
+            .unwrap();
+        let exec = Executor::new(
+            store.clone(),
+            Arc::new(registry),
+            Arc::new(ApprovalKeys::new("k1", vec![1; 32])),
+            Arc::new(Unreachable),
+            Arc::new(SystemClock),
+        );
+        let mut ids = Vec::new();
+        for s in store.steps(&run).await.unwrap() {
+            let r = exec.execute_step(&s.step_id).await.unwrap();
+            ids.push((r.outcome.unwrap().approval_id.unwrap(), s.step_id));
+        }
+        store.close().await;
+        (run, ids)
+    });
+    (dir, url, run, ids)
+}
+
+fn step_statuses(url: &str, ids: &[(String, String)]) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = toolgate_store::Store::connect(url, toolgate_store::StoreConfig::default())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        for (_, step) in ids {
+            out.push(store.step(step).await.unwrap().status.to_string());
+        }
+        store.close().await;
+        out
+    })
+}
+
+/// `toolgate approvals approve --run`, as the binary runs it: `show --run` prints the run's
+/// parked steps with their hashes and the exact command; a person who may not approve is
+/// refused; a set with one hash changed approves nothing (exit 1); the set shown approves both
+/// steps as one (exit 0), each queued for the workers; the same set again approves nothing.
+#[test]
+fn a_runs_parked_steps_are_approved_together_from_the_terminal() {
+    const ALICE_KEY: &str = "alice-console-key-0001";
+    const CAROL_KEY: &str = "carol-console-key-0003";
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, url, run, ids) = parked_run(tmp.path());
+    let approvals = |args: &[&str], key: &str| {
+        let out = toolgate()
+            .arg("approvals")
+            .args(args)
+            .arg("-c")
+            .arg(&dir)
+            .args(["--store", &url])
+            .env("TOOLGATE_API_KEY", key)
+            .env("TOOLGATE_APPROVAL_KEY", "k".repeat(32))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, help, _) = approvals(&["approve", "--help"], ALICE_KEY);
+    assert_eq!(code, Some(0));
+    for needle in [
+        "--run <RUN_ID>",
+        "--set <ID:HASH,...>",
+        "all or nothing",
+        "show --run",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
+    }
+
+    let (code, shown, err) = approvals(&["show", "--run", &run], ALICE_KEY);
+    assert_eq!(code, Some(0), "{shown}{err}");
+    for (id, _) in &ids {
+        assert!(shown.contains(id.as_str()), "{shown}");
+    }
+    let line = shown
+        .lines()
+        .find(|l| l.contains("toolgate approvals approve --run"))
+        .unwrap_or_else(|| panic!("no command printed:\n{shown}"));
+    let set = line.rsplit("--set ").next().unwrap().trim().to_string();
+    assert_eq!(set.split(',').count(), 2, "{set}");
+
+    // Not an approver: refused before anything is read.
+    let (code, _, err) = approvals(&["approve", "--run", &run, "--set", &set], CAROL_KEY);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("may approve"), "{err}");
+
+    // One hash changed: nothing approved.
+    let (first, rest) = set.split_once(',').unwrap();
+    let tampered = format!("{}:sha256:00,{rest}", first.split(':').next().unwrap());
+    let (code, out, err) = approvals(&["approve", "--run", &run, "--set", &tampered], ALICE_KEY);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("nothing was approved"), "{out}");
+    assert_eq!(
+        step_statuses(&url, &ids),
+        vec!["needs_approval", "needs_approval"]
+    );
+
+    let (code, out, err) = approvals(&["approve", "--run", &run, "--set", &set], ALICE_KEY);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("approved by alice: the 2 parked steps of run"),
+        "{out}"
+    );
+    assert_eq!(step_statuses(&url, &ids), vec!["pending", "pending"]);
+
+    let (code, out, _) = approvals(&["approve", "--run", &run, "--set", &set], ALICE_KEY);
+    assert_eq!(code, Some(1), "{out}");
+}

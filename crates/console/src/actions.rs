@@ -6,7 +6,7 @@
 //! the call).
 
 use toolgate_core::{InputHash, Registry, StepStatus};
-use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, StepReport};
+use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, Step, StepReport};
 
 use crate::error::ConsoleError;
 
@@ -78,6 +78,24 @@ pub async fn approve(
     shown_hash: &str,
     run_now: bool,
 ) -> Result<Approved, ConsoleError> {
+    let step = approvable(exec, approval_id, approver, shown_hash).await?;
+    let now = exec.clock.now();
+    exec.store
+        .approve(&exec.registry, &exec.keys, approval_id, approver, now)
+        .await?;
+    after_grant(exec, approval_id, step, run_now).await
+}
+
+/// Every condition for `approver` to approve `approval_id` shown as `shown_hash`, checked
+/// without approving: an approver, eligible (segregation of duties), the request open and not
+/// expired, the hash the one shown and still the parked step's, the step still parked, and not
+/// approved by this person already. Returns the parked step, if the request parks one.
+pub async fn approvable(
+    exec: &Executor,
+    approval_id: &str,
+    approver: &str,
+    shown_hash: &str,
+) -> Result<Option<Step>, ConsoleError> {
     if !is_approver(&exec.registry, approver) {
         return Err(ConsoleError::NotAnApprover(approver.to_string()));
     }
@@ -117,10 +135,17 @@ pub async fn approve(
             approver: approver.to_string(),
         });
     }
-    let now = exec.clock.now();
-    exec.store
-        .approve(&exec.registry, &exec.keys, approval_id, approver, now)
-        .await?;
+    Ok(step)
+}
+
+/// What a grant led to: still waiting for another person, or (enough people approved) the
+/// step run here (`run_now`) or queued, or a direct call's retry let through.
+pub async fn after_grant(
+    exec: &Executor,
+    approval_id: &str,
+    step: Option<Step>,
+    run_now: bool,
+) -> Result<Approved, ConsoleError> {
     let after = exec.store.approval(approval_id).await?;
     if after.status == ApprovalStatus::Pending {
         return Ok(Approved::Waiting {

@@ -198,51 +198,20 @@ pub async fn run_offer(
         .approvals(Some(ApprovalStatus::Pending))
         .await?
         .into_iter()
-        .filter(|r| r.run_id.as_deref() == Some(run_id) && now < r.expires_at)
+        // The run as given, or as the page shows it (its control and direction characters
+        // written out, as the run form carries it); the set still binds each request.
+        .filter(|r| {
+            r.run_id
+                .as_deref()
+                .is_some_and(|id| id == run_id || crate::fmt::text(id) == run_id)
+                && now < r.expires_at
+        })
         .collect();
     if open.len() < 2 {
         return Ok(None);
     }
     open.sort_by(|a, b| (a.created_at, &a.approval_id).cmp(&(b.created_at, &b.approval_id)));
-    let mut refusal = None;
-    for (n, r) in open.iter().enumerate() {
-        let step = n + 1;
-        let why = if !actions::may_decide(&exec.registry, viewer, r) {
-            Some(format!(
-                "parked step {step} ({}) is not yours to decide",
-                crate::fmt::text(&r.tool)
-            ))
-        } else if r.approved_by.iter().any(|a| a == viewer) {
-            Some(format!("you already approved parked step {step}"))
-        } else {
-            match exec.store.step(&r.subject).await {
-                Ok(s) if toolgate_core::InputHash::of(&s.inputs) != r.input_hash => {
-                    Some(format!("the inputs of parked step {step} changed"))
-                }
-                Ok(_) | Err(StoreError::NotFound { .. }) => None,
-                Err(e) => return Err(e.into()),
-            }
-        };
-        let why = match why {
-            Some(w) => Some(w),
-            None => exec
-                .dry_decide(r)
-                .await?
-                .refused_by()
-                .map(|(rule, reason)| {
-                    format!(
-                        "parked step {step} ({}) would be refused by {}: {}",
-                        crate::fmt::text(&r.tool),
-                        crate::fmt::text(rule),
-                        crate::fmt::text(reason)
-                    )
-                }),
-        };
-        if let Some(w) = why {
-            refusal = Some(w);
-            break;
-        }
-    }
+    let refusal = run_refusal(exec, viewer, &open).await?;
     Ok(Some(RunOffer {
         run_id: run_id.to_string(),
         members: open
@@ -259,9 +228,75 @@ pub async fn run_offer(
     }))
 }
 
-/// Approves the run's parked steps as one: the set must be exactly the run's open requests
-/// as shown (none added, none changed), none refused; each is then approved in the order
-/// raised, bound to its hash, and (with `run_now`) runs once.
+/// Why `viewer` cannot approve the run's open requests `open` (in the order raised) as one,
+/// or `None`. Each request is checked as a single approval would be; then all of them are
+/// decided together, dry, as if approved and run in order (see
+/// [`Executor::dry_decide_together`]), so a step that only the earlier steps' effects would
+/// refuse (a budget they use up) refuses the run before anything is approved.
+async fn run_refusal(
+    exec: &Executor,
+    viewer: &str,
+    open: &[ApprovalRequest],
+) -> Result<Option<String>, ConsoleError> {
+    for (n, r) in open.iter().enumerate() {
+        let step = n + 1;
+        let why = if !actions::may_decide(&exec.registry, viewer, r) {
+            Some(format!(
+                "parked step {step} ({}) is not yours to decide",
+                crate::fmt::text(&r.tool)
+            ))
+        } else if r.approved_by.iter().any(|a| a == viewer) {
+            Some(format!("you already approved parked step {step}"))
+        } else {
+            match exec.store.step(&r.subject).await {
+                Ok(s) if toolgate_core::InputHash::of(&s.inputs) != r.input_hash => {
+                    Some(format!("the inputs of parked step {step} changed"))
+                }
+                Ok(s) if s.status != toolgate_core::StepStatus::NeedsApproval => Some(format!(
+                    "parked step {step} is no longer parked (it is {})",
+                    s.status
+                )),
+                Ok(_) | Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if why.is_some() {
+            return Ok(why);
+        }
+    }
+    let dry = match exec.dry_decide_together(open, viewer).await {
+        Ok(d) => d,
+        Err(e) => {
+            let e = ConsoleError::from(e);
+            if e.is_refusal() {
+                return Ok(Some(e.to_string()));
+            }
+            return Err(e);
+        }
+    };
+    for (n, (r, d)) in open.iter().zip(&dry).enumerate() {
+        if let Some((rule, reason)) = d.refused_by() {
+            return Ok(Some(format!(
+                "parked step {} ({}) would be refused by {}: {}{}",
+                n + 1,
+                crate::fmt::text(&r.tool),
+                crate::fmt::text(rule),
+                crate::fmt::text(reason),
+                if n > 0 {
+                    " (decided as if the steps before it were approved and ran)"
+                } else {
+                    ""
+                }
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Approves the run's parked steps as one, all or nothing: the set must be exactly the run's
+/// open requests as shown (none added, none changed), and none may be refused, decided
+/// together as if approved and run in order; then every grant is taken in one transaction,
+/// each bound to its hash, and (with `run_now`) each step runs once, in the order raised.
 pub async fn approve_run(
     exec: &Executor,
     viewer: &str,
@@ -284,11 +319,21 @@ pub async fn approve_run(
     if let Some(why) = offer.refusal {
         return Err(ConsoleError::BulkRefused(why));
     }
-    let mut out = Vec::new();
+    // Every condition of a single approval, for every step, before anything is granted.
+    let mut steps = Vec::with_capacity(offer.members.len());
     for (id, hash, _) in &offer.members {
+        steps.push(actions::approvable(exec, id, viewer, hash).await?);
+    }
+    // All the grants in one transaction: all taken, or none.
+    let ids: Vec<&str> = offer.members.iter().map(|(id, _, _)| id.as_str()).collect();
+    exec.store
+        .approve_all(&exec.registry, &exec.keys, &ids, viewer, exec.clock.now())
+        .await?;
+    let mut out = Vec::new();
+    for ((id, _, _), step) in offer.members.iter().zip(steps) {
         out.push((
             id.clone(),
-            actions::approve(exec, id, viewer, hash, run_now).await?,
+            actions::after_grant(exec, id, step, run_now).await?,
         ));
     }
     Ok(out)

@@ -4,9 +4,9 @@
 //! invoice's own amount and status against the amount being paid, mismatches marked.
 
 use serde_json::Value;
-use toolgate_core::Registry;
 use toolgate_core::approvers::ContextLookup;
-use toolgate_store::{ApprovalRequest, Executor};
+use toolgate_core::{Registry, Timestamp};
+use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor};
 
 /// One looked-up fact.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +15,89 @@ pub struct Fact {
     pub value: Value,
     /// Shown masked (a redacted field of the lookup tool).
     pub masked: bool,
+    /// For a destination (an account): how long it has been the party's, from the approved
+    /// calls the store keeps (see [`since`]).
+    pub since: Option<Since>,
+}
+
+/// How long a party's destination (an IBAN, an account) has been what the lookup says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Since {
+    /// An approved call that sets the field for this party (a tool whose identity names it,
+    /// such as `supplier.update_iban`) set it to this value at `at`.
+    Changed { at: Timestamp, days: i64 },
+    /// No such change on record; approved calls used this value since `at`.
+    Unchanged { at: Timestamp },
+    /// No approved call on record used it.
+    Unseen,
+}
+
+impl Since {
+    /// `changed 2 days ago (2026-05-26 20:26 UTC)`, `unchanged since 2026-05-21 20:26 UTC`.
+    pub fn text(&self) -> String {
+        match self {
+            Since::Changed { at, days: 0 } => {
+                format!("changed today ({})", crate::fmt::datetime(*at))
+            }
+            Since::Changed { at, days: 1 } => {
+                format!("changed 1 day ago ({})", crate::fmt::datetime(*at))
+            }
+            Since::Changed { at, days } => {
+                format!("changed {days} days ago ({})", crate::fmt::datetime(*at))
+            }
+            Since::Unchanged { at } => format!("unchanged since {}", crate::fmt::datetime(*at)),
+            Since::Unseen => "no approved call on record used it".into(),
+        }
+    }
+    /// A change within the last 30 days: worth a second look before paying to it.
+    pub fn recent(&self) -> bool {
+        matches!(self, Since::Changed { days, .. } if *days < 30)
+    }
+}
+
+/// How long `value` has been `party`'s `field` (an account), from `history` (every approval
+/// request the store keeps): the latest approved call of a tool whose identity names `field`
+/// that set it to `value` for the party (a change), else the first approved call of any tool
+/// that used it for the party. Only calls that people approved count, not ones merely asked for.
+pub fn since(
+    registry: &Registry,
+    party: &(String, Value),
+    field: &str,
+    value: &Value,
+    history: &[ApprovalRequest],
+    now: Timestamp,
+) -> Since {
+    let used: Vec<&ApprovalRequest> = history
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.status,
+                ApprovalStatus::Approved | ApprovalStatus::Consumed
+            )
+        })
+        .filter(|r| r.inputs.get(party.0.as_str()) == Some(&party.1))
+        .filter(|r| r.inputs.get(field) == Some(value))
+        .collect();
+    let when = |r: &ApprovalRequest| r.decided_at.unwrap_or(r.created_at);
+    let changed = used
+        .iter()
+        .filter(|r| {
+            registry
+                .tool(&r.tool)
+                .is_some_and(|t| t.config.identity.iter().any(|f| f == field))
+        })
+        .map(|r| when(r))
+        .max();
+    if let Some(at) = changed {
+        return Since::Changed {
+            at,
+            days: (now.millis() - at.millis()).max(0) / 86_400_000,
+        };
+    }
+    match used.iter().map(|r| when(r)).min() {
+        Some(at) => Since::Unchanged { at },
+        None => Since::Unseen,
+    }
 }
 
 /// An input that differs from the looked-up value it must equal.
@@ -55,18 +138,22 @@ fn record<'a>(answer: &'a Value, l: &ContextLookup) -> Option<&'a Value> {
     }
 }
 
-/// Reads one declared lookup's answer into facts and mismatches.
+/// Reads one declared lookup's answer into facts and mismatches; a destination fact (an
+/// account) says how long it has been the party's, judged against `history`.
 pub fn read(
     registry: &Registry,
     req: &ApprovalRequest,
     l: &ContextLookup,
     answer: &Value,
+    history: &[ApprovalRequest],
+    now: Timestamp,
 ) -> Facts {
     let redacted = |field: &str| {
         registry
             .tool(&l.tool)
             .is_some_and(|t| t.config.redact.iter().any(|r| r == field))
     };
+    let party = crate::item::party(req);
     let Some(rec) = record(answer, l) else {
         return Facts {
             tool: l.tool.clone(),
@@ -81,10 +168,15 @@ pub fn read(
         .map(|(label, field)| {
             let v = rec.get(field.as_str()).cloned().unwrap_or(Value::Null);
             let masked = redacted(field);
+            let since = party
+                .as_ref()
+                .filter(|_| !v.is_null() && crate::item::is_destination(None, field))
+                .map(|p| since(registry, p, field, &v, history, now));
             Fact {
                 label: label.clone(),
                 value: if masked { crate::mask::value(&v) } else { v },
                 masked,
+                since,
             }
         })
         .collect();
@@ -115,8 +207,13 @@ pub fn read(
     }
 }
 
-/// Looks up every fact the request's tool declares, through the executor's handler.
-pub async fn look_up(exec: &Executor, req: &ApprovalRequest) -> Vec<Facts> {
+/// Looks up every fact the request's tool declares, through the executor's handler; `history`
+/// is every request the store keeps (see [`read`]).
+pub async fn look_up(
+    exec: &Executor,
+    req: &ApprovalRequest,
+    history: &[ApprovalRequest],
+) -> Vec<Facts> {
     let Some(tool) = exec.registry.tool(&req.tool) else {
         return Vec::new();
     };
@@ -133,7 +230,14 @@ pub async fn look_up(exec: &Executor, req: &ApprovalRequest) -> Vec<Facts> {
             .look_up_for_approval(&req.principal, req.run_id.as_deref(), &l.tool, &inputs)
             .await
         {
-            Ok(answer) => out.push(read(&exec.registry, req, l, &answer)),
+            Ok(answer) => out.push(read(
+                &exec.registry,
+                req,
+                l,
+                &answer,
+                history,
+                exec.clock.now(),
+            )),
             Err(e) => out.push(Facts {
                 tool: l.tool.clone(),
                 facts: Vec::new(),

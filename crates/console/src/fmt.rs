@@ -57,6 +57,18 @@ pub fn text(s: &str) -> String {
     toolgate_core::clip::printable(s).into_owned()
 }
 
+/// The last twelve characters of an id (a run id is the caller's choice: counted in
+/// characters, never bytes, and shown as text people may safely see).
+pub fn short(id: &str) -> String {
+    let chars = id.chars().count();
+    let tail = if chars > 13 {
+        format!("…{}", id.chars().skip(chars - 12).collect::<String>())
+    } else {
+        id.to_string()
+    };
+    text(&tail)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

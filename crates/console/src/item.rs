@@ -190,6 +190,13 @@ fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |v, seg| v.get(seg))
 }
 
+/// The party field and value of a call (`supplier_id` = `SUP-0001`), when it names one.
+pub fn party(req: &ApprovalRequest) -> Option<(String, Value)> {
+    PARTY_FIELDS
+        .iter()
+        .find_map(|f| req.inputs.get(*f).map(|v| (f.to_string(), v.clone())))
+}
+
 /// Compares `req` with the approved calls of the same kind among `all`.
 pub fn compare(
     registry: &Registry,
@@ -197,9 +204,7 @@ pub fn compare(
     all: &[ApprovalRequest],
 ) -> (Vec<Field>, Comparison) {
     let tool = registry.tool(&req.tool);
-    let party = PARTY_FIELDS
-        .iter()
-        .find_map(|f| req.inputs.get(*f).map(|v| (f.to_string(), v.clone())));
+    let party = party(req);
     // "The same kind": the same party, or the same operation (identity); with neither there is
     // nothing to compare with (an unrelated payment would mark every field changed).
     let identity: Vec<String> = tool.map(|t| t.config.identity.clone()).unwrap_or_default();
@@ -276,7 +281,8 @@ pub async fn load_for(
     }
     let mut v = load(exec, approval_id).await?;
     if v.request.status == ApprovalStatus::Pending && !v.expired() {
-        v.facts = crate::facts::look_up(exec, &v.request).await;
+        let history = exec.store.approvals(None).await?;
+        v.facts = crate::facts::look_up(exec, &v.request, &history).await;
         let all = exec.store.approvals(Some(ApprovalStatus::Pending)).await?;
         let queue = crate::queue::build_for(
             all,

@@ -7,7 +7,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde_json::Value;
 use toolgate_store::{ApprovalStatus, Step};
 
-use crate::fmt::{datetime, duration_ms, plain, value};
+use crate::fmt::{datetime, duration_ms, plain, short, text, value};
 use crate::item::ItemView;
 use crate::queue::{Filter, Group};
 use crate::report::Report;
@@ -46,11 +46,17 @@ textarea, input[type=text], input[type=password] { font: inherit; width: 100%; m
 .actions { display:flex; gap:2rem; flex-wrap: wrap; align-items: flex-start; border-top: 1px solid var(--line); padding: .6rem 0; position: sticky; bottom: 0; background: var(--bg); z-index: 2; }
 .mismatch td { background: var(--warnbg); color: var(--warn); font-weight: 700; }
 .facts th { width: 12rem; }
+.since { color: var(--muted); } .since.recent { color: var(--warn); font-weight: 700; }
 kbd { border: 1px solid var(--line); border-radius: 3px; padding: 0 .3rem; font-size: 13px; }
 @media (max-width: 700px) { .actions { flex-direction: column; gap: .6rem; } main { padding: .6rem; } }
 .filters input { width: 12rem; }
 .scroll { overflow-x: auto; }
 .scroll td, .scroll th { white-space: nowrap; }
+main td, main th { overflow-wrap: anywhere; }
+main code { overflow-wrap: anywhere; word-break: break-word; }
+.scroll td, .scroll th, .scroll code { overflow-wrap: normal; word-break: normal; }
+header { flex-wrap: wrap; }
+@media (max-width: 700px) { header { gap: .6rem; padding: .5rem .6rem; } .facts th { width: auto; } th, td { padding: .3rem .3rem; } }
 "#;
 
 const QUEUE_JS: &str = r#"
@@ -186,12 +192,12 @@ pub fn queue(
         Some(who),
         html! {
             h1 { "Waiting for a decision (" (total) ")" }
-            p.muted { "Riskiest first (spend before act, larger amounts first), then oldest. Like calls are grouped; "
+            p.muted { "Riskiest first (weighing the effect, sensitivity, approvers needed, new destinations and amount), then oldest. Like calls are grouped; "
                 span.diff { "marked" } " fields differ within a group. Keys: Tab, or j / k between items. Now: " (now_label) }
             form.filters method="get" action=(home(base)) {
-                label { "Tool " input type="text" name="tool" value=(filter.tool.clone().unwrap_or_default()); } " "
-                label { "Principal " input type="text" name="principal" value=(filter.principal.clone().unwrap_or_default()); } " "
-                label { "Run " input type="text" name="run" value=(filter.run.clone().unwrap_or_default()); } " "
+                label { "Tool " input type="text" name="tool" value=(text(filter.tool.as_deref().unwrap_or_default())); } " "
+                label { "Principal " input type="text" name="principal" value=(text(filter.principal.as_deref().unwrap_or_default())); } " "
+                label { "Run " input type="text" name="run" value=(text(filter.run.as_deref().unwrap_or_default())); } " "
                 button type="submit" { "Filter" }
             }
             @if groups.is_empty() { p #empty { "Nothing is waiting." } }
@@ -230,8 +236,8 @@ pub fn queue(
                                             @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&plain(v), 34)) } }
                                         }
                                     }
-                                    td { (r.principal) }
-                                    td { @if let Some(run) = &r.run_id { a href={(home(base)) "?run=" (run)} { (short(run)) } } }
+                                    td { (text(&r.principal)) }
+                                    td { @if let Some(run) = &r.run_id { a href={(home(base)) "?run=" (query(run))} { (short(run)) } } }
                                 }
                             }
                         }
@@ -267,18 +273,6 @@ fn shown_in_queue(field: &str) -> bool {
     )
 }
 
-/// The last twelve characters of an id (a run id is the caller's choice: counted in
-/// characters, never bytes, and shown as text people may safely see).
-fn short(id: &str) -> String {
-    let chars = id.chars().count();
-    let tail = if chars > 13 {
-        format!("…{}", id.chars().skip(chars - 12).collect::<String>())
-    } else {
-        id.to_string()
-    };
-    crate::fmt::text(&tail)
-}
-
 #[cfg(test)]
 mod short_tests {
     #[test]
@@ -291,6 +285,21 @@ mod short_tests {
         assert_eq!(super::short("run-1"), "run-1");
         assert_eq!(super::short("run\u{202e}x"), "run\\u{202e}x");
     }
+}
+
+/// A caller's id as one segment or query value of a link: every byte outside the unreserved
+/// set percent-encoded, so an id cannot add a parameter or a path.
+fn query(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -314,10 +323,10 @@ fn step_row(base: &str, s: &Step) -> Markup {
         tr {
             td { (s.seq) } td { code { (s.tool) } } td { (s.status) }
             td { @if let Some(o) = &s.outcome {
-                @if let Some(r) = &o.target_ref { code { (r) } " " }
-                @if let Some(e) = &o.error { span.muted { (clip(e, 120)) } }
+                @if let Some(r) = &o.target_ref { code { (text(r)) } " " }
+                @if let Some(e) = &o.error { span.muted { (clip(&text(e), 120)) } }
             } }
-            td { @for e in &s.evidence { a href={(base) "/evidence/" (e)} { (e) } " " } }
+            td { @for e in &s.evidence { a href={(base) "/evidence/" (query(e))} { (text(e)) } " " } }
         }
     }
 }
@@ -343,7 +352,7 @@ pub fn item(
         (layout(base, "Item", Some(who), html! {
             @if let Some(l) = last {
                 div #last-result class=(if l.status == "refused" || l.status == "failed" { "alert" } else { "ok" }) role="status" data-status=(l.status) data-id=(l.id) {
-                    "Previous item " code { (short(&l.id)) } ": " (l.text)
+                    "Previous item " code { (short(&l.id)) } ": " (text(&l.text))
                 }
             }
             p { a #back href=(home(base)) { "← Queue" }
@@ -361,9 +370,10 @@ pub fn item(
                     h2 { "Decision facts" }
                     @for f in &v.facts {
                         table.facts data-tool=(f.tool) { tbody {
-                            @if let Some(e) = &f.error { tr.mismatch { td colspan="2" { "No facts: " (e) } } }
+                            @if let Some(e) = &f.error { tr.mismatch { td colspan="2" { "No facts: " (text(e)) } } }
                             @for x in &f.facts {
-                                tr id={"fact-" (x.label)} { th { (x.label) } td { code.value { (plain(&x.value)) } @if x.masked { " " span.tag { "masked" } } } }
+                                tr id={"fact-" (x.label)} { th { (x.label) } td { code.value { (plain(&x.value)) } @if x.masked { " " span.tag { "masked" } }
+                                    @if let Some(since) = &x.since { " " span.since class=(if since.recent() { "since recent" } else { "since" }) { (since.text()) } } } }
                             }
                             @for m in &f.mismatches {
                                 tr.mismatch id={"mismatch-" (m.input)} { th { "MISMATCH" } td { code { (m.input) } " = " code { (plain(&m.sent)) } " but " (m.label) " = " code { (plain(&m.found)) } } }
@@ -376,7 +386,7 @@ pub fn item(
                 div.alert role="alert" #duplicate-alert {
                     "Possible duplicate: the same operation (same " (v.tool.as_ref().map(|_| "identity").unwrap_or("inputs")) ") is also "
                     @for d in &v.duplicates {
-                        a href={(base) "/item/" (d.approval_id)} { (d.status.as_str()) } " (" (d.principal) ", run " (short(d.run_id.as_deref().unwrap_or("-"))) ", raised " (datetime(d.created_at)) ") "
+                        a href={(base) "/item/" (d.approval_id)} { (d.status.as_str()) } " (" (text(&d.principal)) ", run " (short(d.run_id.as_deref().unwrap_or("-"))) ", raised " (datetime(d.created_at)) ") "
                     }
                 }
             }
@@ -393,7 +403,7 @@ pub fn item(
                 div.alert role="alert" #destination-alert {
                     "New destination: "
                     @for f in &alerts {
-                        code { (f.path) } " = " code.value { (plain(&f.value)) } " "
+                        code { (text(&f.path)) } " = " code.value { (plain(&f.value)) } " "
                     }
                     "was not used by any of the "
                     (v.comparison.count) " approved earlier "
@@ -423,12 +433,12 @@ pub fn item(
             h2 { "Why" }
             table { tbody {
                 tr { th { "Gated by rule" } td { code #rule { (r.rule) } } }
-                tr { th { "Model's reason" } td #reason { @if let Some(x) = &r.reason { (x) } @else { span.muted { "(none given)" } } } }
+                tr { th { "Model's reason" } td #reason { @if let Some(x) = &r.reason { (text(x)) } @else { span.muted { "(none given)" } } } }
                 tr { th { "Evidence" } td #evidence {
                     @if r.evidence.is_empty() { span.muted { "(none cited)" } }
-                    @for e in &r.evidence { a href={(base) "/evidence/" (e)} { (e) } " " } } }
-                tr { th { "Principal" } td { (r.principal) } }
-                tr { th { "Run" } td { @if let Some(run) = &r.run_id { code { (run) } } } }
+                    @for e in &r.evidence { a href={(base) "/evidence/" (query(e))} { (text(e)) } " " } } }
+                tr { th { "Principal" } td { (text(&r.principal)) } }
+                tr { th { "Run" } td { @if let Some(run) = &r.run_id { code #run { (text(run)) } } } }
                 tr { th { "Approvals" } td #approvals {
                     (r.approved_by.len()) " of " (r.approvers_needed) " needed"
                     @if let Some(first) = r.approved_by.first() {
@@ -444,9 +454,9 @@ pub fn item(
                     thead { tr { th { "Reviewer" } th { "Verdict" } th { "Note" } th { "When" } } }
                     tbody { @for rv in &v.reviews {
                         tr class={"review-" (rv.verdict.as_str())} {
-                            td { (rv.reviewer) }
+                            td { (text(&rv.reviewer)) }
                             td { strong { (rv.verdict.as_str()) } }
-                            td { (rv.note) }
+                            td { (text(&rv.note)) }
                             td { (datetime(rv.reviewed_at)) }
                         }
                     } }
@@ -461,7 +471,7 @@ pub fn item(
                 tbody {
                     @for f in &v.fields {
                         tr id={"field-" (f.path)} class=(row_class(f)) {
-                            th { code { (f.path) } }
+                            th { code { (text(&f.path)) } }
                             td { code.value { (value(&f.value)) } }
                             td { @if let Some(p) = &f.previous { code { (value(p)) } } }
                             td {
@@ -512,11 +522,11 @@ pub fn item(
                         li data-id=(id) { a href={(base) "/item/" (id)} { code { (tool) } } " · " code.muted { (short(hash)) } @if *id == r.approval_id { " (this item)" } }
                     } }
                     @if let Some(why) = &o.refusal {
-                        div.alert role="alert" #run-refusal { "Cannot be approved together: " (why) ". Decide the steps one by one." }
+                        div.alert role="alert" #run-refusal { "Cannot be approved together: " (text(why)) ". Decide the steps one by one." }
                     } @else {
                         form #run-approve-form method="post" action={(base) "/run/approve"} {
                             input type="hidden" name="csrf" value=(who.1);
-                            input type="hidden" name="run" value=(o.run_id);
+                            input type="hidden" name="run" value=(text(&o.run_id));
                             input type="hidden" name="set" value=(o.set());
                             p.muted { "Each step is approved for exactly the inputs listed (its hash), decided again now, and runs once; nothing is approved if any of them changed." }
                             button.approve #run-approve type="submit" { "Approve all " (o.members.len()) " steps of this run" }
@@ -580,8 +590,8 @@ pub fn outcome(
         Some(who),
         html! {
             div #result class=(if ok { "ok" } else { "alert" }) role="status" data-ok=(ok) {
-                strong { (title) }
-                @for l in lines { p { (l) } }
+                strong { (text(title)) }
+                @for l in lines { p { (text(l)) } }
             }
             p { a href={(base) "/item/" (id)} { "Back to the item" } " · " a #to-queue href=(home(base)) { "Back to the queue" } }
         },
@@ -593,7 +603,7 @@ pub fn message(base: &str, who: Option<(&str, &str)>, title: &str, text: &str) -
         base,
         title,
         who,
-        html! { h1 { (title) } div.alert role="alert" #error { (text) } },
+        html! { h1 { (title) } div.alert role="alert" #error { (crate::fmt::text(text)) } },
     )
 }
 
@@ -613,9 +623,10 @@ pub fn evidence(
     found: Option<EvidenceView>,
     note: &str,
 ) -> Markup {
+    let id = text(id);
     layout(
         base,
-        id,
+        &id,
         Some(who),
         html! {
             h1 { "Evidence " code { (id) } }
@@ -629,7 +640,7 @@ pub fn evidence(
                     h2 { "Related records" }
                     pre { (walk) }
                 }
-                None => { p.muted { (note) } }
+                None => { p.muted { (text(note)) } }
             }
         },
     )

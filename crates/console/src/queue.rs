@@ -1,11 +1,12 @@
-//! The queue: what people work through. Riskiest first (spend before act, larger amounts
-//! first), then oldest; like items (same tool, same gating rule) sit together so an approver
-//! reads one kind of decision at a time, with the fields that differ between them marked.
+//! The queue: what people work through. Riskiest first (a score weighing the effect, the
+//! data's sensitivity, how many people must approve, a new destination and the amount), then
+//! oldest; like items (same tool, same gating rule) sit together so an approver reads one kind
+//! of decision at a time, with the fields that differ between them marked.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
-use toolgate_core::{Effect, Registry, Tier, Timestamp};
+use toolgate_core::{Effect, Registry, Sensitivity, Tier, Timestamp};
 use toolgate_store::{ApprovalRequest, ApprovalStatus};
 
 /// Which items to show.
@@ -25,7 +26,13 @@ impl Filter {
             |o: &Option<String>| o.as_deref().filter(|s| !s.is_empty()).map(str::to_string);
         nonempty(&self.tool).is_none_or(|t| r.tool == t)
             && nonempty(&self.principal).is_none_or(|p| r.principal == p)
-            && nonempty(&self.run).is_none_or(|run| r.run_id.as_deref() == Some(run.as_str()))
+            // A run id as given, or as the page shows it (its control and direction
+            // characters written out, as the filter box holds it).
+            && nonempty(&self.run).is_none_or(|run| {
+                r.run_id
+                    .as_deref()
+                    .is_some_and(|id| id == run || crate::fmt::text(id) == run)
+            })
     }
 }
 
@@ -35,6 +42,8 @@ pub struct QueueItem {
     pub request: ApprovalRequest,
     pub tier: Tier,
     pub effect: Effect,
+    /// The tool's data sensitivity.
+    pub sensitivity: Sensitivity,
     /// The `amount` input, when the call has one.
     pub amount: Option<f64>,
     /// Milliseconds before the request expires (negative: expired).
@@ -62,18 +71,51 @@ pub struct Group {
     pub fields: Vec<String>,
 }
 
-fn tier_rank(t: Tier) -> u8 {
-    match t {
-        Tier::Spend => 2,
-        Tier::Act => 1,
-        Tier::Read => 0,
+impl QueueItem {
+    /// How much harm approving this wrongly could do, in points: the effect (spending,
+    /// irreversible), the sensitivity of its data, the number of people its rule asks for (a
+    /// rule that wants two was written for the calls that matter most), a destination nobody
+    /// approved before, and the amount (by order of magnitude). A restricted, two-person IBAN
+    /// change (no amount, tier act) outranks a routine small payment, not the other way round.
+    pub fn risk(&self) -> u32 {
+        let tier = match self.tier {
+            Tier::Spend => 3,
+            Tier::Act => 2,
+            Tier::Read => 0,
+        };
+        let effect = match self.effect {
+            Effect::Irreversible => 2,
+            Effect::Write => 1,
+            _ => 0,
+        };
+        let sensitivity = match self.sensitivity {
+            Sensitivity::Restricted => 4,
+            Sensitivity::Confidential => 1,
+            _ => 0,
+        };
+        let people = match self.request.approvers_needed {
+            n if n >= 2 => 4,
+            _ => 0,
+        };
+        let new_destination = if self.new_destinations.is_empty() {
+            0
+        } else {
+            4
+        };
+        // 1 point per order of magnitude from 1,000: 1,000 → 1, 10,000 → 2, 100,000 → 3.
+        let amount = self
+            .amount
+            .filter(|a| *a >= 1_000.0)
+            .map(|a| (a.log10() - 2.0).floor().clamp(0.0, 4.0) as u32)
+            .unwrap_or(0);
+        tier + effect + sensitivity + people + new_destination + amount
     }
 }
 
-/// The sort key: riskier first, then larger amounts, then older.
+/// The sort key: riskier first (see [`QueueItem::risk`]), then larger amounts, then older.
 fn risk_order(a: &QueueItem, b: &QueueItem) -> std::cmp::Ordering {
-    tier_rank(b.tier)
-        .cmp(&tier_rank(a.tier))
+    b.risk()
+        .cmp(&a.risk())
         .then_with(|| {
             b.amount
                 .unwrap_or(0.0)
@@ -133,6 +175,9 @@ fn build_inner(
                     .map(|f| f.path)
                     .collect(),
                 tier: tool.map(|t| t.config.tier).unwrap_or(Tier::Spend),
+                sensitivity: tool
+                    .map(|t| t.config.sensitivity)
+                    .unwrap_or(Sensitivity::Restricted),
                 effect: tool
                     .map(|t| t.config.effect)
                     .unwrap_or(Effect::Irreversible),
@@ -200,6 +245,100 @@ pub fn differences<'a>(inputs: impl Iterator<Item = &'a Value>) -> (Vec<String>,
 mod tests {
     use super::*;
     use serde_json::json;
+    use toolgate_core::InputHash;
+
+    fn item(
+        id: &str,
+        tier: Tier,
+        sensitivity: Sensitivity,
+        people: i64,
+        amount: Option<f64>,
+    ) -> QueueItem {
+        QueueItem {
+            request: ApprovalRequest {
+                approval_id: id.into(),
+                subject: id.into(),
+                run_id: None,
+                principal: "fin-worker".into(),
+                tool: id.into(),
+                tool_version: "1".into(),
+                input_hash: InputHash::from_stored("sha256:00"),
+                inputs: json!({}),
+                reason: None,
+                evidence: vec![],
+                rule: "gate".into(),
+                approvers_needed: people,
+                approved_by: vec![],
+                status: ApprovalStatus::Pending,
+                created_at: Timestamp::from_millis(0),
+                expires_at: Timestamp::from_millis(1),
+                decided_at: None,
+                decided_by: None,
+            },
+            tier,
+            effect: if tier == Tier::Spend {
+                Effect::Irreversible
+            } else {
+                Effect::Write
+            },
+            sensitivity,
+            amount,
+            time_left_ms: 1,
+            age_ms: 0,
+            new_destinations: vec![],
+        }
+    }
+
+    /// The finance queue's shape: routine payments of a few thousand euros, one large one,
+    /// and a restricted, two-person IBAN change (no amount, tier act). The IBAN change comes
+    /// first, the large payment before the routine ones, and a small internal note last.
+    #[test]
+    fn a_restricted_two_person_iban_change_is_not_last() {
+        let mut items = [
+            item(
+                "pay-4180",
+                Tier::Spend,
+                Sensitivity::Confidential,
+                1,
+                Some(4180.0),
+            ),
+            item("note", Tier::Act, Sensitivity::Internal, 1, None),
+            item("iban-change", Tier::Act, Sensitivity::Restricted, 2, None),
+            item(
+                "pay-48000",
+                Tier::Spend,
+                Sensitivity::Confidential,
+                1,
+                Some(48_000.0),
+            ),
+            item(
+                "pay-980",
+                Tier::Spend,
+                Sensitivity::Confidential,
+                1,
+                Some(980.0),
+            ),
+        ];
+        items.sort_by(risk_order);
+        let order: Vec<&str> = items
+            .iter()
+            .map(|i| i.request.approval_id.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            vec!["iban-change", "pay-48000", "pay-4180", "pay-980", "note"]
+        );
+        // A new destination lifts a routine payment above a large known one.
+        let mut new = item(
+            "pay-new-iban",
+            Tier::Spend,
+            Sensitivity::Confidential,
+            1,
+            Some(980.0),
+        );
+        new.new_destinations = vec!["iban".into()];
+        assert!(new.risk() > items[1].risk());
+    }
 
     #[test]
     fn differences_mark_only_fields_that_vary() {

@@ -297,8 +297,9 @@ pub fn compute(
         if let Some(us) = b.outcome.governance_us {
             governance.push(us);
         }
+        // A refused unknown tool's name is the agent's: kept as people may safely see it.
         *calls
-            .entry((b.tool.clone(), decision_name(b.why.decision)))
+            .entry((crate::fmt::text(&b.tool), decision_name(b.why.decision)))
             .or_insert(0) += 1;
         match b.why.decision {
             AuditDecision::Deny => {
@@ -514,9 +515,9 @@ fn shadow_uses(records: &[&AuditRecord]) -> Vec<ShadowUse> {
             u.calls.push(ShadowCall {
                 seq: r.seq,
                 ts: b.ts,
-                tool: b.tool.clone(),
+                tool: crate::fmt::text(&b.tool),
                 principal: b.who.principal.clone(),
-                run_id: b.run_id.clone(),
+                run_id: b.run_id.as_deref().map(crate::fmt::text),
                 decision: decision_name(b.why.decision),
             });
         }

@@ -354,8 +354,10 @@ async fn the_queue_puts_larger_spend_first_groups_like_calls_and_filters() {
         pos(&large.approval) < pos(&small.approval),
         "larger amount not first"
     );
+    // The two-person payment weighs more than either (the people its rule asks for), so its
+    // group comes first; the groups keep the order of their riskiest item.
     assert!(
-        pos(&small.approval) < pos(&urgent.approval),
+        pos(&urgent.approval) < pos(&large.approval),
         "groups out of order"
     );
     assert_eq!(q.matches("<section class=\"group\">").count(), 2);
@@ -585,4 +587,277 @@ async fn a_runs_parked_steps_are_approved_together_each_running_once() {
         .await;
     assert_ne!(again.status, StatusCode::OK, "{}", again.body);
     assert_eq!(e.rec.count("payment.schedule"), 2);
+}
+
+/// A run approved as one is all or nothing: two transfers that each fit the 10,000 EUR daily
+/// window but not together. Each alone would pass (decided alone, dry); decided together, as if
+/// approved and run in order, the last is refused by the window, so the run's panel says so
+/// and a posted set approves neither (before, the first was approved and paid and the second
+/// approved and then refused).
+#[tokio::test]
+async fn a_run_whose_last_step_would_be_refused_is_approved_not_at_all() {
+    let e = env().await;
+    let transfer = |invoice: &str, amount: f64| {
+        step(
+            "payment.transfer",
+            serde_json::json!({"supplier_id": "SUP-0001", "invoice_id": invoice, "amount": amount}),
+            &[],
+        )
+    };
+    let p = park(
+        &e,
+        vec![
+            transfer("INV-20260701", 6000.0),
+            transfer("INV-20260702", 3000.0),
+            transfer("INV-20260703", 6000.0),
+        ],
+    )
+    .await;
+    let parked: Vec<_> = e
+        .store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.run_id.as_deref() == Some(p.run.as_str()))
+        .collect();
+    assert_eq!(parked.len(), 3, "all three transfers park");
+    for r in &parked {
+        assert!(
+            e.exec.dry_decide(r).await.unwrap().refused_by().is_none(),
+            "{} alone would run",
+            r.approval_id
+        );
+    }
+
+    let offer = toolgate_console::bulk::run_offer(&e.exec, "alice", &p.run)
+        .await
+        .unwrap()
+        .unwrap();
+    let why = offer.refusal.clone().expect("the run is refused as one");
+    assert!(
+        why.contains("parked step 3") && why.contains("transfer_value_24h"),
+        "{why}"
+    );
+
+    // The page offers no "approve all" and says which step and why.
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let (csrf, _, page) = open(&mut h, &p.approval).await;
+    assert!(page.contains("id=\"run-refusal\""), "{page}");
+    assert!(!page.contains("id=\"run-approve\""), "{page}");
+
+    // The set posted anyway (a page opened before, a forged form) approves nothing.
+    let r = h
+        .post(
+            "/run/approve",
+            &[("csrf", &csrf), ("run", &p.run), ("set", &offer.set())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.body.contains("nothing was approved"), "{}", r.body);
+    assert_eq!(e.rec.count("payment.transfer"), 0, "nothing ran");
+    for a in &parked {
+        let now = e.store.approval(&a.approval_id).await.unwrap();
+        assert_eq!(now.status, ApprovalStatus::Pending);
+        assert!(now.approved_by.is_empty(), "no grant was kept");
+        assert_eq!(
+            e.store.step(&a.subject).await.unwrap().status,
+            StepStatus::NeedsApproval
+        );
+    }
+
+    // The dry run left no trace: the first transfer approved alone still runs, once.
+    let first = &parked
+        .iter()
+        .find(|r| r.inputs["invoice_id"] == "INV-20260701")
+        .unwrap();
+    let done = toolgate_console::actions::approve(
+        &e.exec,
+        &first.approval_id,
+        "alice",
+        first.input_hash.as_str(),
+        true,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(&done, toolgate_console::actions::Approved::Ran(r) if r.status == StepStatus::Done),
+        "{done:?}"
+    );
+    assert_eq!(e.rec.count("payment.transfer"), 1);
+}
+
+/// The store's grants for a set are one transaction: a request in the set that cannot be
+/// approved (here one this person already approved) refuses the set, and none of the other
+/// grants is kept.
+#[tokio::test]
+async fn approving_a_set_in_the_store_is_all_or_nothing() {
+    let e = env().await;
+    let p = park(
+        &e,
+        vec![
+            step(
+                "payment.urgent",
+                serde_json::json!({"supplier_id": "SUP-0001", "invoice_id": "INV-20260801", "amount": 100.0}),
+                &[],
+            ),
+            step(
+                "payment.urgent",
+                serde_json::json!({"supplier_id": "SUP-0001", "invoice_id": "INV-20260802", "amount": 200.0}),
+                &[],
+            ),
+        ],
+    )
+    .await;
+    let mut parked: Vec<_> = e
+        .store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.run_id.as_deref() == Some(p.run.as_str()))
+        .collect();
+    parked.sort_by_key(|r| r.created_at);
+    assert_eq!(parked.len(), 2);
+    // Alice approves the second (two people are needed), then the set of both.
+    e.store
+        .approve(
+            &e.exec.registry,
+            &e.exec.keys,
+            &parked[1].approval_id,
+            "alice",
+            e.clock_now(),
+        )
+        .await
+        .unwrap();
+    let ids: Vec<&str> = parked.iter().map(|r| r.approval_id.as_str()).collect();
+    let err = e
+        .store
+        .approve_all(&e.exec.registry, &e.exec.keys, &ids, "alice", e.clock_now())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, toolgate_store::StoreError::SameApprover { .. }),
+        "{err}"
+    );
+    let first = e.store.approval(&parked[0].approval_id).await.unwrap();
+    assert!(
+        first.approved_by.is_empty(),
+        "the first grant was rolled back"
+    );
+    // Bob's set is taken whole.
+    e.store
+        .approve_all(&e.exec.registry, &e.exec.keys, &ids, "bob", e.clock_now())
+        .await
+        .unwrap();
+    assert_eq!(
+        e.store
+            .approval(&parked[1].approval_id)
+            .await
+            .unwrap()
+            .status,
+        ApprovalStatus::Approved
+    );
+    assert_eq!(
+        e.store
+            .approval(&parked[0].approval_id)
+            .await
+            .unwrap()
+            .approved_by,
+        vec!["bob".to_string()]
+    );
+}
+
+/// Beside the account the decision facts show: how long it has been the supplier's, from the
+/// approved calls the store keeps. SUP-0001's account was changed (two people approved the
+/// change) two days ago: "changed 2 days ago", marked. SUP-0002 has been paid to its account
+/// for five days with no change on record: "unchanged since" the first payment. An account no
+/// approved call used says so.
+#[tokio::test]
+async fn the_account_in_the_decision_facts_says_since_when_it_is_the_suppliers() {
+    let e = env().await;
+    let t0 = e.clock_now();
+    // Five days ago: a payment to SUP-0002's account, approved and run.
+    let paid = park(
+        &e,
+        vec![step(
+            "payment.schedule",
+            payment("SUP-0002", "INV-20260501", 4180.0, OLD_IBAN),
+            &[],
+        )],
+    )
+    .await;
+    let hash = e.store.approval(&paid.approval).await.unwrap().input_hash;
+    toolgate_console::actions::approve(&e.exec, &paid.approval, "bob", hash.as_str(), true)
+        .await
+        .unwrap();
+    e.clock.advance_hours(3 * 24);
+    // Two days ago: SUP-0001's account changed to NEW_IBAN, approved by two people.
+    let change = park(
+        &e,
+        vec![step(
+            "supplier.update_iban",
+            serde_json::json!({"supplier_id": "SUP-0001", "iban": NEW_IBAN}),
+            &[],
+        )],
+    )
+    .await;
+    let hash = e.store.approval(&change.approval).await.unwrap().input_hash;
+    for who in ["alice", "bob"] {
+        toolgate_console::actions::approve(&e.exec, &change.approval, who, hash.as_str(), true)
+            .await
+            .unwrap();
+    }
+    assert_eq!(e.rec.count("supplier.update_iban"), 1);
+    e.clock.advance_hours(2 * 24);
+
+    let transfer = |supplier: &str, invoice: &str| {
+        step(
+            "payment.transfer",
+            serde_json::json!({"supplier_id": supplier, "invoice_id": invoice, "amount": 600.0}),
+            &[],
+        )
+    };
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let account = |iban: &str| {
+        e.rec.answers.lock().unwrap().insert(
+            "invoice.get".into(),
+            serde_json::json!({"supplier_name": "Nordlicht", "iban": iban, "amount": 600.0}),
+        );
+    };
+
+    account(NEW_IBAN);
+    let p = park(&e, vec![transfer("SUP-0001", "INV-20260901")]).await;
+    let (_, _, page) = open(&mut h, &p.approval).await;
+    let row = fact_row(&page, "account");
+    assert!(row.contains(NEW_IBAN), "{row}");
+    assert!(
+        row.contains("class=\"since recent\"") && row.contains("changed 2 days ago"),
+        "{row}"
+    );
+
+    account(OLD_IBAN);
+    let p = park(&e, vec![transfer("SUP-0002", "INV-20260902")]).await;
+    let (_, _, page) = open(&mut h, &p.approval).await;
+    let row = fact_row(&page, "account");
+    let since = format!("unchanged since {}", toolgate_console::fmt::datetime(t0));
+    assert!(row.contains(&since), "{row}");
+    assert!(!row.contains("recent"), "{row}");
+
+    account("FR7630006000011234567890189");
+    let p = park(&e, vec![transfer("SUP-0003", "INV-20260903")]).await;
+    let (_, _, page) = open(&mut h, &p.approval).await;
+    assert!(
+        fact_row(&page, "account").contains("no approved call on record used it"),
+        "{page}"
+    );
+}
+
+/// The `<tr id="fact-LABEL">` row of a page.
+fn fact_row(page: &str, label: &str) -> String {
+    let at = page
+        .find(&format!("id=\"fact-{label}\""))
+        .unwrap_or_else(|| panic!("no fact {label}: {page}"));
+    let end = page[at..].find("</tr>").unwrap();
+    page[at..at + end].to_string()
 }

@@ -319,4 +319,44 @@ mod tests {
         let long = chat_text(&"é".repeat(5000), 300);
         assert!(long.chars().count() < 340, "{}", long.len());
     }
+
+    /// The whole message: escape sequences, CR, BEL and every bidi override in the reason and
+    /// run id are written out; multi-byte text stays whole; a 100 KB reason is cut.
+    #[test]
+    fn a_hostile_request_notifies_as_readable_bounded_text() {
+        let nasty = "pay\u{1b}[2J\u{7}\r\n\u{202e}NABI\u{2066}x\u{2069} Zürich 東京 🚀";
+        let req = ApprovalRequest {
+            approval_id: "a-1".into(),
+            subject: "s".into(),
+            run_id: Some(format!("run-東京🚀\u{202e}{}", "é".repeat(200))),
+            principal: "fin-worker".into(),
+            tool: "payment.schedule".into(),
+            tool_version: "1.0.0".into(),
+            input_hash: toolgate_core::InputHash::from_stored("sha256:00"),
+            inputs: serde_json::json!({}),
+            reason: Some(format!("{nasty} {}", "x".repeat(100_000))),
+            evidence: vec![],
+            rule: "gate".into(),
+            approvers_needed: 2,
+            approved_by: vec![],
+            status: toolgate_store::ApprovalStatus::Pending,
+            created_at: toolgate_core::Timestamp::from_millis(0),
+            expires_at: toolgate_core::Timestamp::from_millis(1),
+            decided_at: None,
+            decided_by: None,
+        };
+        let body = payload(&req, "https://x.example.com/item/a-1");
+        let text = body["text"].as_str().unwrap();
+        let raw: Vec<char> = text
+            .chars()
+            .filter(|c| {
+                c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            })
+            .collect();
+        assert!(raw.is_empty(), "{raw:?}");
+        assert!(text.contains("Zürich 東京 🚀"), "{text}");
+        assert!(text.contains("run-東京🚀\\u{202e}"), "{text}");
+        assert!(text.contains("\\u{001b}[2J"), "{text}");
+        assert!(text.len() < 4_000, "{} bytes", text.len());
+    }
 }

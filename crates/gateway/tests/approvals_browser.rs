@@ -7,7 +7,7 @@
 //! masked account, invoice amount and status, a mismatch marked) are on the first screen; a
 //! duplicate is flagged; an item that would be refused says so before anyone approves; and the
 //! whole queue is cleared with the keyboard alone, each approved call then running once by the
-//! fake's record. Prints the interactions and page loads per approved and rejected item.
+//! fake's record; at phone width (390×844) Approve and Reject are on screen, nothing wider. Prints the interactions and page loads per approved and rejected item.
 //!
 //! Runs when CI=true (installing the browser if missing); elsewhere skipped with a notice
 //! without Chromium.
@@ -270,6 +270,19 @@ impl Browser {
         .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.text("main").await
+    }
+
+    /// Emulates a phone's viewport of `width`×`height` CSS pixels (Chrome's device metrics,
+    /// through chromedriver's CDP endpoint: a headless window may not shrink that far), or
+    /// with `None` the window's own again.
+    async fn phone(&self, size: Option<(u32, u32)>) {
+        let body = match size {
+            Some((width, height)) => json!({"cmd": "Emulation.setDeviceMetricsOverride",
+                "params": {"width": width, "height": height, "deviceScaleFactor": 3, "mobile": true}}),
+            None => json!({"cmd": "Emulation.clearDeviceMetricsOverride", "params": {}}),
+        };
+        self.cmd(reqwest::Method::POST, "/goog/cdp/execute", Some(body))
+            .await;
     }
 
     async fn quit(mut self) {
@@ -660,6 +673,39 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
         .eval("return document.documentElement.scrollWidth <= window.innerWidth")
         .await;
     assert_eq!(wide, true, "the page is wider than 1280 px");
+
+    // At phone width (390×844), the same item: Approve and Reject are on screen without
+    // scrolling sideways, and nothing makes the page wider than the phone.
+    br.phone(Some((390, 844))).await;
+    br.goto(&format!("{base}/item/{typo_id}")).await;
+    br.find("#approve").await;
+    let inner = br.eval("return window.innerWidth").await;
+    assert!(
+        inner.as_f64().unwrap() <= 400.0,
+        "the window is {inner} px wide"
+    );
+    for button in ["approve", "reject"] {
+        let on_screen = br
+            .eval(&format!(
+                "var r = document.getElementById('{button}').getBoundingClientRect(); \
+                 return r.left >= 0 && r.right <= window.innerWidth && r.top >= 0 \
+                 && r.bottom <= window.innerHeight && r.width > 0"
+            ))
+            .await;
+        assert_eq!(on_screen, true, "#{button} is not on screen at 390x844");
+    }
+    let fits = br
+        .eval("return document.documentElement.scrollWidth <= window.innerWidth")
+        .await;
+    let widest = br
+        .eval(
+            "var w = null, x = 0; document.querySelectorAll('body *').forEach(function (e) { \
+             var r = e.getBoundingClientRect(); if (r.right > x) { x = r.right; w = e.tagName + '#' + e.id + '.' + e.className; } }); \
+             return w + ' ' + x",
+        )
+        .await;
+    assert_eq!(fits, true, "the item page is wider than a phone: {widest}");
+    br.phone(None).await;
 
     // The duplicate: worker-b's request for invoice 1 names worker-a's pending one.
     br.goto(&format!("{base}/item/{dup_id}")).await;

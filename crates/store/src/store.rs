@@ -767,115 +767,42 @@ impl Store {
             return Err(StoreError::NotAnApprover(approver.to_string()));
         }
         let mut tx = self.begin().await?;
-        let req = tx
-            .opt(
-                "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed, \
-                 definition_hash, rule, registry_version, principal FROM approval_requests WHERE approval_id = $1",
-                args![approval_id],
-            )
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "approval request",
-                id: approval_id.to_string(),
-            })?;
-        // Segregation of duties, under the registry serving now.
-        registry
-            .may_approve(approver, &req.text(10)?, &req.text(1)?, &req.text(8)?)
-            .map_err(|why| StoreError::Ineligible {
-                id: approval_id.to_string(),
-                why: Box::new(why),
-            })?;
-        let (subject, tool, version, hash, status, expires, needed) = (
-            req.text(0)?,
-            req.text(1)?,
-            req.text(2)?,
-            req.text(3)?,
-            req.text(4)?,
-            req.i64(5)?,
-            req.i64(6)?,
-        );
-        if status != "pending" {
-            return Err(StoreError::ApprovalClosed {
-                id: approval_id.to_string(),
-                status,
-            });
+        match grant(&mut tx, registry, keys, approval_id, approver, now).await {
+            Ok(token) => {
+                tx.commit().await?;
+                Ok(token)
+            }
+            Err(e @ StoreError::ApprovalExpired { .. }) => {
+                // The lapse is recorded, so the request leaves the queue.
+                tx.commit().await?;
+                Err(e)
+            }
+            Err(e) => Err(e),
         }
-        if now.millis() >= expires {
-            tx.exec(
-                "UPDATE approval_requests SET status = 'expired', decided_at = $1 WHERE approval_id = $2",
-                args![now.millis(), approval_id],
-            )
-            .await?;
-            tx.commit().await?;
-            return Err(StoreError::ApprovalExpired {
-                id: approval_id.to_string(),
-                expires_at: expires,
-            });
+    }
+
+    /// One person approves several parked calls as one decision (a run's parked steps), in
+    /// one transaction: every grant is taken, or none is (a request that closed, expired or
+    /// was already approved by this person refuses the whole set, and nothing is written).
+    pub async fn approve_all(
+        &self,
+        registry: &Registry,
+        keys: &ApprovalKeys,
+        approval_ids: &[&str],
+        approver: &str,
+        now: Timestamp,
+    ) -> Result<Vec<ApprovalToken>> {
+        if !registry.approves_anything(approver) {
+            return Err(StoreError::NotAnApprover(approver.to_string()));
         }
-        let claims = ApprovalClaims {
-            subject: subject.clone(),
-            tool,
-            tool_version: version,
-            input_hash: InputHash::from_stored(hash),
-            // The registry version and rule the gate was decided under: after a reload the
-            // approval carries over only while the current rules gate the call the same way.
-            registry_version: Some(
-                req.opt_text(9)?
-                    .unwrap_or_else(|| registry.version.hash.clone()),
-            ),
-            gate_rule: Some(req.text(8)?),
-            // The upstream definition the call was parked under (none for built-in tools).
-            definition_hash: req.opt_text(7)?,
-            approver: approver.to_string(),
-            expires_at: Timestamp::from_millis(expires),
-            nonce: new_id(),
-        };
-        let token = keys.issue(&claims);
-        let inserted = tx
-            .exec(
-                "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, granted_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (approval_id, approver) DO NOTHING",
-                args![
-                    approval_id,
-                    approver,
-                    token.as_str(),
-                    token.fingerprint(),
-                    &claims.nonce,
-                    now.millis()
-                ],
-            )
-            .await?;
-        if inserted == 0 {
-            return Err(StoreError::SameApprover {
-                id: approval_id.to_string(),
-                approver: approver.to_string(),
-            });
-        }
-        let granted = tx
-            .opt(
-                "SELECT COUNT(*) FROM approval_grants WHERE approval_id = $1",
-                args![approval_id],
-            )
-            .await?
-            .map(|r| r.i64(0))
-            .transpose()?
-            .unwrap_or(0);
-        if granted >= needed {
-            tx.exec(
-                "UPDATE approval_requests SET status = 'approved', decided_at = $1 WHERE approval_id = $2",
-                args![now.millis(), approval_id],
-            )
-            .await?;
-            // A parked planned step goes back to the queue; Postgres notifies waiting workers.
-            tx.exec(
-                "UPDATE steps SET status = 'pending', updated_at = $1 \
-                 WHERE step_id = $2 AND status = 'needs_approval'",
-                args![now.millis(), &subject],
-            )
-            .await?;
+        let mut tx = self.begin().await?;
+        let mut tokens = Vec::with_capacity(approval_ids.len());
+        for id in approval_ids {
+            // An error drops the transaction: the grants before it are rolled back.
+            tokens.push(grant(&mut tx, registry, keys, id, approver, now).await?);
         }
         tx.commit().await?;
-        Ok(token)
+        Ok(tokens)
     }
 
     /// A person rejects a parked call: the request closes and a parked step is refused.
@@ -1153,6 +1080,125 @@ impl Store {
         }
         Ok(s)
     }
+}
+
+/// `approver`'s grant of the request `approval_id`, inside `tx` (see [`Store::approve`]). An
+/// expired request is marked so in `tx` and refused; the caller decides whether to commit.
+pub(crate) async fn grant(
+    tx: &mut Tx,
+    registry: &Registry,
+    keys: &ApprovalKeys,
+    approval_id: &str,
+    approver: &str,
+    now: Timestamp,
+) -> Result<ApprovalToken> {
+    let req = tx
+        .opt(
+            "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed, \
+             definition_hash, rule, registry_version, principal FROM approval_requests WHERE approval_id = $1",
+            args![approval_id],
+        )
+        .await?
+        .ok_or_else(|| StoreError::NotFound {
+            what: "approval request",
+            id: approval_id.to_string(),
+        })?;
+    // Segregation of duties, under the registry serving now.
+    registry
+        .may_approve(approver, &req.text(10)?, &req.text(1)?, &req.text(8)?)
+        .map_err(|why| StoreError::Ineligible {
+            id: approval_id.to_string(),
+            why: Box::new(why),
+        })?;
+    let (subject, tool, version, hash, status, expires, needed) = (
+        req.text(0)?,
+        req.text(1)?,
+        req.text(2)?,
+        req.text(3)?,
+        req.text(4)?,
+        req.i64(5)?,
+        req.i64(6)?,
+    );
+    if status != "pending" {
+        return Err(StoreError::ApprovalClosed {
+            id: approval_id.to_string(),
+            status,
+        });
+    }
+    if now.millis() >= expires {
+        tx.exec(
+            "UPDATE approval_requests SET status = 'expired', decided_at = $1 WHERE approval_id = $2",
+            args![now.millis(), approval_id],
+        )
+        .await?;
+        return Err(StoreError::ApprovalExpired {
+            id: approval_id.to_string(),
+            expires_at: expires,
+        });
+    }
+    let claims = ApprovalClaims {
+        subject: subject.clone(),
+        tool,
+        tool_version: version,
+        input_hash: InputHash::from_stored(hash),
+        // The registry version and rule the gate was decided under: after a reload the
+        // approval carries over only while the current rules gate the call the same way.
+        registry_version: Some(
+            req.opt_text(9)?
+                .unwrap_or_else(|| registry.version.hash.clone()),
+        ),
+        gate_rule: Some(req.text(8)?),
+        // The upstream definition the call was parked under (none for built-in tools).
+        definition_hash: req.opt_text(7)?,
+        approver: approver.to_string(),
+        expires_at: Timestamp::from_millis(expires),
+        nonce: new_id(),
+    };
+    let token = keys.issue(&claims);
+    let inserted = tx
+        .exec(
+            "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, granted_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (approval_id, approver) DO NOTHING",
+            args![
+                approval_id,
+                approver,
+                token.as_str(),
+                token.fingerprint(),
+                &claims.nonce,
+                now.millis()
+            ],
+        )
+        .await?;
+    if inserted == 0 {
+        return Err(StoreError::SameApprover {
+            id: approval_id.to_string(),
+            approver: approver.to_string(),
+        });
+    }
+    let granted = tx
+        .opt(
+            "SELECT COUNT(*) FROM approval_grants WHERE approval_id = $1",
+            args![approval_id],
+        )
+        .await?
+        .map(|r| r.i64(0))
+        .transpose()?
+        .unwrap_or(0);
+    if granted >= needed {
+        tx.exec(
+            "UPDATE approval_requests SET status = 'approved', decided_at = $1 WHERE approval_id = $2",
+            args![now.millis(), approval_id],
+        )
+        .await?;
+        // A parked planned step goes back to the queue; Postgres notifies waiting workers.
+        tx.exec(
+            "UPDATE steps SET status = 'pending', updated_at = $1 \
+             WHERE step_id = $2 AND status = 'needs_approval'",
+            args![now.millis(), &subject],
+        )
+        .await?;
+    }
+    Ok(token)
 }
 
 /// A row selected by its `principal` or `run_id` column must say the same in its record (and

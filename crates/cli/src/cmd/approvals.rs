@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+use toolgate_console::fmt::text;
 use toolgate_console::queue::{self, Filter};
 use toolgate_console::{ConsoleError, actions, item};
 use toolgate_core::{ApprovalKeys, Clock, Registry, SystemClock};
@@ -44,14 +45,50 @@ pub enum Sub {
         run: Option<String>,
     },
     /// One request: the inputs exactly as they will be sent, what changed since the last
-    /// approved call of the same kind, the reason, rule and evidence.
-    Show { id: String },
-    /// Approve a request as the holder of TOOLGATE_API_KEY, for the input hash `show` printed.
+    /// approved call of the same kind, the reason, rule and evidence. With --run: a run's
+    /// parked steps, to approve as one.
+    ///
+    /// `show --run RUN_ID` lists every open request of the run in the order raised, each with
+    /// its input hash, decides them together as if you approved them all and they ran in order
+    /// (needs TOOLGATE_API_KEY: the decision is yours), and prints the exact `approve --run`
+    /// command, or why the run cannot be approved as one.
+    #[command(verbatim_doc_comment)]
+    Show {
+        #[arg(required_unless_present = "run", conflicts_with = "run")]
+        id: Option<String>,
+        /// A run id: show its parked steps as one decision.
+        #[arg(long, value_name = "RUN_ID")]
+        run: Option<String>,
+        /// Your API key (only with --run).
+        #[arg(long, env = "TOOLGATE_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+    },
+    /// Approve a request as the holder of TOOLGATE_API_KEY, for the input hash `show` printed;
+    /// or, with --run, a run's parked steps as one decision.
+    ///
+    /// One request:   toolgate approvals approve ID --input-hash HASH
+    /// A run's steps: toolgate approvals approve --run RUN_ID --set ID:HASH,ID:HASH,...
+    ///
+    /// A run is approved all or nothing, under the rules of the web page: you may not approve
+    /// steps you asked for (segregation of duties) or that are not yours to decide; the set
+    /// must be exactly the run's open requests with the input hashes `show --run` printed (a
+    /// step added, decided or revised since refuses it); and the steps are decided together
+    /// first, as if approved and run in order, so none is approved when any would be refused.
+    /// Then every grant is taken in one transaction and the steps go back to the queue, where
+    /// the serving gateway's workers run each once.
+    #[command(verbatim_doc_comment)]
     Approve {
-        id: String,
+        #[arg(required_unless_present = "run", conflicts_with = "run")]
+        id: Option<String>,
         /// The input hash you were shown (`toolgate approvals show ID` prints it).
-        #[arg(long)]
-        input_hash: String,
+        #[arg(long, required_unless_present = "run", conflicts_with = "run")]
+        input_hash: Option<String>,
+        /// A run id: approve its parked steps together (with --set).
+        #[arg(long, value_name = "RUN_ID", requires = "set")]
+        run: Option<String>,
+        /// The run's parked steps as `show --run` printed them: ID:HASH pairs, comma-separated.
+        #[arg(long, value_name = "ID:HASH,...", requires = "run")]
+        set: Option<String>,
         /// Your API key.
         #[arg(long, env = "TOOLGATE_API_KEY", hide_env_values = true)]
         api_key: String,
@@ -143,7 +180,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
                 for g in &groups {
                     writeln!(out, "{} · gated by {} ({})", g.tool, g.rule, g.items.len())?;
                     let mut t = Table::new(&[
-                        "ID", "TIER", "PRINCIPAL", "AMOUNT", "WAITING", "LEFT", "APPROVALS", "DIFFERS",
+                        "ID", "TIER", "PRINCIPAL", "RUN", "AMOUNT", "WAITING", "LEFT", "APPROVALS",
+                        "DIFFERS",
                     ]);
                     for it in &g.items {
                         let r = &it.request;
@@ -164,6 +202,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
                                 format!("{} NEW {}", it.tier, it.new_destinations.join(","))
                             },
                             r.principal.clone(),
+                            r.run_id
+                                .as_deref()
+                                .map(toolgate_console::fmt::short)
+                                .unwrap_or_default(),
                             it.amount.map(|a| a.to_string()).unwrap_or_default(),
                             toolgate_console::fmt::duration_ms(it.age_ms),
                             if it.expired() {
@@ -180,7 +222,37 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
                 }
                 Ok(Exit::Success)
             }
-            Sub::Show { id } => {
+            Sub::Show {
+                run: Some(run),
+                api_key,
+                ..
+            } => {
+                let Some(key) = api_key else {
+                    bail!(
+                        "show --run decides the run's steps as you would approve them: set \
+                         TOOLGATE_API_KEY (or --api-key) to your key"
+                    );
+                };
+                let who = approver(&registry, key)?;
+                // Decided in a transaction that is rolled back: the throwaway key signs nothing kept.
+                let exec = executor(registry, store, ApprovalKeys::new("show", vec![0u8; 32]));
+                match toolgate_console::bulk::run_offer(&exec, &who, run).await {
+                    Ok(Some(offer)) => write_run(out, &exec, &offer).await,
+                    Ok(None) => {
+                        writeln!(
+                            out,
+                            "run {} has fewer than two parked steps open: decide them one by one \
+                             (`toolgate approvals list --run {}`)",
+                            text(run),
+                            text(run)
+                        )?;
+                        Ok(Exit::Refused)
+                    }
+                    Err(e) => refused(out, e),
+                }
+            }
+            Sub::Show { id, .. } => {
+                let id = id.as_deref().unwrap_or_default();
                 // Showing needs no key: an executor with a throwaway key only reads.
                 let exec = executor(registry, store, ApprovalKeys::new("show", vec![0u8; 32]));
                 let v = match item::load(&exec, id).await {
@@ -191,10 +263,41 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
                 Ok(Exit::Success)
             }
             Sub::Approve {
+                run: Some(run),
+                set,
+                api_key,
+                ..
+            } => {
+                let who = approver(&registry, api_key)?;
+                let keys = approval_keys(&registry)?;
+                let exec = executor(registry, store, keys);
+                let set = set.as_deref().unwrap_or_default();
+                match toolgate_console::bulk::approve_run(&exec, &who, run, set, false).await {
+                    Ok(done) => {
+                        writeln!(
+                            out,
+                            "approved by {who}: the {} parked steps of run {}, as one decision",
+                            done.len(),
+                            text(run)
+                        )?;
+                        for (id, a) in &done {
+                            writeln!(out, "  {id}: {}", approved_text(a))?;
+                        }
+                        Ok(Exit::Success)
+                    }
+                    Err(e) => refused(out, e),
+                }
+            }
+            Sub::Approve {
                 id,
                 input_hash,
                 api_key,
+                ..
             } => {
+                let (id, input_hash) = (
+                    id.as_deref().unwrap_or_default(),
+                    input_hash.as_deref().unwrap_or_default(),
+                );
                 let who = approver(&registry, api_key)?;
                 let keys = approval_keys(&registry)?;
                 let exec = executor(registry, store, keys);
@@ -246,8 +349,101 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     .context("approvals")
 }
 
+/// What one approval of a run led to, on one line.
+fn approved_text(a: &actions::Approved) -> String {
+    match a {
+        actions::Approved::Waiting {
+            approved_by,
+            needed,
+        } => format!(
+            "{} of {needed} approvals; a different person must approve too",
+            approved_by.len()
+        ),
+        actions::Approved::Queued { step_id } => format!(
+            "step {step_id} is queued; a running `toolgate serve` on this store executes it once"
+        ),
+        actions::Approved::Ran(r) => format!("the step ran: {}", r.status),
+        actions::Approved::DirectCall => {
+            "the agent's retry of exactly this call now passes the gate once".into()
+        }
+    }
+}
+
+/// A run's parked steps as one decision: each with its tool, key inputs and hash, then the
+/// command that approves exactly this set, or why it cannot be approved as one.
+async fn write_run(
+    out: &mut dyn Write,
+    exec: &Executor,
+    offer: &toolgate_console::bulk::RunOffer,
+) -> anyhow::Result<Exit> {
+    use toolgate_console::fmt::plain;
+    writeln!(
+        out,
+        "run {}: {} parked steps, as one decision",
+        text(&offer.run_id),
+        offer.members.len()
+    )?;
+    let mut t = Table::new(&["#", "ID", "TOOL", "INPUTS", "INPUT HASH"]);
+    for (n, (id, hash, tool)) in offer.members.iter().enumerate() {
+        let inputs = match exec.store.approval(id).await {
+            Ok(r) => r
+                .inputs
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| !matches!(k.as_str(), "reason" | "note" | "text" | "body"))
+                        .map(|(k, v)| format!("{k}={}", plain(v)))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default(),
+            Err(e) => return Err(e.into()),
+        };
+        t.row(vec![
+            (n + 1).to_string(),
+            id.clone(),
+            tool.clone(),
+            inputs,
+            hash.clone(),
+        ]);
+    }
+    t.write(out)?;
+    match &offer.refusal {
+        Some(why) => {
+            writeln!(
+                out,
+                "\ncannot be approved together: {}. Decide the steps one by one (`toolgate approvals show ID`).",
+                text(why)
+            )?;
+            Ok(Exit::Refused)
+        }
+        None => {
+            writeln!(
+                out,
+                "\nto approve exactly these {} steps: toolgate approvals approve --run {} --set {}",
+                offer.members.len(),
+                shell_word(&offer.run_id),
+                offer.set()
+            )?;
+            Ok(Exit::Success)
+        }
+    }
+}
+
+/// `s` as one shell word people may copy: bare when it is plain, single-quoted otherwise.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/'))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", text(s).replace('\'', "'\\''"))
+    }
+}
+
 fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
-    use toolgate_console::fmt::{datetime, duration_ms, text, value};
+    use toolgate_console::fmt::{datetime, duration_ms, value};
     let r = &v.request;
     let status = if v.expired() {
         "expired"
@@ -315,6 +511,17 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
                 .as_ref()
                 .map(|p| format!(" (last approved: {})", value(p)))
                 .unwrap_or_default()
+        )?;
+    }
+    for d in &v.duplicates {
+        writeln!(
+            out,
+            "  !! POSSIBLE DUPLICATE: the same operation is also {} as {} ({}, run {}, raised {})",
+            d.status.as_str(),
+            d.approval_id,
+            text(&d.principal),
+            toolgate_console::fmt::short(d.run_id.as_deref().unwrap_or("-")),
+            datetime(d.created_at)
         )?;
     }
     writeln!(out, "\ninputs, exactly as they will be sent:")?;
@@ -450,7 +657,18 @@ mod tests {
 
         let mut out = Vec::new();
         assert_eq!(
-            run(&args(&url, Sub::Show { id: id.clone() }), &mut out).unwrap(),
+            run(
+                &args(
+                    &url,
+                    Sub::Show {
+                        id: Some(id.clone()),
+                        run: None,
+                        api_key: None
+                    }
+                ),
+                &mut out
+            )
+            .unwrap(),
             Exit::Success
         );
         let text = String::from_utf8(out).unwrap();
@@ -465,8 +683,10 @@ mod tests {
         // SAFETY: only this test reads or writes this variable.
         unsafe { std::env::set_var("TOOLGATE_APPROVAL_KEY", "k".repeat(32)) };
         let wrong = Sub::Approve {
-            id: id.clone(),
-            input_hash: "sha256:0000".into(),
+            id: Some(id.clone()),
+            input_hash: Some("sha256:0000".into()),
+            run: None,
+            set: None,
             api_key: ALICE_KEY.into(),
         };
         let mut out = Vec::new();
@@ -479,8 +699,10 @@ mod tests {
         assert_eq!(step_status(&url, &step), StepStatus::NeedsApproval);
 
         let right = Sub::Approve {
-            id: id.clone(),
-            input_hash: hash.clone(),
+            id: Some(id.clone()),
+            input_hash: Some(hash.clone()),
+            run: None,
+            set: None,
             api_key: ALICE_KEY.into(),
         };
         let mut out = Vec::new();
@@ -490,8 +712,10 @@ mod tests {
         assert_eq!(step_status(&url, &step), StepStatus::Pending);
 
         let again = Sub::Approve {
-            id,
-            input_hash: hash,
+            id: Some(id),
+            input_hash: Some(hash),
+            run: None,
+            set: None,
             api_key: BOB_KEY.into(),
         };
         let mut out = Vec::new();
@@ -528,5 +752,180 @@ mod tests {
             Exit::Success
         );
         assert_eq!(step_status(&url, &step), StepStatus::Refused);
+    }
+
+    /// Characters that would act on a terminal or reorder text if printed raw.
+    fn acts(c: char) -> bool {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    }
+
+    const NASTY: &str = "Zahlung\u{1b}[2J\u{1b}]0;pwned\u{7} \u{202e}NABI\u{202c} \u{2066}iso\u{2069} Zürich 東京 🚀\r\nAPPROVED BY CFO";
+
+    /// An agent's hostile text — in its reason (with 100 KB more), a run id with a direction
+    /// override and multi-byte characters, its evidence — written to the store as the executor
+    /// takes it (the gateway bounds `_meta` before this; the printers must not rely on it), then
+    /// through every terminal printer of approvals and runs: `approvals list`, `list --run`,
+    /// `show`, `show --run`, `trace`, and `report` (an unknown tool's name is the agent's). None prints it raw; the multi-byte text is whole;
+    /// the 100 KB value does not widen the tables.
+    #[test]
+    fn hostile_agent_text_through_every_terminal_printer() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let run_id = format!("run-{}-Zürich-東京🚀-\u{202e}x-\u{1b}[31mü", "é".repeat(20));
+        let ids: Vec<String> = runtime().unwrap().block_on(async {
+            let registry = Registry::load(registry_dir()).unwrap();
+            let store = Store::connect(&url, StoreConfig::default()).await.unwrap();
+            let exec = executor(registry, store.clone(), ApprovalKeys::new("k1", vec![1; 32]));
+            let mut ids = Vec::new();
+            for (invoice, amount) in [("INV-20260701", 600.0), ("INV-20260702", 300.0)] {
+                let c = exec
+                    .governed_call(toolgate_store::DirectCall {
+                        principal: "fin-worker".into(),
+                        tool: "payment.transfer".into(),
+                        inputs: json!({"supplier_id": "SUP-0001", "invoice_id": invoice, "amount": amount}),
+                        run_id: run_id.clone(),
+                        purpose: Some("billing".into()),
+                        reason: Some(format!("{NASTY} {}", "x".repeat(100_000))),
+                        purpose_from: None,
+                        argument_errors: Vec::new(),
+                        evidence: vec![NASTY.into()],
+                        approvals: vec![],
+                        actor: Default::default(),
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(c.status, toolgate_store::CallStatus::NeedsApproval, "{c:?}");
+                ids.push(c.approval_id.unwrap());
+            }
+            // A tool name the agent chose: refused as unknown, kept in the audit chain.
+            let unknown = exec
+                .governed_call(toolgate_store::DirectCall {
+                    principal: "fin-worker".into(),
+                    tool: format!("x{NASTY}"),
+                    inputs: json!({}),
+                    run_id: run_id.clone(),
+                    purpose: Some("billing".into()),
+                    reason: None,
+                    purpose_from: None,
+                    argument_errors: Vec::new(),
+                    evidence: vec![],
+                    approvals: vec![],
+                    actor: Default::default(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(unknown.status, toolgate_store::CallStatus::Refused);
+            store.close().await;
+            ids
+        });
+
+        let print = |command: Sub| {
+            let mut out = Vec::new();
+            run(&args(&url, command), &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let mut trace = Vec::new();
+        crate::cmd::trace::run(
+            &crate::cmd::trace::Args {
+                run: run_id.clone(),
+                verbose: true,
+                config: ConfigArg {
+                    dir: registry_dir(),
+                },
+                store: Some(url.clone()),
+            },
+            &mut trace,
+        )
+        .unwrap();
+        let outputs = [
+            (
+                "approvals list",
+                print(Sub::List {
+                    tool: None,
+                    principal: None,
+                    run: None,
+                }),
+            ),
+            (
+                "approvals list --run",
+                print(Sub::List {
+                    tool: None,
+                    principal: None,
+                    run: Some(run_id.clone()),
+                }),
+            ),
+            (
+                "approvals show",
+                print(Sub::Show {
+                    id: Some(ids[0].clone()),
+                    run: None,
+                    api_key: None,
+                }),
+            ),
+            (
+                "approvals show --run",
+                print(Sub::Show {
+                    id: None,
+                    run: Some(run_id.clone()),
+                    api_key: Some(ALICE_KEY.into()),
+                }),
+            ),
+            ("trace", String::from_utf8(trace).unwrap()),
+        ];
+        let mut report = Vec::new();
+        crate::cmd::report::run(
+            &crate::cmd::report::Args {
+                since: None,
+                prometheus: false,
+                config: ConfigArg {
+                    dir: registry_dir(),
+                },
+                store: Some(url.clone()),
+            },
+            &mut report,
+        )
+        .unwrap();
+        let report = String::from_utf8(report).unwrap();
+        let raw: Vec<char> = report.chars().filter(|c| acts(*c)).collect();
+        assert!(raw.is_empty(), "report printed {raw:?}");
+        assert!(report.contains("Zürich 東京 🚀"), "{report}");
+        for (what, out) in &outputs {
+            let raw: Vec<String> = out
+                .chars()
+                .filter(|c| acts(*c))
+                .map(|c| format!("U+{:04X}", c as u32))
+                .collect();
+            assert!(raw.is_empty(), "{what} printed {raw:?}");
+            assert!(
+                !out.contains("\nAPPROVED BY CFO"),
+                "{what} let a newline forge a line"
+            );
+            assert!(
+                out.contains("京🚀"),
+                "{what}: the run id's multi-byte text is whole"
+            );
+            for line in out.lines().filter(|l| !l.contains("xxxxxxxxxx")) {
+                assert!(
+                    line.chars().count() < 1_000,
+                    "{what}: a table was widened: {line:.200}"
+                );
+            }
+        }
+        let show = &outputs[2].1;
+        assert!(show.contains("Zürich 東京 🚀"), "{show:.2000}");
+        assert!(
+            show.contains("\\u{202e}NABI"),
+            "the override is shown, written out"
+        );
+        assert!(
+            show.contains(&"x".repeat(100_000)),
+            "the reason is printed whole"
+        );
+        let run_view = &outputs[3].1;
+        assert!(
+            run_view.contains("toolgate approvals approve --run 'run-"),
+            "{run_view}"
+        );
     }
 }

@@ -38,10 +38,12 @@ pub const SCRAPE_TOKEN: &str = "scrape-token-for-the-tests-0001";
 pub const OLD_IBAN: &str = "DE89370400440532013000";
 pub const NEW_IBAN: &str = "ES9121000418450200051332";
 
-/// The fake ERP: records every call it receives (tool, step id, inputs).
+/// The fake ERP: records every call it receives (tool, step id, inputs), and answers a tool
+/// with what `answers` holds for it (`{"ok": true}` otherwise).
 #[derive(Default)]
 pub struct Recorder {
     pub calls: Mutex<Vec<(String, String, Value)>>,
+    pub answers: Mutex<HashMap<String, Value>>,
 }
 
 impl Recorder {
@@ -76,8 +78,9 @@ impl Handler for Recorder {
                 c.push((target.tool.clone(), meta.step_id.clone(), inputs.clone()));
                 c.len()
             };
+            let answer = self.answers.lock().unwrap().get(&target.tool).cloned();
             Ok(HandlerOutput {
-                result: json!({"ok": true}),
+                result: answer.unwrap_or_else(|| json!({"ok": true})),
                 target_ref: Some(format!("PAYRUN-2026-06-30/{n:04}")),
             })
         })
@@ -293,6 +296,14 @@ pub fn enc(s: &str) -> String {
         }
     }
     out
+}
+
+/// `s` as maud writes text into a page (`&`, `<`, `>`, `"` escaped).
+pub fn html_text(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// The value of `<input ... name="NAME" value="...">` in a page.

@@ -28,7 +28,24 @@ impl Executor {
     /// its verdict before anyone approves.
     pub async fn dry_decide(&self, req: &crate::model::ApprovalRequest) -> Result<DryRun> {
         let now = self.clock.now();
-        let mut p = match self.store.step(&req.subject).await {
+        let mut p = self.pending_for(req).await?;
+        self.look_up_destinations(&mut p, &mut LookupCache::default())
+            .await;
+        let mut tx = self.store.begin().await?;
+        let prepared = self
+            .prepare(&mut tx, p, now, &mut BatchCache::default())
+            .await;
+        // Dropped, never committed: the dry run leaves no trace.
+        drop(tx);
+        let decision = match prepared? {
+            Prepared::Call { decision, .. } | Prepared::Settled { decision, .. } => decision,
+        };
+        Ok(DryRun { decision })
+    }
+
+    /// The parked call of `req` as the executor would take it up again.
+    async fn pending_for(&self, req: &crate::model::ApprovalRequest) -> Result<Pending> {
+        Ok(match self.store.step(&req.subject).await {
             Ok(s) => Pending::from_step(&s),
             Err(StoreError::NotFound { .. }) => {
                 let key = req
@@ -72,18 +89,63 @@ impl Executor {
                 }
             }
             Err(e) => return Err(e),
-        };
-        self.look_up_destinations(&mut p, &mut LookupCache::default())
-            .await;
+        })
+    }
+
+    /// Several parked calls (a run's parked steps, in order) decided again together, dry, as
+    /// if `approver` approved them all now and they then ran one after another: inside one
+    /// transaction that is rolled back, `approver`'s grants are taken, each step is claimed
+    /// and decided in turn, and each one allowed reserves what it would (budgets, windows, its
+    /// key), so a later step sees what the earlier ones would have used. A step that would
+    /// only be refused once the steps before it ran is refused here, before anyone approves.
+    /// The approver must be eligible for every request (the grants are taken as real ones).
+    pub async fn dry_decide_together(
+        &self,
+        reqs: &[crate::model::ApprovalRequest],
+        approver: &str,
+    ) -> Result<Vec<DryRun>> {
+        let now = self.clock.now();
+        let mut pending = Vec::with_capacity(reqs.len());
+        let mut lookups = LookupCache::default();
+        for r in reqs {
+            let mut p = self.pending_for(r).await?;
+            self.look_up_destinations(&mut p, &mut lookups).await;
+            pending.push(p);
+        }
+        let lease = now.millis() + self.store.config().lease.as_millis() as i64;
         let mut tx = self.store.begin().await?;
-        let prepared = self
-            .prepare(&mut tx, p, now, &mut BatchCache::default())
-            .await;
-        // Dropped, never committed: the dry run leaves no trace.
+        for r in reqs {
+            crate::store::grant(
+                &mut tx,
+                &self.registry,
+                &self.keys,
+                &r.approval_id,
+                approver,
+                now,
+            )
+            .await?;
+        }
+        let mut cache = BatchCache::default();
+        let mut out = Vec::with_capacity(reqs.len());
+        for mut p in pending {
+            if p.kind != StepKind::Direct {
+                // Claimed as a worker would claim it once approved (a step still waiting for
+                // another person stays parked and is decided as it stands).
+                if let Some(s) = crate::ledger::steps::claim_one(&mut tx, &p.step_id, lease, now)
+                    .await?
+                    .into_iter()
+                    .next()
+                {
+                    p.attempts = s.attempts;
+                }
+            }
+            let decision = match self.prepare(&mut tx, p, now, &mut cache).await? {
+                Prepared::Call { decision, .. } | Prepared::Settled { decision, .. } => decision,
+            };
+            out.push(DryRun { decision });
+        }
+        // Dropped, never committed: neither the grants nor the reservations are kept.
         drop(tx);
-        let decision = match prepared? {
-            Prepared::Call { decision, .. } | Prepared::Settled { decision, .. } => decision,
-        };
-        Ok(DryRun { decision })
+        Ok(out)
     }
 }
