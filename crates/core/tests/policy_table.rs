@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use toolgate_core::{
-    ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName,
+    ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName, Definition,
     DestinationFacts, Engine, IdempotencyState, InputHash, Outcome, PriorCall, PriorOutcome,
     Registry, RunHistory, Tier, Timestamp, Verdict,
 };
@@ -87,6 +87,8 @@ struct Row {
     idem: IdempotencyState,
     approvals: Vec<ApprovalToken>,
     facts: DestinationFacts,
+    /// How the tool's upstream definition is served (the pin check's input).
+    definition: Definition<'static>,
     want: Want,
     /// A keyword the denial's reason must contain, as fixtures match it.
     keyword: &'static str,
@@ -111,6 +113,7 @@ fn row(
         idem: IdempotencyState::Fresh,
         approvals: vec![],
         facts: DestinationFacts::default(),
+        definition: Definition::Local,
         want,
         keyword: "",
     }
@@ -146,6 +149,10 @@ impl Row {
             field.into(),
             allowed.iter().map(|s| s.to_string()).collect(),
         );
+        self
+    }
+    fn served(mut self, d: Definition<'static>) -> Self {
+        self.definition = d;
         self
     }
     fn keyword(mut self, k: &'static str) -> Self {
@@ -194,6 +201,26 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             Deny(Listed, "tool.unknown"),
         )
         .keyword("unknown tool 'payment.schedule'"),
+        // 3. pin
+        row(
+            "upstream tool served at its pinned definition",
+            "fin-worker",
+            "invoice.search",
+            json!({"invoice_id": "INV-20260611"}),
+            Allow,
+        )
+        .served(Definition::Pinned("sha256:0f1e")),
+        row(
+            "upstream tool whose definition changed since it was pinned",
+            "fin-worker",
+            "invoice.search",
+            json!({"invoice_id": "INV-20260611"}),
+            Deny(Pin, "pin.blocked"),
+        )
+        .served(Definition::Blocked(
+            "tool 'search_invoices' changed since it was pinned; see `toolgate lock diff`",
+        ))
+        .keyword("toolgate lock diff"),
         row(
             "reconciler-only tool hidden from worker",
             "fin-worker",
@@ -201,7 +228,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             json!({"account_id": "acct_7f3k2m9q1x0b"}),
             Deny(Listed, "tool.unknown"),
         ),
-        // 3. schema
+        // 4. schema
         row(
             "amount above the ceiling",
             "fin-worker",
@@ -295,7 +322,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             json!({"invoice_id": "INV-20260611", "amount": 60_000.0}),
             Deny(Schema, "schema.maximum"),
         ),
-        // 4. destination
+        // 5. destination
         row(
             "recipient on a verified domain",
             "fin-worker",
@@ -336,7 +363,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             Deny(Destination, "destination.url"),
         )
         .keyword("evil.example.net"),
-        // 5. purpose
+        // 6. purpose
         row(
             "missing purpose",
             "fin-worker",
@@ -388,7 +415,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             Allow,
         )
         .reason(None),
-        // 6. tier and sensitivity
+        // 7. tier and sensitivity
         row(
             "spend above the grant's tier",
             "low-worker",
@@ -419,7 +446,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             note(),
             Allow,
         ),
-        // 7. rate limit
+        // 8. rate limit
         row(
             "rate limit has headroom",
             "fin-worker",
@@ -451,7 +478,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             ("note.draft", Tier::Act, Denied),
             ("note.draft", Tier::Act, Allowed),
         ])),
-        // 8. policy
+        // 9. policy
         row(
             "no spend after a denial",
             "fin-worker",
@@ -522,7 +549,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             "alice",
             "n1",
         )),
-        // 9. budget
+        // 10. budget
         row(
             "spend budget has headroom",
             "fin-worker",
@@ -566,7 +593,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             Allow,
         )
         .budget("fin-worker", Tier::Act, 99),
-        // 10. idempotency
+        // 11. idempotency
         row(
             "done key replays",
             "fin-worker",
@@ -631,7 +658,7 @@ fn rows(k: &ApprovalKeys) -> Vec<Row> {
             Deny(Idempotency, "idempotency.inputs_differ"),
         )
         .idem(I::InputsDiffer),
-        // 11. gate
+        // 12. gate
         row(
             "always-gated tool parks",
             "fin-worker",
@@ -753,6 +780,7 @@ fn decide_row(engine: &Engine<'_>, r: &Row) -> toolgate_core::Decision {
         idempotency: r.idem,
         approvals: &r.approvals,
         destinations: &r.facts,
+        definition: r.definition,
         ..CallRequest::new(r.principal, r.tool, &r.inputs)
     };
     engine.decide(&req, NOW)
