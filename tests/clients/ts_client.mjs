@@ -22,7 +22,14 @@ async function runOps(client, ops) {
     } else if (op.op === "call") {
       const params = { name: op.name, arguments: op.arguments ?? {} };
       if (op.meta) params._meta = op.meta;
-      results.push(await client.callTool(params));
+      if (op.progress) {
+        // As the SDK's README shows: an onprogress callback (the SDK adds the progress token).
+        const progress = [];
+        const result = await client.callTool(params, undefined, { onprogress: (p) => progress.push(p) });
+        results.push({ ...result, progress });
+      } else {
+        results.push(await client.callTool(params));
+      }
     } else {
       throw new Error(`unknown op ${op.op}`);
     }

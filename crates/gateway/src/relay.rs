@@ -7,21 +7,25 @@
 //! One connection to an upstream carries every caller's calls, so a progress notification is
 //! routed by its token alone: a forwarded call whose caller asked for progress carries a fresh
 //! token (rmcp's client gives every request one), mapped back to the caller's session and token
-//! until the call returns. The token is known only once the request is out, so an upstream
-//! that reports progress at once can answer before the route is open: such progress is kept
-//! for a moment (two seconds, a bounded number, forgotten on reconnection, when tokens start
-//! again) and handed to the route when it opens. Nothing else reaches a caller. Log messages
+//! until the call returns. Progress is taken from the upstream's transport as it is read
+//! ([`Watched`]), so what the upstream sent before its answer reaches the caller before the
+//! answer does. The token is known only once the request is out, so an upstream that reports
+//! progress at once can answer before the route is open: such progress is kept for a moment
+//! (two seconds, a bounded number, forgotten on reconnection, when tokens start again) and
+//! handed to the route when it opens. Nothing else reaches a caller. Log messages
 //! (`notifications/message`) name no call, so on a shared connection they could reach another
 //! principal; they are not relayed.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rmcp::RoleServer;
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
-use rmcp::service::Peer;
+use rmcp::model::{JsonRpcMessage, ProgressNotificationParam, ProgressToken, ServerNotification};
+use rmcp::service::{Peer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::{RoleClient, RoleServer};
+use tokio::sync::mpsc;
 
 use crate::otlp::CallSpan;
 
@@ -76,15 +80,18 @@ pub struct Routes {
 
 #[derive(Default)]
 struct RouteState {
-    open: HashMap<ProgressToken, Caller>,
+    open: HashMap<ProgressToken, mpsc::UnboundedSender<ProgressNotificationParam>>,
     /// Progress that arrived before its route opened, with when it arrived.
     early: Vec<(Instant, ProgressNotificationParam)>,
 }
 
-/// Removes its route when the forwarded call returns (or is dropped).
+/// One forwarded call's progress, on its way to the caller; the route closes when this is
+/// dropped.
 pub struct Route<'a> {
     routes: &'a Routes,
     token: ProgressToken,
+    caller: Caller,
+    progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
 }
 
 impl Drop for Route<'_> {
@@ -98,36 +105,52 @@ impl Drop for Route<'_> {
     }
 }
 
+impl Route<'_> {
+    /// Runs `call` (the forwarded request), passing its progress on to the caller meanwhile,
+    /// and before returning, all progress that arrived ahead of the answer: a client drops
+    /// progress that comes after its call's result, so none may overtake it.
+    pub async fn relay<T>(mut self, call: impl Future<Output = T>) -> T {
+        let mut call = std::pin::pin!(call);
+        let out = loop {
+            tokio::select! {
+                biased;
+                Some(p) = self.progress.recv() => tell(&self.caller, p).await,
+                out = &mut call => break out,
+            }
+        };
+        // The transport saw everything the upstream sent before its answer, in order, and
+        // queued it here before the answer was read.
+        while let Ok(p) = self.progress.try_recv() {
+            tell(&self.caller, p).await;
+        }
+        out
+    }
+}
+
 impl Routes {
     /// Routes progress under `token` (the forwarded request's) to the caller of the call on
-    /// this task, if it asked for progress, while the returned guard lives; progress that came
-    /// under `token` before is passed on first.
-    pub async fn open(&self, token: ProgressToken) -> Option<Route<'_>> {
+    /// this task, if it asked for progress, while the returned route lives; progress that came
+    /// under `token` before it opened goes first.
+    pub fn open(&self, token: ProgressToken) -> Option<Route<'_>> {
         let caller = FORWARD.try_with(|f| f.progress.clone()).ok().flatten();
-        let early: Vec<ProgressNotificationParam> = {
-            let mut state = self.state.lock().expect("routes");
-            let mut mine = Vec::new();
-            state.early.retain(|(at, p)| {
-                if p.progress_token != token {
-                    return at.elapsed() < EARLY_FOR;
-                }
-                if at.elapsed() < EARLY_FOR {
-                    mine.push(p.clone());
-                }
-                false
-            });
-            if let Some(c) = &caller {
-                state.open.insert(token.clone(), c.clone());
+        let mut state = self.state.lock().expect("routes");
+        let (tx, rx) = mpsc::unbounded_channel();
+        state.early.retain(|(at, p)| {
+            if p.progress_token != token {
+                return at.elapsed() < EARLY_FOR;
             }
-            mine
-        };
+            if at.elapsed() < EARLY_FOR {
+                let _ = tx.send(p.clone());
+            }
+            false
+        });
         let caller = caller?;
-        for progress in early {
-            tell(&caller, progress).await;
-        }
+        state.open.insert(token.clone(), tx);
         Some(Route {
             routes: self,
             token,
+            caller,
+            progress: rx,
         })
     }
 
@@ -136,26 +159,63 @@ impl Routes {
         self.state.lock().expect("routes").early.clear();
     }
 
-    /// Passes an upstream's progress notification on to the caller its token belongs to, or
-    /// keeps it a moment for a route about to open.
-    pub async fn forward(&self, progress: ProgressNotificationParam) {
-        let caller = {
-            let mut state = self.state.lock().expect("routes");
-            let caller = state.open.get(&progress.progress_token).cloned();
-            if caller.is_none() {
-                state.early.retain(|(at, _)| at.elapsed() < EARLY_FOR);
-                if state.early.len() < EARLY_MOST {
-                    tracing::debug!(token = ?progress.progress_token, "upstream progress before its route opened; kept");
-                    state.early.push((Instant::now(), progress.clone()));
-                } else {
-                    tracing::debug!(token = ?progress.progress_token, "upstream progress for no open call; dropped");
-                }
-            }
-            caller
-        };
-        if let Some(caller) = caller {
-            tell(&caller, progress).await;
+    /// Takes an upstream's progress notification as the transport reads it, in the order the
+    /// upstream sent it: queued for the route its token belongs to, or kept a moment for a
+    /// route about to open.
+    pub fn arrived(&self, progress: ProgressNotificationParam) {
+        let mut state = self.state.lock().expect("routes");
+        if let Some(route) = state.open.get(&progress.progress_token) {
+            // A route whose call just returned has no receiver; its progress is of no use.
+            let _ = route.send(progress);
+            return;
         }
+        state.early.retain(|(at, _)| at.elapsed() < EARLY_FOR);
+        if state.early.len() < EARLY_MOST {
+            tracing::debug!(token = ?progress.progress_token, "upstream progress before its route opened; kept");
+            state.early.push((Instant::now(), progress));
+        } else {
+            tracing::debug!(token = ?progress.progress_token, "upstream progress for no open call; dropped");
+        }
+    }
+}
+
+/// An upstream transport that hands progress notifications to [`Routes`] as it reads them.
+/// rmcp runs notification handlers as tasks of their own, so a handler could pass on the
+/// last progress after the call's answer was already on its way back; read here, progress is
+/// queued strictly before the answer that follows it.
+pub struct Watched<T> {
+    inner: T,
+    routes: Arc<Routes>,
+}
+
+impl<T> Watched<T> {
+    pub fn new(inner: T, routes: Arc<Routes>) -> Self {
+        Self { inner, routes }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(n) = &message
+            && let ServerNotification::ProgressNotification(p) = &n.notification
+        {
+            self.routes.arrived(p.params.clone());
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 

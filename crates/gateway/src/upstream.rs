@@ -26,8 +26,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, JsonObject, MetaObject, ProgressNotificationParam,
-    RequestMetaObject, ServerResult, Tool,
+    ClientRequest, Implementation, JsonObject, MetaObject, RequestMetaObject, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -39,7 +38,7 @@ use toolgate_core::config::UpstreamConfig;
 use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Served, Target};
 
 use crate::pins::{PinGuard, Pins};
-use crate::relay::Routes;
+use crate::relay::{Routes, Watched};
 use crate::render::to_stored;
 
 /// Called with an upstream's name and its new `tools/list` after it announced a change, once
@@ -53,18 +52,9 @@ struct UpstreamClient {
     tools: Arc<RwLock<Vec<Tool>>>,
     hook: Option<ToolsChangedHook>,
     pins: Arc<PinGuard>,
-    routes: Arc<Routes>,
 }
 
 impl ClientHandler for UpstreamClient {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.routes.forward(params).await;
-    }
-
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
             ClientCapabilities::default(),
@@ -141,7 +131,6 @@ impl Upstream {
             tools: self.tools.clone(),
             hook: self.hook.clone(),
             pins: self.pins.clone(),
-            routes: self.routes.clone(),
         };
         let service = tokio::time::timeout(
             self.timeout.max(Duration::from_secs(5)),
@@ -195,7 +184,7 @@ impl Upstream {
                 StreamableHttpClientTransport::from_uri(url.as_str())
             };
             return handler
-                .serve(transport)
+                .serve(Watched::new(transport, self.routes.clone()))
                 .await
                 .map_err(|e| format!("connecting to upstream '{}' at {url}: {e}", self.name));
         }
@@ -232,7 +221,7 @@ impl Upstream {
             )
         })?;
         handler
-            .serve(transport)
+            .serve(Watched::new(transport, self.routes.clone()))
             .await
             .map_err(|e| format!("initializing upstream '{}': {e}", self.name))
     }
@@ -366,8 +355,11 @@ impl Upstream {
                 ),
             )
             .await?;
-        let _route = self.routes.open(handle.progress_token.clone()).await;
-        match handle.await_response().await? {
+        let answer = match self.routes.open(handle.progress_token.clone()) {
+            Some(route) => route.relay(handle.await_response()).await,
+            None => handle.await_response().await,
+        };
+        match answer? {
             ServerResult::CallToolResult(r) => Ok(r),
             _ => Err(ServiceError::UnexpectedResponse),
         }

@@ -4,11 +4,14 @@
 //! toolgate keeps to the ERP. rmcp's client numbers its progress tokens from 0 in each session,
 //! so all three callers use the same token: routing by the caller's token instead of by the
 //! forwarded call would deliver six notifications to one of them. Each client records every
-//! `notifications/progress` it receives.
+//! `notifications/progress` it receives. And the official TypeScript SDK, which drops progress
+//! that comes after its call's result, gets every step although the upstream reports the last
+//! one just before it answers.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::clients::ts_client;
 use crate::common::*;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, MetaObject,
@@ -86,6 +89,14 @@ async fn each_caller_gets_only_its_own_calls_progress_under_its_own_token() {
         assert_ne!(r.as_ref().unwrap().is_error, Some(true), "{r:?}");
     }
 
+    // rmcp's client hands each notification to a task of its own, which can run just after the
+    // call's answer is back: give those tasks a moment.
+    for seen in [&seen_a, &seen_b, &seen_c] {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while seen.seen.lock().unwrap().len() < 2 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     let tokens = |seen: &Listener| -> Vec<ProgressToken> {
         seen.seen
             .lock()
@@ -127,6 +138,57 @@ async fn each_caller_gets_only_its_own_calls_progress_under_its_own_token() {
     assert_eq!(
         h.records_for("search_invoices").len(),
         3,
+        "one delivery per call"
+    );
+    h.shutdown().await;
+}
+
+/// The official TypeScript SDK as its README shows (`callTool(params, schema, {onprogress})`,
+/// the SDK choosing the token): the fake ERP reports its last step just before it answers, and
+/// the SDK ignores progress for a call whose result it already has. Over ten calls in one
+/// session, every step of each reaches the caller, in order, before the result. (The race this
+/// guards against showed most over a stdio upstream under load: the conformance suite's
+/// `tools-call-with-progress`, run by `tests/conformance/run.sh`, lost the last step of 3 in 40
+/// calls before progress was taken from the transport as it is read, none of 60 after.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reported_just_before_the_answer_reaches_the_caller_before_the_answer() {
+    let Some(client) = ts_client() else { return };
+    let h = Harness::start_with(
+        vec![FaultSpec {
+            kind: FaultKind::Slow(Duration::from_millis(100)),
+            selector: Selector::Always,
+            tool: Some("search_invoices".into()),
+        }],
+        None,
+    )
+    .await;
+    let ops: Vec<_> = (0..10)
+        .map(|i| {
+            json!({"op": "call", "name": "invoice.search", "progress": true,
+                   "arguments": {"invoice_id": "INV-20260615"},
+                   "meta": billing("progress", &format!("progress-ts-{i}"))})
+        })
+        .collect();
+    let out = client
+        .run(&json!({"transport": "http", "url": h.url,
+                     "sessions": [{"bearer": WORKER_KEY, "ops": ops}]}))
+        .await;
+    let results = out["sessions"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 10);
+    for (i, r) in results.iter().enumerate() {
+        assert_ne!(r["isError"], true, "call {i}: {r}");
+        let steps: Vec<f64> = r["progress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["progress"].as_f64().unwrap())
+            .collect();
+        assert_eq!(steps, [1.0, 2.0], "call {i}: {r}");
+        assert_eq!(r["progress"][1]["message"], "search_invoices step 2");
+    }
+    assert_eq!(
+        h.records_for("search_invoices").len(),
+        10,
         "one delivery per call"
     );
     h.shutdown().await;

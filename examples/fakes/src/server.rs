@@ -273,16 +273,17 @@ impl<D: Domain> ServerHandler for FakeServer<D> {
         for f in &faults {
             if let FaultKind::Slow(d) = f {
                 // A slow call reports its progress to a caller that asked for it (two steps,
-                // each naming the tool), as a long-running tool would.
+                // each naming the tool, the last just before the answer), as a long-running
+                // tool would.
                 let token = context.meta.get_progress_token();
                 for (step, wait) in [(1.0, *d / 2), (2.0, *d - *d / 2)] {
+                    tokio::time::sleep(wait).await;
                     if let Some(t) = &token {
                         let p = ProgressNotificationParam::new(t.clone(), step)
                             .with_total(2.0)
                             .with_message(format!("{} step {step}", call.tool));
                         let _ = context.peer.notify_progress(p).await;
                     }
-                    tokio::time::sleep(wait).await;
                 }
             }
         }
