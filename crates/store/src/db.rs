@@ -4,13 +4,15 @@
 //! so both backends store exactly the same values.
 
 use rusqlite::types::Value;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Postgres, Row as _, Transaction};
+use sqlx::{AssertSqlSafe, Postgres, Row as _, SqlSafeStr as _, Transaction};
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use toolgate_core::config::Durability;
@@ -18,8 +20,39 @@ use toolgate_core::config::Durability;
 use crate::error::{Result, StoreError};
 use crate::lite::{BACKSTOP_FRAMES, Lite, LiteConn, LiteTx};
 
-static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+/// The migration files of each backend, embedded by `build.rs`: (file name, SQL).
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+}
+
+static SQLITE_MIGRATIONS: LazyLock<Migrator> = LazyLock::new(|| migrator(embedded::SQLITE));
+static PG_MIGRATIONS: LazyLock<Migrator> = LazyLock::new(|| migrator(embedded::POSTGRES));
+
+/// The migrator `sqlx::migrate!` would build from the same files: version and description from
+/// the name (`0004_pins.sql` is version 4, "pins"), checksummed as sqlx does, so a database
+/// migrated by either accepts the other.
+fn migrator(files: &[(&str, &'static str)]) -> Migrator {
+    let migrations = files
+        .iter()
+        .map(|&(name, sql)| {
+            let (version, rest) = name
+                .split_once('_')
+                .unwrap_or_else(|| panic!("migration {name} is not named VERSION_DESCRIPTION.sql"));
+            let version = version
+                .parse()
+                .unwrap_or_else(|_| panic!("migration {name} has no number before its '_'"));
+            let description = rest.trim_end_matches(".sql").replace('_', " ");
+            Migration::new(
+                version,
+                description.into(),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                sql.starts_with("-- no-transaction"),
+            )
+        })
+        .collect();
+    Migrator::with_migrations(migrations)
+}
 
 /// A bound value.
 #[derive(Debug, Clone)]
@@ -554,5 +587,40 @@ impl Tx {
             Tx::P(t) => t.commit().await?,
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `.sql` file of a backend's folder is a migration, in version order, with the SQL
+    /// of the file as it is on disk (what sqlx checksums): a new file is never left out.
+    #[test]
+    fn every_migration_file_is_embedded_as_it_is_on_disk() {
+        for (dir, migrator) in [
+            ("sqlite", &*SQLITE_MIGRATIONS),
+            ("postgres", &*PG_MIGRATIONS),
+        ] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(dir);
+            let mut on_disk: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+                .collect();
+            on_disk.sort();
+            let embedded: Vec<_> = migrator.iter().collect();
+            assert_eq!(embedded.len(), on_disk.len(), "{}", dir.display());
+            for (m, file) in embedded.iter().zip(&on_disk) {
+                let name = file.file_name().unwrap().to_str().unwrap();
+                let version: i64 = name.split('_').next().unwrap().parse().unwrap();
+                assert_eq!(m.version, version, "{name}");
+                let sql = std::fs::read_to_string(file).unwrap();
+                assert_eq!(m.sql.as_str(), sql, "{name}");
+            }
+            assert!(embedded.windows(2).all(|w| w[0].version < w[1].version));
+        }
     }
 }
