@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use toolgate_core::policy::{self, PolicyEffect, PolicyOutcome, PolicyResult};
 use toolgate_core::{
-    ApprovalKeys, ApprovalToken, BudgetView, CallRequest, DestinationFacts, Engine,
+    ApprovalKeys, ApprovalToken, BudgetView, CallRequest, Definition, DestinationFacts, Engine,
     IdempotencyState, Outcome, PriorCall, RunHistory, Tier, Timestamp, Verdict,
 };
 
@@ -155,9 +155,16 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
             &[][..],
         ),
     };
+    // Offline, no upstream is reached: an upstream tool's pin is checked when `serve` reaches
+    // it, before anything is forwarded; a built-in tool has nothing upstream to pin.
+    let definition = match registry.tool(&input.tool) {
+        Some(t) if t.config.handler.upstream.is_some() => Definition::Unreached,
+        _ => Definition::Local,
+    };
     let req = CallRequest {
         purpose,
         reason,
+        definition,
         purpose_from,
         argument_errors: errors,
         subject: &subject,
