@@ -7,6 +7,48 @@ use crate::exec::*;
 
 use super::LedgerView;
 
+/// Why a reservation of a call the engine allowed could not be made: a conditional write lost
+/// to what the engine could not see.
+pub(crate) enum Lost {
+    /// Another attempt of the same operation holds the key: nothing runs, and the retry hears
+    /// that the call is in progress (no denial of the run).
+    InProgress,
+    /// The operation was attempted as often as it may be.
+    AttemptsExhausted,
+    /// A window or daily budget was used up by another call (or cannot measure this one).
+    Budget { rule: String, reason: String },
+}
+
+impl Lost {
+    /// The check that ended up failing, for the record.
+    fn check(&self) -> CheckName {
+        match self {
+            Lost::InProgress | Lost::AttemptsExhausted => CheckName::Idempotency,
+            Lost::Budget { .. } => CheckName::Budget,
+        }
+    }
+
+    fn rule(&self) -> String {
+        match self {
+            Lost::InProgress => "idempotency.in_progress".into(),
+            Lost::AttemptsExhausted => "attempts.exhausted".into(),
+            Lost::Budget { rule, .. } => rule.clone(),
+        }
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            Lost::InProgress => {
+                "the same call is in progress; check its status instead of retrying".into()
+            }
+            Lost::AttemptsExhausted => {
+                "this call was attempted 4 times; it will not be retried again".into()
+            }
+            Lost::Budget { reason, .. } => reason.clone(),
+        }
+    }
+}
+
 impl Executor {
     /// Reserves an allowed call: `Call` when it may run, or settled when a race was lost.
     pub(crate) async fn reserve_allowed(
@@ -36,7 +78,7 @@ impl Executor {
                 cache,
             )
             .await?;
-        let Some((status, rule, reason)) = lost else {
+        let Some(lost) = lost else {
             return Ok(Prepared::Call {
                 p,
                 approvals: decision.approvals.clone(),
@@ -46,18 +88,16 @@ impl Executor {
         };
         // A race lost after the engine allowed: the record says which check ended up failing,
         // not "allow" — except that another attempt of the same call taking the key first is
-        // no failure: nothing runs, and the retry hears that it is in progress (not a denial
-        // of the run).
+        // no failure: nothing runs, and the retry hears that it is in progress.
         let mut decision = decision;
-        let in_progress = status == CallStatus::InProgress;
-        if !in_progress {
-            let check = if rule.starts_with("budget.") {
-                CheckName::Budget
-            } else {
-                CheckName::Idempotency
-            };
-            overrule(&mut decision, check, &rule, &reason);
-        }
+        let in_progress = matches!(lost, Lost::InProgress);
+        let (rule, reason) = (lost.rule(), lost.reason());
+        let status = if in_progress {
+            CallStatus::InProgress
+        } else {
+            overrule(&mut decision, lost.check(), &rule, &reason);
+            CallStatus::Refused
+        };
         let mut outcome = StepOutcome::status(if in_progress {
             StepStatus::Running
         } else {
@@ -104,7 +144,7 @@ impl Executor {
         subject: &str,
         now: Timestamp,
         cache: &mut BatchCache,
-    ) -> Result<Option<(CallStatus, String, String)>> {
+    ) -> Result<Option<Lost>> {
         if let Some(lost) = self.reserve_key_and_step(tx, p, decision, now).await? {
             return Ok(Some(lost));
         }
@@ -124,7 +164,7 @@ impl Executor {
         p: &mut Pending,
         decision: &Decision,
         now: Timestamp,
-    ) -> Result<Option<(CallStatus, String, String)>> {
+    ) -> Result<Option<Lost>> {
         let reg: &Registry = &self.registry;
         let input_hash = InputHash::of(&p.inputs);
         let retention = self.retention_ms(&p.tool);
@@ -169,11 +209,7 @@ impl Executor {
                 .await?;
         if !won {
             if self.toggles.get().reserve_before_call {
-                return Ok(Some((
-                    CallStatus::InProgress,
-                    "idempotency.in_progress".into(),
-                    "the same call is in progress; check its status instead of retrying".into(),
-                )));
+                return Ok(Some(Lost::InProgress));
             }
             // Reservation switched off (fault evaluation): the key row follows the newest step.
             crate::ledger::keys::move_to(tx, &p.idem_key, &p.step_id).await?;
@@ -201,11 +237,7 @@ impl Executor {
                 Some((id, attempts)) => {
                     if attempts >= 4 {
                         crate::ledger::keys::forget(tx, &p.idem_key).await?;
-                        return Ok(Some((
-                            CallStatus::Refused,
-                            "attempts.exhausted".into(),
-                            "this call was attempted 4 times; it will not be retried again".into(),
-                        )));
+                        return Ok(Some(Lost::AttemptsExhausted));
                     }
                     tx.exec(
                         "UPDATE steps SET status = 'running', attempts = attempts + 1, \
@@ -277,7 +309,7 @@ impl Executor {
         chain: &[String],
         now: Timestamp,
         cache: &mut BatchCache,
-    ) -> Result<Option<(CallStatus, String, String)>> {
+    ) -> Result<Option<Lost>> {
         let reg: &Registry = &self.registry;
         // Window budgets first (`window`), so a refusal there leaves no counter to undo.
         if let Some(t) = reg.tool(&p.tool).filter(|t| !t.windows.is_empty())
@@ -286,7 +318,7 @@ impl Executor {
                     .await?
         {
             self.unreserve_key(tx, p).await?;
-            return Ok(Some((CallStatus::Refused, rule, reason)));
+            return Ok(Some(Lost::Budget { rule, reason }));
         }
 
         // Budgets: every counter in the chain that has a limit, in one order everywhere (no
@@ -307,13 +339,12 @@ impl Executor {
             {
                 crate::window::release(tx, &p.step_id).await?;
                 self.unreserve_key(tx, p).await?;
-                return Ok(Some((
-                    CallStatus::Refused,
-                    format!("budget.{tier}"),
-                    format!(
+                return Ok(Some(Lost::Budget {
+                    rule: format!("budget.{tier}"),
+                    reason: format!(
                         "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
                     ),
-                )));
+                }));
             }
         }
 
