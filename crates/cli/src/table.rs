@@ -2,6 +2,8 @@
 
 use std::io::{self, Write};
 
+use unicode_width::UnicodeWidthStr;
+
 /// The widest a column is padded to.
 const WIDEST: usize = 200;
 
@@ -30,12 +32,13 @@ impl Table {
     }
 
     pub fn write(&self, out: &mut dyn Write) -> io::Result<()> {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        // Widths in terminal columns: a CJK character or an emoji takes two, a combining mark none.
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.width()).collect();
         for r in &self.rows {
             for (i, c) in r.iter().enumerate() {
                 // A cell longer than WIDEST (a 100 KB value) is printed whole but not padded
                 // to: the other rows keep a width a terminal can show.
-                let n = c.chars().count();
+                let n = c.width();
                 if n <= WIDEST {
                     widths[i] = widths[i].max(n);
                 }
@@ -47,7 +50,8 @@ impl Table {
                 if i + 1 == cells.len() {
                     s.push_str(c);
                 } else {
-                    s.push_str(&format!("{c:<w$}  ", w = widths[i]));
+                    s.push_str(c);
+                    s.push_str(&" ".repeat(widths[i].saturating_sub(c.width()) + 2));
                 }
             }
             writeln!(out, "{}", s.trim_end())
@@ -81,15 +85,24 @@ mod tests {
     }
 
     #[test]
-    fn multi_byte_cells_are_padded_by_characters() {
+    fn wide_and_multi_byte_cells_are_padded_to_the_columns_a_terminal_shows() {
         let mut t = Table::new(&["A", "B"]);
+        // Z ü r i c h, a space, 東京 (two columns each), a space, 🚀 (two): 14 columns, 11
+        // characters, 19 bytes.
         t.row(vec!["Zürich 東京 🚀".into(), "x".into()]);
         t.row(vec!["ab".into(), "y".into()]);
+        t.row(vec!["e\u{301}".into(), "z".into()]);
         let mut out = Vec::new();
         t.write(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("Zürich 東京 🚀  x"), "{text}");
-        // Padded by characters (11), not bytes (19).
-        assert!(text.contains(&format!("ab{}y", " ".repeat(11))), "{text}");
+        assert!(text.contains(&format!("ab{}y", " ".repeat(14))), "{text}");
+        // A combining accent takes no column of its own.
+        assert!(
+            text.contains(&format!("e\u{301}{}z", " ".repeat(15))),
+            "{text}"
+        );
+        let rule = text.lines().nth(1).unwrap();
+        assert_eq!(rule, format!("{}  -", "-".repeat(14)));
     }
 }

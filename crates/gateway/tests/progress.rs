@@ -56,6 +56,20 @@ async fn listener(url: &str) -> (RunningService<RoleClient, Listener>, Listener)
     (l.clone().serve(transport).await.unwrap(), l)
 }
 
+/// The gateway in front of a fake ERP whose `search_invoices` takes `ms` and reports two
+/// progress steps, the last just before it answers.
+async fn slow_search(ms: u64) -> Harness {
+    Harness::start_with(
+        vec![FaultSpec {
+            kind: FaultKind::Slow(Duration::from_millis(ms)),
+            selector: Selector::Always,
+            tool: Some("search_invoices".into()),
+        }],
+        None,
+    )
+    .await
+}
+
 /// A governed `invoice.search` in its own run.
 fn search(run: &str) -> CallToolRequestParams {
     let mut p = CallToolRequestParams::new("invoice.search")
@@ -66,15 +80,7 @@ fn search(run: &str) -> CallToolRequestParams {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_caller_gets_only_its_own_calls_progress_under_its_own_token() {
-    let h = Harness::start_with(
-        vec![FaultSpec {
-            kind: FaultKind::Slow(Duration::from_millis(300)),
-            selector: Selector::Always,
-            tool: Some("search_invoices".into()),
-        }],
-        None,
-    )
-    .await;
+    let h = slow_search(300).await;
     let (a, seen_a) = listener(&h.url).await;
     let (b, seen_b) = listener(&h.url).await;
     let (c, seen_c) = listener(&h.url).await;
@@ -153,15 +159,7 @@ async fn each_caller_gets_only_its_own_calls_progress_under_its_own_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_reported_just_before_the_answer_reaches_the_caller_before_the_answer() {
     let Some(client) = ts_client() else { return };
-    let h = Harness::start_with(
-        vec![FaultSpec {
-            kind: FaultKind::Slow(Duration::from_millis(100)),
-            selector: Selector::Always,
-            tool: Some("search_invoices".into()),
-        }],
-        None,
-    )
-    .await;
+    let h = slow_search(100).await;
     let ops: Vec<_> = (0..10)
         .map(|i| {
             json!({"op": "call", "name": "invoice.search", "progress": true,
