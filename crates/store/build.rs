@@ -1,5 +1,6 @@
-//! Embeds the schema migrations (`migrations/sqlite`, `migrations/postgres`) as a list of file
-//! names and contents, for `db.rs` to hand to sqlx's migrator. `sqlx::migrate!` does the same
+//! Embeds the schema migrations (`migrations/sqlite`, `migrations/postgres`) as a list of
+//! (version, description, SQL), named as sqlx names them (`0004_pins.sql` is version 4,
+//! "pins"), for `db.rs` to hand to sqlx's migrator; a file not named so fails the build. `sqlx::migrate!` does the same
 //! at compile time, but needs sqlx's proc-macro crate, which builds a second copy of sqlx's
 //! drivers for the compiler: the largest single cost of a clean build.
 
@@ -21,16 +22,23 @@ fn main() {
             .filter(|p| p.extension().is_some_and(|x| x == "sql"))
             .collect();
         files.sort();
-        writeln!(code, "pub(crate) const {name}: &[(&str, &str)] = &[").unwrap();
+        writeln!(code, "pub(crate) const {name}: &[(i64, &str, &str)] = &[").unwrap();
         for f in files {
             let file = f
                 .file_name()
                 .unwrap()
                 .to_str()
                 .expect("UTF-8 migration name");
+            let (version, rest) = file
+                .split_once('_')
+                .unwrap_or_else(|| panic!("migration {file} is not named VERSION_DESCRIPTION.sql"));
+            let version: i64 = version
+                .parse()
+                .unwrap_or_else(|_| panic!("migration {file} has no number before its '_'"));
+            let description = rest.trim_end_matches(".sql").replace('_', " ");
             writeln!(
                 code,
-                "    ({file:?}, include_str!({:?})),",
+                "    ({version}, {description:?}, include_str!({:?})),",
                 f.display().to_string()
             )
             .unwrap();

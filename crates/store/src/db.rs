@@ -20,7 +20,7 @@ use toolgate_core::config::Durability;
 use crate::error::{Result, StoreError};
 use crate::lite::{BACKSTOP_FRAMES, Lite, LiteConn, LiteTx};
 
-/// The migration files of each backend, embedded by `build.rs`: (file name, SQL).
+/// The migrations of each backend, embedded by `build.rs`: (version, description, SQL).
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 }
@@ -28,20 +28,12 @@ mod embedded {
 static SQLITE_MIGRATIONS: LazyLock<Migrator> = LazyLock::new(|| migrator(embedded::SQLITE));
 static PG_MIGRATIONS: LazyLock<Migrator> = LazyLock::new(|| migrator(embedded::POSTGRES));
 
-/// The migrator `sqlx::migrate!` would build from the same files: version and description from
-/// the name (`0004_pins.sql` is version 4, "pins"), checksummed as sqlx does, so a database
-/// migrated by either accepts the other.
-fn migrator(files: &[(&str, &'static str)]) -> Migrator {
+/// The migrator `sqlx::migrate!` would build from the same files, checksummed as sqlx does,
+/// so a database migrated by either accepts the other.
+fn migrator(files: &[(i64, &'static str, &'static str)]) -> Migrator {
     let migrations = files
         .iter()
-        .map(|&(name, sql)| {
-            let (version, rest) = name
-                .split_once('_')
-                .unwrap_or_else(|| panic!("migration {name} is not named VERSION_DESCRIPTION.sql"));
-            let version = version
-                .parse()
-                .unwrap_or_else(|_| panic!("migration {name} has no number before its '_'"));
-            let description = rest.trim_end_matches(".sql").replace('_', " ");
+        .map(|&(version, description, sql)| {
             Migration::new(
                 version,
                 description.into(),

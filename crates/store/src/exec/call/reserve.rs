@@ -90,29 +90,28 @@ impl Executor {
         // not "allow" — except that another attempt of the same call taking the key first is
         // no failure: nothing runs, and the retry hears that it is in progress.
         let mut decision = decision;
-        let in_progress = matches!(lost, Lost::InProgress);
         let (rule, reason) = (lost.rule(), lost.reason());
-        let status = if in_progress {
-            CallStatus::InProgress
-        } else {
-            overrule(&mut decision, lost.check(), &rule, &reason);
-            CallStatus::Refused
+        let (status, step, kind) = match lost {
+            Lost::InProgress => (
+                CallStatus::InProgress,
+                StepStatus::Running,
+                AuditDecision::Replay,
+            ),
+            Lost::AttemptsExhausted | Lost::Budget { .. } => {
+                overrule(&mut decision, lost.check(), &rule, &reason);
+                (
+                    CallStatus::Refused,
+                    StepStatus::Refused,
+                    AuditDecision::Deny,
+                )
+            }
         };
-        let mut outcome = StepOutcome::status(if in_progress {
-            StepStatus::Running
-        } else {
-            StepStatus::Refused
-        });
+        let mut outcome = StepOutcome::status(step);
         outcome.rule = Some(rule);
         outcome.error = Some(reason);
         if p.kind != StepKind::Direct && status == CallStatus::Refused {
             self.settle_inline(tx, &p, &outcome, now).await?;
         }
-        let kind = if in_progress {
-            AuditDecision::Replay
-        } else {
-            AuditDecision::Deny
-        };
         self.settled(tx, p, status, decision, kind, outcome, now)
             .await
     }
