@@ -292,7 +292,14 @@ pub enum IdempotencyState {
     /// another principal made this operation already: refused, never answered with the other
     /// principal's outcome. [`CallRequest::elsewhere`] says who and when.
     Elsewhere,
+    /// Every earlier attempt of this operation failed in a way worth retrying, and it was
+    /// attempted [`MAX_ATTEMPTS`] times: it is not attempted again.
+    Exhausted,
 }
+
+/// How often one operation is attempted, its first attempt included, before retries of it are
+/// refused (each attempt failed in a way worth retrying).
+pub const MAX_ATTEMPTS: u32 = 4;
 
 impl IdempotencyState {
     /// Whether an earlier attempt of this very call ran or is running, so this one runs
@@ -800,6 +807,13 @@ impl<'r> Engine<'r> {
                 "idempotency.inputs_differ",
                 "this idempotency key was used with different inputs; a changed call is a new step"
                     .into(),
+            ),
+            IdempotencyState::Exhausted => rec.fail(
+                CheckName::Idempotency,
+                "attempts.exhausted",
+                format!(
+                    "this call was attempted {MAX_ATTEMPTS} times; it will not be retried again"
+                ),
             ),
         }
 

@@ -24,8 +24,8 @@ pub use budget::{Held, WindowBudget, WindowView};
 pub use canon::{IdempotencyKey, InputHash, Redactor, canonical};
 pub use decide::{
     BudgetView, CallRequest, Check, CheckName, Decision, Definition, DestinationFacts,
-    DestinationLookupCall, Engine, IdempotencyState, Outcome, PriorCall, PriorCalls, PriorOutcome,
-    RunHistory, ShadowEffect, ShadowRule, Verdict, destination_lookups,
+    DestinationLookupCall, Engine, IdempotencyState, MAX_ATTEMPTS, Outcome, PriorCall, PriorCalls,
+    PriorOutcome, RunHistory, ShadowEffect, ShadowRule, Verdict, destination_lookups,
 };
 pub use model::{
     Clock, Effect, FixedClock, Gate, PrincipalKind, Sensitivity, StepStatus, SystemClock, Tier,

@@ -39,6 +39,10 @@ pub enum StoreError {
     SameApprover { id: String, approver: String },
     #[error("approval token refused: {0}")]
     Token(#[from] TokenError),
+    /// A reservation kept losing to other calls taking and giving back what it needs: nothing
+    /// was reserved. Retried like a serialization failure.
+    #[error("{0}; nothing was reserved, try the call again")]
+    Contended(String),
     #[error("the audit writer has stopped; the store must be reopened")]
     WriterGone,
     #[error("the store is closed")]
@@ -83,12 +87,14 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 impl StoreError {
     /// Whether PostgreSQL aborted the transaction for a deadlock (SQLSTATE 40P01) or a
-    /// serialization failure (40001): the transaction may simply be tried again.
+    /// serialization failure (40001), or a reservation was [contended](StoreError::Contended):
+    /// the transaction may simply be tried again.
     pub fn is_conflict(&self) -> bool {
         match self {
             StoreError::Db(sqlx::Error::Database(e)) => {
                 matches!(e.code().as_deref(), Some("40P01" | "40001"))
             }
+            StoreError::Contended(_) => true,
             _ => false,
         }
     }

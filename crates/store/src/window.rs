@@ -41,27 +41,21 @@ pub(crate) async fn load(
     Ok(view)
 }
 
-/// Reserves the call's amount in every window it falls into, or returns the refusal (rule,
-/// reason) and leaves none of them reserved.
+/// Reserves the call's amount in every window it falls into, and returns whether it fit; when
+/// it does not (or a window cannot measure the call), none of them stays reserved. Why not is
+/// the engine's to say, over the windows read again ([`load`]).
 pub(crate) async fn reserve(
     tx: &mut Tx,
     tool: &Tool,
     chain: &[String],
-    caller: &str,
     inputs: &Value,
     step_id: &str,
     now: Timestamp,
-) -> Result<Option<(String, String)>> {
+) -> Result<bool> {
     let mut entries: Vec<(&WindowBudget, &str, String, i64)> = Vec::new();
     for b in &tool.windows {
         let (Some(key), Some(need)) = (b.key_of(inputs), b.amount_of(inputs)) else {
-            return Ok(Some((
-                b.rule(),
-                format!(
-                    "window budget '{}' cannot measure this call's inputs, so it is refused",
-                    b.id
-                ),
-            )));
+            return Ok(false);
         };
         for id in chain {
             entries.push((b, id.as_str(), key.clone(), need));
@@ -95,7 +89,7 @@ pub(crate) async fn reserve(
         let a = b.assess(id, &held, need, now);
         if !a.fits() {
             release(tx, step_id).await?;
-            return Ok(Some((b.rule(), b.refusal(&a, id, caller, &key))));
+            return Ok(false);
         }
         tx.exec(
             "INSERT INTO window_reservations (step_id, budget, principal, key_value, amount, at) \
@@ -104,7 +98,7 @@ pub(crate) async fn reserve(
         )
         .await?;
     }
-    Ok(None)
+    Ok(true)
 }
 
 /// Gives back what a step reserved in any window (its failure means nothing was spent).

@@ -20,6 +20,7 @@ both_backends!(
     irreversible_timeout_is_unknown_then_reconciled,
     the_worker_loop_reconciles_unknown_steps,
     write_timeout_is_failed_and_retried,
+    a_direct_call_is_attempted_four_times_then_refused_by_the_engine,
     approval_for_other_amount_is_refused,
     two_person_rule_needs_two_distinct_approvers,
     expired_gate_fails_closed,
@@ -465,6 +466,57 @@ async fn write_timeout_is_failed_and_retried(db: &TestDb) {
             .iter()
             .all(|u| u.used == 0)
     );
+}
+
+/// A direct write that times out each time is retried by its caller: each retry is a new
+/// attempt of the same step, until the fourth; the fifth is refused by the engine's
+/// idempotency check (the ledger's attempt count is its input), not by an edit of a decision
+/// that allowed it, and the target hears four calls.
+async fn a_direct_call_is_attempted_four_times_then_refused_by_the_engine(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    fake.set("ticket.update", Mode::TimeoutAfterLanding);
+    let ex = executor(&store, fake.clone(), clock());
+    let call = direct(
+        "ticket.update",
+        json!({"ticket_id": "T-77", "status": "closed"}),
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(ex.governed_call(call.clone()).await.unwrap().status);
+    }
+    assert_eq!(statuses, vec![CallStatus::Failed; 4]);
+    let fifth = ex.governed_call(call).await.unwrap();
+    assert_eq!(fifth.status, CallStatus::Refused, "{fifth:?}");
+    assert_eq!(fifth.decision.rule(), Some("attempts.exhausted"));
+    let idem = fifth
+        .decision
+        .checks
+        .iter()
+        .find(|c| c.name == CheckName::Idempotency)
+        .unwrap();
+    assert_eq!(idem.outcome, toolgate_core::Outcome::Fail);
+    assert!(idem.detail.contains("attempted 4 times"), "{}", idem.detail);
+    assert_eq!(
+        fake.count("ticket.update"),
+        4,
+        "the fifth never reached the target"
+    );
+    let step = store.step(fifth.step_id.as_deref().unwrap()).await.unwrap();
+    assert_eq!(step.attempts, 4);
+    // The record of the refusal is the engine's decision as made: the check that failed is the
+    // one the verdict names.
+    let recs = store.audit_records(Some("worker"), None).await.unwrap();
+    let last = recs.last().unwrap();
+    assert_eq!(last.body.why.rule.as_deref(), Some("attempts.exhausted"));
+    assert!(
+        last.body
+            .why
+            .checks
+            .iter()
+            .any(|c| c.name == CheckName::Idempotency && c.outcome == toolgate_core::Outcome::Fail)
+    );
+    assert!(store.verify_chain().await.unwrap().is_intact());
 }
 
 async fn approval_for_other_amount_is_refused(db: &TestDb) {

@@ -25,8 +25,8 @@ use toolgate_core::why::{PurposeSource, replays};
 use toolgate_core::{
     ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName, Clock,
     Decision, Definition, DestinationFacts, DestinationLookupCall, Effect, Engine, IdempotencyKey,
-    IdempotencyState, InputHash, Registry, RunHistory, StepStatus, Tier, Timestamp, Verdict,
-    canonical, destination_lookups,
+    IdempotencyState, InputHash, MAX_ATTEMPTS, Registry, RunHistory, StepStatus, Tier, Timestamp,
+    Verdict, canonical, destination_lookups,
 };
 
 use crate::audit::{
@@ -325,22 +325,6 @@ pub struct Executor {
     pub hook: Option<SyncHook>,
     /// Bench/test switches for the safety mechanisms (all on; see [`crate::toggles`]).
     pub toggles: crate::toggles::Toggles,
-}
-
-/// Marks `check` failed in a decision the engine allowed, because the store's conditional
-/// write lost a race the engine could not see (a key or the last unit of budget taken).
-fn overrule(decision: &mut Decision, check: CheckName, rule: &str, reason: &str) {
-    for c in decision.checks.iter_mut().filter(|c| c.name == check) {
-        c.outcome = toolgate_core::Outcome::Fail;
-        c.detail = reason.to_string();
-        c.rule = Some(rule.to_string());
-    }
-    decision.verdict = Verdict::Deny {
-        check,
-        rule: rule.to_string(),
-        reason: reason.to_string(),
-    };
-    decision.approvals.clear();
 }
 
 fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {

@@ -109,7 +109,7 @@ impl Executor {
                     "{lookup} says the call never landed; it may be retried"
                 ));
                 o.rule = Some(format!("reconciled.{lookup}"));
-                let retry = (s.attempts < 4).then_some(now.millis());
+                let retry = (s.attempts < i64::from(MAX_ATTEMPTS)).then_some(now.millis());
                 (o, IdemAction::Release, BudgetAction::Release, retry)
             };
             let settle = Settle {

@@ -119,8 +119,9 @@ impl Executor {
                 o.rule = Some("recovery.unknown".into());
                 (o, "recovery.unknown")
             };
-            let retry =
-                (outcome.status == StepStatus::Failed && s.attempts < 4).then_some(now.millis());
+            let retry = (outcome.status == StepStatus::Failed
+                && s.attempts < i64::from(MAX_ATTEMPTS))
+            .then_some(now.millis());
             let settle = Settle {
                 step_id: s.step_id.clone(),
                 outcome: outcome.clone(),

@@ -80,15 +80,15 @@ impl BatchCache {
 
 /// Takes one unit of `tier`'s budget of each counter in `limited` (sorted, so every worker
 /// takes them in one order and none deadlock) for `step_id`. Returns the first counter that
-/// is used up, with its limit; then nothing is taken.
-pub(crate) async fn charge<'a>(
+/// Returns whether they were all taken: when one is used up, nothing is.
+pub(crate) async fn charge(
     tx: &mut Tx,
     cache: &mut BatchCache,
     step_id: &str,
-    limited: &[(&'a str, u32)],
+    limited: &[(&str, u32)],
     tier: Tier,
     day: i64,
-) -> Result<Option<(&'a str, u32)>> {
+) -> Result<bool> {
     if tx.is_pg() {
         charge_pg(tx, cache, step_id, limited, tier, day).await
     } else {
@@ -96,16 +96,28 @@ pub(crate) async fn charge<'a>(
     }
 }
 
+/// After a lost [`charge`], makes the next read of `chain`'s use today come from the table: on
+/// PostgreSQL other transactions charged those counters since this one read them. On SQLite
+/// this transaction is the only writer and the cache holds the batch's own charges, not yet
+/// written, so the cache is what is exact.
+pub(crate) fn read_again(tx: &Tx, cache: &mut BatchCache, chain: &[String]) {
+    if tx.is_pg() {
+        for id in chain {
+            cache.budgets.remove(id);
+        }
+    }
+}
+
 /// SQLite: this transaction holds the only write lock and the cache was read inside it, so
 /// the check is exact; the increments are written once per counter when the batch commits
 /// ([`BatchCache::flush`]).
-fn charge_sqlite<'a>(
+fn charge_sqlite(
     cache: &mut BatchCache,
     step_id: &str,
-    limited: &[(&'a str, u32)],
+    limited: &[(&str, u32)],
     tier: Tier,
     day: i64,
-) -> Option<(&'a str, u32)> {
+) -> bool {
     for (id, limit) in limited {
         let used = cache
             .budgets
@@ -114,7 +126,7 @@ fn charge_sqlite<'a>(
             .copied()
             .unwrap_or(0);
         if used >= *limit {
-            return Some((id, *limit));
+            return false;
         }
     }
     for (id, _) in limited {
@@ -129,19 +141,19 @@ fn charge_sqlite<'a>(
             .reservations
             .push((step_id.to_string(), id.to_string(), tier, day));
     }
-    None
+    true
 }
 
 /// PostgreSQL: other transactions charge the same counters concurrently, so each unit is a
 /// conditional increment; a counter used up gives back the units this call took already.
-async fn charge_pg<'a>(
+async fn charge_pg(
     tx: &mut Tx,
     cache: &mut BatchCache,
     step_id: &str,
-    limited: &[(&'a str, u32)],
+    limited: &[(&str, u32)],
     tier: Tier,
     day: i64,
-) -> Result<Option<(&'a str, u32)>> {
+) -> Result<bool> {
     let mut taken: Vec<&str> = Vec::new();
     for (id, limit) in limited {
         if cache.ensured.insert((id.to_string(), tier, day)) {
@@ -168,7 +180,7 @@ async fn charge_pg<'a>(
                 )
                 .await?;
             }
-            return Ok(Some((id, *limit)));
+            return Ok(false);
         }
         taken.push(id);
     }
@@ -186,5 +198,5 @@ async fn charge_pg<'a>(
         )
         .await?;
     }
-    Ok(None)
+    Ok(true)
 }

@@ -48,7 +48,7 @@ pub(crate) async fn claim_queued(
              updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
              WHERE status IN ('pending', 'failed') \
              AND (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
-             AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3 \
+             AND attempts < $4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3 \
              FOR UPDATE SKIP LOCKED) RETURNING ",
             step_cols!()
         )
@@ -58,11 +58,12 @@ pub(crate) async fn claim_queued(
              updated_at = $2, retry_at = NULL WHERE step_id IN (SELECT step_id FROM steps \
              WHERE status IN ('pending', 'failed') \
              AND (status = 'pending' OR (status = 'failed' AND retry_at IS NOT NULL AND retry_at <= $2)) \
-             AND attempts < 4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3) RETURNING ",
+             AND attempts < $4 AND kind = 'planned' ORDER BY created_at, seq LIMIT $3) RETURNING ",
             step_cols!()
         )
     };
-    tx.rows(sql, args![lease, now.millis(), limit as i64])
+    let max = i64::from(toolgate_core::MAX_ATTEMPTS);
+    tx.rows(sql, args![lease, now.millis(), limit as i64, max])
         .await?
         .iter()
         .map(step_from_row)
@@ -80,10 +81,15 @@ pub(crate) async fn claim_one(
         concat!(
             "UPDATE steps SET status = 'running', attempts = attempts + 1, lease_until = $1, \
              updated_at = $2, retry_at = NULL WHERE step_id = $3 \
-             AND status IN ('pending', 'failed') AND attempts < 4 RETURNING ",
+             AND status IN ('pending', 'failed') AND attempts < $4 RETURNING ",
             step_cols!()
         ),
-        args![lease, now.millis(), step_id],
+        args![
+            lease,
+            now.millis(),
+            step_id,
+            i64::from(toolgate_core::MAX_ATTEMPTS)
+        ],
     )
     .await?
     .iter()

@@ -87,7 +87,8 @@ impl Executor {
                 ));
                 o.rule = Some("compensate_with.unread".into());
                 o.latency_ms = Some(latency);
-                let retry = (p.attempts < 4).then_some(now.millis() + backoff);
+                let retry =
+                    (p.attempts < i64::from(MAX_ATTEMPTS)).then_some(now.millis() + backoff);
                 (
                     CallStatus::Failed,
                     o,
@@ -161,7 +162,8 @@ impl Executor {
                 }
                 o.latency_ms = Some(latency);
                 o.latency_us = Some(latency_us);
-                let retry = (p.attempts < 4).then_some(now.millis() + backoff);
+                let retry =
+                    (p.attempts < i64::from(MAX_ATTEMPTS)).then_some(now.millis() + backoff);
                 (
                     CallStatus::Failed,
                     o,

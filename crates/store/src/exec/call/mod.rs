@@ -8,7 +8,9 @@
 //!    rejection if the call would be gated;
 //! 3. [`settle`] or [`reserve`]: a call that does not run is settled in place (replayed,
 //!    reported in flight, refused, parked); an allowed one reserves its key, step, budgets and
-//!    approval nonces in the same transaction;
+//!    approval nonces in the same transaction — and when a conditional write there loses a
+//!    race the view could not show, what it found goes into the view and the call is decided
+//!    again (2);
 //! 4. [`forward`]: the handler is called outside any transaction, under the store's timeout,
 //!    and the outcome is classified by the tool's effect;
 //! 5. the outcome and its audit record ([`record`]) are committed together.
@@ -26,6 +28,12 @@ mod view;
 
 pub(crate) use view::LedgerView;
 
+use reserve::Reservation;
+
+/// How often one call is decided again after its reservation lost a race, before it is given
+/// up as contended.
+const RESERVE_ROUNDS: usize = 3;
+
 impl Executor {
     /// Decides one pending call inside `tx` and reserves (or settles) it.
     pub(crate) async fn prepare(
@@ -39,30 +47,50 @@ impl Executor {
             // The lookups made for this call go in the chain before its own record.
             audit::append(tx, std::mem::take(&mut p.lookups)).await?;
         }
-        let view = self.load_view(tx, &mut p, now, cache).await?;
-        let decision = self.decide(tx, &p, &view, now).await?;
-        match decision.verdict.clone() {
-            Verdict::Allow if view.key.state == IdempotencyState::Done => {
-                self.replay(tx, p, decision, view, now).await
-            }
-            Verdict::Allow if view.key.state == IdempotencyState::InFlight => {
-                self.report_in_flight(tx, p, decision, view, now).await
-            }
-            Verdict::Allow => {
-                self.reserve_allowed(tx, p, decision, view, now, cache)
-                    .await
-            }
-            Verdict::Deny { check, .. } => self.refuse(tx, p, decision, check, &view, now).await,
-            Verdict::NeedsApproval {
-                rule,
-                approvers_needed,
-                approved_by,
-                ..
-            } => {
-                let needed = approvers_needed as i64 + approved_by.len() as i64;
-                self.park(tx, p, decision, &rule, needed, &view, now).await
-            }
+        let mut view = self.load_view(tx, &mut p, now, cache).await?;
+        // A reservation that loses a race to another call (it took the last unit of a budget)
+        // or finds what the view could not show (the attempts used up) puts that into the view,
+        // and the engine decides again: its decision is what is recorded, never edited. The
+        // race can repeat only while other calls keep taking and giving back what this one
+        // needs; after a few rounds the call is given up as contended, nothing reserved.
+        for _ in 0..RESERVE_ROUNDS {
+            let decision = self.decide(tx, &p, &view, now).await?;
+            return match decision.verdict.clone() {
+                Verdict::Allow if view.key.state == IdempotencyState::Done => {
+                    self.replay(tx, p, decision, view, now).await
+                }
+                Verdict::Allow if view.key.state == IdempotencyState::InFlight => {
+                    self.report_in_flight(tx, p, decision, view, now).await
+                }
+                Verdict::Allow => match self
+                    .reserve_allowed(tx, p, decision, view, now, cache)
+                    .await?
+                {
+                    Reservation::Made(prepared) => Ok(prepared),
+                    Reservation::Lost(lost, again, seen) => {
+                        (p, view) = (again, seen);
+                        self.learn(tx, &p, &mut view, lost, now, cache).await?;
+                        continue;
+                    }
+                },
+                Verdict::Deny { check, .. } => {
+                    self.refuse(tx, p, decision, check, &view, now).await
+                }
+                Verdict::NeedsApproval {
+                    rule,
+                    approvers_needed,
+                    approved_by,
+                    ..
+                } => {
+                    let needed = approvers_needed as i64 + approved_by.len() as i64;
+                    self.park(tx, p, decision, &rule, needed, &view, now).await
+                }
+            };
         }
+        Err(StoreError::Contended(format!(
+            "the reservation of '{}' lost to other calls {RESERVE_ROUNDS} times in a row",
+            p.tool
+        )))
     }
 
     /// One governed `tools/call` outside a plan: derive the key, decide with the store's

@@ -1,7 +1,9 @@
 //! The reservation of an allowed call, in the transaction that decided it: the idempotency
 //! key, the step row, window and daily budgets up the parent chain, and the approval nonces.
 //! A conditional write can still lose a race the engine could not see (another call took the
-//! key or the last unit of budget); the call is then refused, and nothing stays reserved.
+//! key or the last unit of budget): nothing stays reserved, what the write found goes into the
+//! view, and the engine decides the call again (see [`super`]). The engine's decision is never
+//! edited here.
 
 use crate::exec::*;
 
@@ -11,46 +13,26 @@ use super::LedgerView;
 /// to what the engine could not see.
 pub(crate) enum Lost {
     /// Another attempt of the same operation holds the key: nothing runs, and the retry hears
-    /// that the call is in progress (no denial of the run).
+    /// that the call is in progress (no denial of the run). Settled by [`Executor::reserve_allowed`].
     InProgress,
-    /// The operation was attempted as often as it may be.
+    /// The operation was attempted as often as it may be ([`MAX_ATTEMPTS`]): the view's key
+    /// did not say so, since a key is given back when an attempt fails.
     AttemptsExhausted,
-    /// A window or daily budget was used up by another call (or cannot measure this one).
-    Budget { rule: String, reason: String },
+    /// A window or daily budget was used up by another call since the view was read.
+    Budget,
 }
 
-impl Lost {
-    /// The check that ended up failing, for the record.
-    fn check(&self) -> CheckName {
-        match self {
-            Lost::InProgress | Lost::AttemptsExhausted => CheckName::Idempotency,
-            Lost::Budget { .. } => CheckName::Budget,
-        }
-    }
-
-    fn rule(&self) -> String {
-        match self {
-            Lost::InProgress => "idempotency.in_progress".into(),
-            Lost::AttemptsExhausted => "attempts.exhausted".into(),
-            Lost::Budget { rule, .. } => rule.clone(),
-        }
-    }
-
-    fn reason(&self) -> String {
-        match self {
-            Lost::InProgress => {
-                "the same call is in progress; check its status instead of retrying".into()
-            }
-            Lost::AttemptsExhausted => {
-                "this call was attempted 4 times; it will not be retried again".into()
-            }
-            Lost::Budget { reason, .. } => reason.clone(),
-        }
-    }
+/// What reserving an allowed call came to.
+pub(crate) enum Reservation {
+    /// Reserved, or settled on the spot (another attempt of it is in progress).
+    Made(Prepared),
+    /// Lost to what the view did not show: the call, and its view, to be decided again.
+    Lost(Lost, Pending, LedgerView),
 }
 
 impl Executor {
-    /// Reserves an allowed call: `Call` when it may run, or settled when a race was lost.
+    /// Reserves an allowed call: `Call` when it may run; settled when another attempt of it
+    /// holds the key; or lost, with nothing left reserved, to be decided again.
     pub(crate) async fn reserve_allowed(
         &self,
         tx: &mut Tx,
@@ -59,7 +41,7 @@ impl Executor {
         view: LedgerView,
         now: Timestamp,
         cache: &mut BatchCache,
-    ) -> Result<Prepared> {
+    ) -> Result<Reservation> {
         let tier = self
             .registry
             .tool(&p.tool)
@@ -78,42 +60,51 @@ impl Executor {
                 cache,
             )
             .await?;
-        let Some(lost) = lost else {
-            return Ok(Prepared::Call {
+        match lost {
+            None => Ok(Reservation::Made(Prepared::Call {
                 p,
                 approvals: decision.approvals.clone(),
                 decision,
                 tokens: view.tokens,
-            });
-        };
-        // A race lost after the engine allowed: the record says which check ended up failing,
-        // not "allow" — except that another attempt of the same call taking the key first is
-        // no failure: nothing runs, and the retry hears that it is in progress.
-        let mut decision = decision;
-        let (rule, reason) = (lost.rule(), lost.reason());
-        let (status, step, kind) = match lost {
-            Lost::InProgress => (
-                CallStatus::InProgress,
-                StepStatus::Running,
-                AuditDecision::Replay,
-            ),
-            Lost::AttemptsExhausted | Lost::Budget { .. } => {
-                overrule(&mut decision, lost.check(), &rule, &reason);
-                (
-                    CallStatus::Refused,
-                    StepStatus::Refused,
-                    AuditDecision::Deny,
-                )
+            })),
+            // Another attempt of the same call took the key first: no failure. Nothing runs,
+            // and the retry hears that it is in progress.
+            Some(Lost::InProgress) => {
+                let mut outcome = StepOutcome::status(StepStatus::Running);
+                outcome.rule = Some("idempotency.in_progress".into());
+                outcome.error = Some(
+                    "the same call is in progress; check its status instead of retrying".into(),
+                );
+                let status = CallStatus::InProgress;
+                let prepared = self
+                    .settled(tx, p, status, decision, AuditDecision::Replay, outcome, now)
+                    .await?;
+                Ok(Reservation::Made(prepared))
             }
-        };
-        let mut outcome = StepOutcome::status(step);
-        outcome.rule = Some(rule);
-        outcome.error = Some(reason);
-        if p.kind != StepKind::Direct && status == CallStatus::Refused {
-            self.settle_inline(tx, &p, &outcome, now).await?;
+            Some(lost) => Ok(Reservation::Lost(lost, p, view)),
         }
-        self.settled(tx, p, status, decision, kind, outcome, now)
-            .await
+    }
+
+    /// Puts what a lost reservation found into the view, for the engine to decide on: the
+    /// attempts used up, or the budgets as other calls left them.
+    pub(crate) async fn learn(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        view: &mut LedgerView,
+        lost: Lost,
+        now: Timestamp,
+        cache: &mut BatchCache,
+    ) -> Result<()> {
+        match lost {
+            Lost::InProgress => {}
+            Lost::AttemptsExhausted => view.key.state = IdempotencyState::Exhausted,
+            Lost::Budget => {
+                crate::ledger::budgets::read_again(tx, cache, &view.chain);
+                view.budgets = self.load_budgets(tx, p, &view.chain, now, cache).await?;
+            }
+        }
+        Ok(())
     }
 
     /// How long a completed call of `tool` is replayed (ms): the tool's own retention or the
@@ -234,7 +225,7 @@ impl Executor {
             let allowed = decision_json(decision);
             match existing {
                 Some((id, attempts)) => {
-                    if attempts >= 4 {
+                    if attempts >= i64::from(MAX_ATTEMPTS) {
                         crate::ledger::keys::forget(tx, &p.idem_key).await?;
                         return Ok(Some(Lost::AttemptsExhausted));
                     }
@@ -312,12 +303,10 @@ impl Executor {
         let reg: &Registry = &self.registry;
         // Window budgets first (`window`), so a refusal there leaves no counter to undo.
         if let Some(t) = reg.tool(&p.tool).filter(|t| !t.windows.is_empty())
-            && let Some((rule, reason)) =
-                crate::window::reserve(tx, t, chain, &p.principal, &p.inputs, &p.step_id, now)
-                    .await?
+            && !crate::window::reserve(tx, t, chain, &p.inputs, &p.step_id, now).await?
         {
             self.unreserve_key(tx, p).await?;
-            return Ok(Some(Lost::Budget { rule, reason }));
+            return Ok(Some(Lost::Budget));
         }
 
         // Budgets: every counter in the chain that has a limit, in one order everywhere (no
@@ -333,17 +322,10 @@ impl Executor {
                 })
                 .collect();
             limited.sort();
-            if let Some((id, limit)) =
-                crate::ledger::budgets::charge(tx, cache, &p.step_id, &limited, tier, day).await?
-            {
+            if !crate::ledger::budgets::charge(tx, cache, &p.step_id, &limited, tier, day).await? {
                 crate::window::release(tx, &p.step_id).await?;
                 self.unreserve_key(tx, p).await?;
-                return Ok(Some(Lost::Budget {
-                    rule: format!("budget.{tier}"),
-                    reason: format!(
-                        "daily {tier} budget of '{id}' is used up ({limit} today); it frees at 00:00 UTC"
-                    ),
-                }));
+                return Ok(Some(Lost::Budget));
             }
         }
 

@@ -88,7 +88,7 @@ impl Executor {
     }
 
     /// Today's budget use of everyone on `chain`, and the windows of the tool's window budgets.
-    async fn load_budgets(
+    pub(crate) async fn load_budgets(
         &self,
         tx: &mut Tx,
         p: &Pending,
