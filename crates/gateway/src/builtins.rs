@@ -20,18 +20,18 @@
 use std::sync::Arc;
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, ContentBlock, ResultType};
+use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::registry::{UNPLANNED, unplanned_reason};
-use toolgate_core::{Clock, Registry, StepStatus};
+use toolgate_core::{CheckName, Clock, Registry, StepStatus};
 use toolgate_store::{
     BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
     PlanSubmission, PlannedStep, ReviewVerdict, Store, StoreError, Target, assign_worker,
     check_step,
 };
 
-use crate::render;
+use crate::render::{self, Refusal, readable_error};
 use crate::server::GatewayState;
 
 /// The executor a call to `tool` runs under: for a built-in, the current one with toolgate's
@@ -90,14 +90,6 @@ fn internal(e: impl std::fmt::Display) -> ErrorData {
     )
 }
 
-/// A result the model reads as a failure, with the same facts as structured content.
-fn readable_error(text: String, facts: Value) -> CallToolResult {
-    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
-    r.structured_content = Some(facts);
-    r.result_type = Some(ResultType::COMPLETE);
-    r
-}
-
 fn structured(v: Value) -> CallToolResult {
     render::from_stored(&v)
 }
@@ -134,11 +126,10 @@ pub(crate) async fn foreign_run(
         .await
         .map_err(internal)?;
     tracing::info!(principal = %caller.principal, tool, run, audit_seq = seq, "a call named another principal's run");
-    Ok(readable_error(
-        format!("'{tool}' was refused (rule run.foreign): {detail}."),
-        json!({"status": "refused", "tool": tool, "check": "run", "rule": "run.foreign",
-               "reason": detail, "audit_seq": seq}),
-    ))
+    Ok(Refusal::new(tool, "run", "run.foreign", detail)
+        .next("name a run of your own in `_meta.run_id`, or leave it out for a new one")
+        .fact("audit_seq", seq)
+        .into_result())
 }
 
 // ---------------------------------------------------------------- plan-bound calls
@@ -174,15 +165,13 @@ async fn planned_call(
             .await
             .map_err(internal)?;
         tracing::info!(principal = %call.principal, tool = %call.tool, audit_seq = seq, "unplanned call refused");
-        return Ok(readable_error(
-            format!(
-                "'{}' was refused (rule {UNPLANNED}): {detail}. Next: run the steps of your \
-                 plan exactly as planned; anything else needs a new plan from the planner.",
-                call.tool
-            ),
-            json!({"status": "refused", "tool": call.tool, "check": "plan", "rule": UNPLANNED,
-                   "reason": detail, "audit_seq": seq}),
-        ));
+        return Ok(Refusal::new(&call.tool, "plan", UNPLANNED, detail)
+            .next(
+                "run the steps of your plan exactly as planned; anything else needs a new plan \
+                 from the planner",
+            )
+            .fact("audit_seq", seq)
+            .into_result());
     };
     let report = ex.execute_step(&step_id).await.map_err(internal)?;
     let step = ex.store.step(&step_id).await.map_err(internal)?;
@@ -208,13 +197,16 @@ fn step_result(step: &toolgate_store::Step) -> CallToolResult {
             Some(v) => structured(v),
             None => structured(json!({})),
         },
-        StepStatus::Refused => readable_error(
-            format!(
-                "'{tool}' (step {} of run {}) was refused (rule {rule}): {error}.",
-                step.seq, step.run_id
-            ),
-            with(json!({"status": "refused", "rule": rule, "reason": error})),
-        ),
+        StepStatus::Refused => Refusal::new(
+            tool,
+            "step",
+            rule,
+            format!("{error} (step {} of run {})", step.seq, step.run_id),
+        )
+        .fact("run_id", step.run_id.as_str())
+        .fact("step_id", step.step_id.as_str())
+        .fact("seq", step.seq)
+        .into_result(),
         StepStatus::NeedsApproval => {
             let id = o.and_then(|o| o.approval_id).unwrap_or_default();
             readable_error(
@@ -300,14 +292,15 @@ async fn refuse_plan(
         )
         .await;
     Some(recorded.map_err(internal).map(|seq| {
-        readable_error(
-            format!(
-                "'plan.submit' was refused (rule {rule}): {reason}. Nothing was created. Next: \
-                 correct that step (or leave it out) and submit the plan again."
-            ),
-            json!({"status": "refused", "tool": "plan.submit", "check": "plan", "rule": rule,
-                   "reason": reason, "step": n, "step_tool": step_tool, "audit_seq": seq}),
-        )
+        Refusal::new("plan.submit", "plan", rule, reason)
+            .next(
+                "nothing was created; correct that step (or leave it out) and submit the plan \
+                 again",
+            )
+            .fact("step", n)
+            .fact("step_tool", step_tool)
+            .fact("audit_seq", seq)
+            .into_result()
     }))
 }
 
@@ -347,28 +340,34 @@ async fn run_status(
 ) -> Result<CallToolResult, ErrorData> {
     if let Err(errors) = tool.schema.validate(&call.inputs) {
         let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-        return Ok(readable_error(
-            format!(
-                "'run.status' was refused by the schema check: {}",
-                detail.join("; ")
-            ),
-            json!({"status": "refused", "tool": "run.status", "check": "schema", "rule": "schema", "reason": detail.join("; ")}),
-        ));
+        return Ok(
+            Refusal::new("run.status", CheckName::Schema, "schema", detail.join("; "))
+                .next("call it with the `run_id` of one of your runs")
+                .into_result(),
+        );
     }
     let inputs: RunStatusInputs = match serde_json::from_value(call.inputs.clone()) {
         Ok(i) => i,
         Err(e) => {
-            return Ok(readable_error(
-                format!("'run.status' takes {{run_id}}: {e}"),
-                json!({"status": "refused", "tool": "run.status", "check": "schema", "rule": "schema", "reason": e.to_string()}),
-            ));
+            return Ok(Refusal::new(
+                "run.status",
+                CheckName::Schema,
+                "schema",
+                format!("it takes {{run_id}}: {e}"),
+            )
+            .next("call it with the `run_id` of one of your runs")
+            .into_result());
         }
     };
     let missing = || {
-        readable_error(
+        Refusal::new(
+            "run.status",
+            "run",
+            "run.unknown",
             format!("no run '{}' for '{}'", inputs.run_id, call.principal),
-            json!({"status": "refused", "tool": "run.status", "rule": "run.unknown", "reason": format!("no run '{}'", inputs.run_id)}),
         )
+        .next("ask for the status of a run of your own")
+        .into_result()
     };
     let st = match ex.store.run_status(&inputs.run_id).await {
         Ok(s) => s,

@@ -33,6 +33,7 @@ use toolgate_store::previews::Preview;
 
 use crate::auth::Caller;
 use crate::meta::CallContext;
+use crate::render::Refusal;
 use crate::server::{GatewayServer, mcp_tool, mcp_tool_with, split_arguments};
 use toolgate_core::why::Split;
 
@@ -121,12 +122,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or_default()
-}
-
-fn refusal(text: String, facts: Value) -> CallToolResult {
-    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
-    r.structured_content = Some(facts);
-    r
 }
 
 fn store_error(e: StoreError) -> ErrorData {
@@ -296,14 +291,11 @@ fn static_refusal(tool: &RegistryTool, decision: &Decision) -> Option<CallToolRe
     ) {
         return None;
     }
-    Some(refusal(
-        format!(
-            "no plan was made: `{}` would be refused by the {check} check (rule {rule}): {reason}. \
-             Correct the inputs or the _meta and preview again.",
-            tool.name()
-        ),
-        json!({"status": "refused", "check": check.to_string(), "rule": rule, "reason": reason}),
-    ))
+    Some(
+        Refusal::new(format!("{}{SUFFIX}", tool.name()), check, rule, reason)
+            .next("no plan was made; correct the inputs or the _meta and preview again")
+            .into_result(),
+    )
 }
 
 /// What a preview or commit record says happened.
@@ -384,56 +376,68 @@ async fn record(
 }
 
 /// The caller's own plan for `tool` named by `args`, still current; or why it cannot be
-/// committed (the refusal's text and facts).
+/// committed.
 async fn committable(
     server: &GatewayServer,
     caller: &Caller,
     tool: &RegistryTool,
     args: &Value,
-) -> Result<Result<Preview, (String, Value)>, ErrorData> {
+) -> Result<Result<Preview, Refusal>, ErrorData> {
     let name = tool.name();
     let only_plan_id = args.as_object().filter(|a| a.len() == 1);
     let Some(plan_id) = only_plan_id
         .and_then(|a| a.get("plan_id"))
         .and_then(Value::as_str)
     else {
-        return Ok(Err((
-            format!(
-                "`{name}` takes only {{\"plan_id\"}}: preview the call with `{name}{SUFFIX}` \
-                 and commit the plan_id it returns; arguments are never taken at commit."
-            ),
-            json!({"status": "refused", "check": "preview", "rule": "preview.plan_id_only"}),
-        )));
+        return Ok(Err(Refusal::new(
+            name,
+            "preview",
+            "preview.plan_id_only",
+            format!("`{name}` takes only {{\"plan_id\"}}; arguments are never taken at commit"),
+        )
+        .next(format!(
+            "preview the call with `{name}{SUFFIX}` and commit the plan_id it returns"
+        ))));
     };
+    let again = format!("preview again with `{name}{SUFFIX}` and commit the new plan_id");
     let plan = match server.state().store.preview(plan_id).await {
         Ok(p) if p.principal == caller.principal && p.tool == name => p,
         // Another principal's plan, or another tool's, is answered as unknown.
         Ok(_) | Err(StoreError::NotFound { .. }) => {
-            return Ok(Err((
-                format!(
-                    "there is no plan {plan_id} of yours for `{name}`: preview again with `{name}{SUFFIX}`."
-                ),
-                json!({"status": "refused", "check": "preview", "rule": "preview.unknown_plan", "plan_id": plan_id}),
-            )));
+            return Ok(Err(Refusal::new(
+                name,
+                "preview",
+                "preview.unknown_plan",
+                format!("there is no plan {plan_id} of yours for `{name}`"),
+            )
+            .next(again)
+            .fact("plan_id", plan_id)));
         }
         Err(e) => return Err(store_error(e)),
     };
     if now_ms() > plan.expires_at {
-        return Ok(Err((
-            format!(
-                "plan {plan_id} expired; preview again with `{name}{SUFFIX}` and commit the new plan_id."
-            ),
-            json!({"status": "refused", "check": "preview", "rule": "preview.expired", "plan_id": plan_id, "expires_at_ms": plan.expires_at}),
-        )));
+        return Ok(Err(Refusal::new(
+            name,
+            "preview",
+            "preview.expired",
+            format!("plan {plan_id} expired"),
+        )
+        .next(again)
+        .fact("plan_id", plan_id)
+        .fact("expires_at_ms", plan.expires_at)));
     }
     if plan.tool_version != tool.config.version {
-        return Ok(Err((
+        return Ok(Err(Refusal::new(
+            name,
+            "preview",
+            "preview.tool_changed",
             format!(
-                "plan {plan_id} was made for `{name}` version {}, which is now version {}; preview again.",
+                "plan {plan_id} was made for `{name}` version {}, which is now version {}",
                 plan.tool_version, tool.config.version
             ),
-            json!({"status": "refused", "check": "preview", "rule": "preview.tool_changed", "plan_id": plan_id}),
-        )));
+        )
+        .next(again)
+        .fact("plan_id", plan_id)));
     }
     Ok(Ok(plan))
 }
@@ -448,16 +452,16 @@ async fn commit(
     let args = Value::Object(arguments.unwrap_or_default());
     let plan = match committable(server, caller, tool, &args).await? {
         Ok(plan) => plan,
-        Err((text, facts)) => {
+        Err(refusal) => {
             let r = Recorded {
                 name: tool.name().to_string(),
                 kind: AuditDecision::Deny,
                 decision: None,
-                rule: facts["rule"].as_str().map(str::to_string),
+                rule: Some(refusal.rule().to_string()),
                 plan_id: None,
             };
             record(server, caller, tool, &args, meta, r).await?;
-            return Ok(refusal(text, facts));
+            return Ok(refusal.into_result());
         }
     };
     let name = tool.name();

@@ -61,11 +61,105 @@ pub fn from_stored(v: &Value) -> CallToolResult {
 
 /// A tool result the model reads as a failure: text for it, and the same facts as structured
 /// content for programs.
-fn readable_error(text: String, facts: Value) -> CallToolResult {
+pub(crate) fn readable_error(text: String, facts: Value) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
     r.structured_content = Some(facts);
     r.result_type = Some(ResultType::COMPLETE);
     r
+}
+
+/// A refusal as the caller reads it, whatever refused: one of the engine's checks, a plan, a
+/// preview, a built-in's own inputs. Every refusal toolgate answers is rendered here, so they
+/// all read alike: the text names the tool, the check, the rule, why, and the legitimate next
+/// move; the structured content holds the same facts (`status: "refused"`, `tool`, `check`,
+/// `rule`, `reason`, `next`, and what the refusal adds, such as `audit_seq`).
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    tool: String,
+    check: String,
+    rule: String,
+    reason: String,
+    /// What the text says of why, when more than the one reason (every failed check).
+    said: Option<String>,
+    next: Option<String>,
+    facts: serde_json::Map<String, Value>,
+}
+
+impl Refusal {
+    pub(crate) fn new(
+        tool: impl Into<String>,
+        check: impl ToString,
+        rule: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Refusal {
+            tool: tool.into(),
+            check: check.to_string(),
+            rule: rule.into(),
+            reason: reason.into(),
+            said: None,
+            next: None,
+            facts: serde_json::Map::new(),
+        }
+    }
+
+    /// The engine's refusal of `tool`: the check its verdict names, and every check that failed.
+    fn of_decision(tool: &str, check: CheckName, rule: &str, reason: &str, d: &Decision) -> Self {
+        let failed = failed_checks(d);
+        let all: Vec<&str> = failed.iter().filter_map(|f| f["detail"].as_str()).collect();
+        let mut r = Refusal::new(tool, check, rule, reason).next(next_moves(check));
+        if all.len() > 1 {
+            r.said = Some(all.join("; "));
+        }
+        r.fact("failed", failed)
+    }
+
+    /// What the caller may do instead.
+    pub(crate) fn next(mut self, next: impl Into<String>) -> Self {
+        self.next = Some(next.into());
+        self
+    }
+
+    /// A fact of this refusal for programs (`audit_seq`, `plan_id`, …).
+    pub(crate) fn fact(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.facts.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// The rule that refused.
+    pub(crate) fn rule(&self) -> &str {
+        &self.rule
+    }
+
+    pub(crate) fn into_result(self) -> CallToolResult {
+        let Refusal {
+            tool,
+            check,
+            rule,
+            reason,
+            said,
+            next,
+            facts,
+        } = self;
+        let mut text = format!(
+            "'{tool}' was refused by the {check} check (rule {rule}): {}.",
+            said.as_deref().unwrap_or(&reason).trim_end_matches('.')
+        );
+        if let Some(next) = &next {
+            text.push_str(&format!(" Next: {}.", next.trim_end_matches('.')));
+        }
+        let mut v = serde_json::Map::new();
+        v.insert("status".into(), "refused".into());
+        v.insert("tool".into(), tool.into());
+        v.insert("check".into(), check.into());
+        v.insert("rule".into(), rule.into());
+        v.insert("reason".into(), reason.into());
+        if let Some(next) = next {
+            v.insert("next".into(), next.into());
+        }
+        v.extend(facts);
+        readable_error(text, Value::Object(v))
+    }
 }
 
 /// What the caller may legitimately do after a refusal by `check`.
@@ -197,38 +291,20 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
                 check,
                 rule,
                 reason,
-            } => {
-                let failed = failed_checks(&r.decision);
-                let all: Vec<String> = failed
-                    .iter()
-                    .filter_map(|f| f["detail"].as_str().map(str::to_string))
-                    .collect();
-                let text = format!(
-                    "'{tool}' was refused by the {check} check (rule {rule}): {}. Next: {}.",
-                    if all.len() > 1 {
-                        all.join("; ")
-                    } else {
-                        reason.clone()
-                    },
-                    next_moves(*check)
-                );
-                Ok(readable_error(
-                    text,
-                    json!({
-                        "status": "refused",
-                        "tool": tool,
-                        "check": check.to_string(),
-                        "rule": rule,
-                        "reason": reason,
-                        "failed": failed,
-                        "next": next_moves(*check),
-                    }),
-                ))
+            } => Ok(Refusal::of_decision(tool, *check, rule, reason, &r.decision).into_result()),
+            // A refused status always comes with a denying verdict; should one not, the caller
+            // still hears a refusal, by the rule the outcome names.
+            _ => {
+                let rule = r.outcome.as_ref().and_then(|o| o.rule.clone());
+                let reason = r.outcome.as_ref().and_then(|o| o.error.clone());
+                Ok(Refusal::new(
+                    tool,
+                    "gateway",
+                    rule.unwrap_or_else(|| "refused".into()),
+                    reason.unwrap_or_else(|| "refused".into()),
+                )
+                .into_result())
             }
-            _ => Ok(readable_error(
-                format!("'{tool}' was refused"),
-                json!({"status": "refused", "tool": tool}),
-            )),
         },
     }
 }
@@ -289,6 +365,33 @@ mod tests {
             Some(json!({"found": true, "ref": "P-1"}))
         );
         assert_eq!(back.result_type, Some(ResultType::COMPLETE));
+    }
+
+    #[test]
+    fn a_refusal_reads_the_same_whatever_refused_it() {
+        let r = Refusal::new("run.status", "run", "run.unknown", "no run 'r9' for 'ops'.")
+            .next("ask for the status of a run of your own")
+            .fact("audit_seq", 7)
+            .into_result();
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(
+            r.result_type,
+            Some(ResultType::COMPLETE),
+            "newer clients need it"
+        );
+        assert_eq!(
+            r.content[0].as_text().unwrap().text,
+            "'run.status' was refused by the run check (rule run.unknown): no run 'r9' for \
+             'ops'. Next: ask for the status of a run of your own."
+        );
+        assert_eq!(
+            r.structured_content,
+            Some(json!({
+                "status": "refused", "tool": "run.status", "check": "run", "rule": "run.unknown",
+                "reason": "no run 'r9' for 'ops'.", "next": "ask for the status of a run of your own",
+                "audit_seq": 7,
+            }))
+        );
     }
 
     #[test]
