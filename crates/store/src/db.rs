@@ -12,7 +12,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Postgres, Row as _, SqlSafeStr as _, Transaction};
 use std::str::FromStr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use toolgate_core::config::Durability;
@@ -112,59 +112,82 @@ macro_rules! bind_all {
     }};
 }
 
-/// One result row from either backend.
+/// One result row from either backend. Its columns are read by name (`r.text("step_id")`),
+/// as the statement names them (`AS` for an expression), or by position.
 pub(crate) enum Row {
-    S(Vec<Value>),
+    /// SQLite: the statement's column names (shared by its rows) and this row's values.
+    S(Arc<[String]>, Vec<Value>),
     P(PgRow),
 }
 
+/// A column of a [`Row`]: its name, or its position.
+pub(crate) trait Col: Copy + std::fmt::Debug + for<'r> sqlx::ColumnIndex<PgRow> {
+    fn find(self, names: &[String]) -> Option<usize>;
+}
+
+impl Col for usize {
+    fn find(self, names: &[String]) -> Option<usize> {
+        (self < names.len()).then_some(self)
+    }
+}
+
+impl Col for &str {
+    fn find(self, names: &[String]) -> Option<usize> {
+        names.iter().position(|n| n == self)
+    }
+}
+
 impl Row {
-    /// SQLite's value in column `i`.
-    fn lite(r: &[Value], i: usize) -> Result<&Value> {
-        r.get(i)
-            .ok_or_else(|| StoreError::Corrupt(format!("no column {i} in a row of {}", r.len())))
+    /// SQLite's value in column `c`.
+    fn lite<'a>(names: &[String], r: &'a [Value], c: impl Col) -> Result<&'a Value> {
+        c.find(names)
+            .and_then(|i| r.get(i))
+            .ok_or_else(|| StoreError::Corrupt(format!("no column {c:?} in a row of {names:?}")))
     }
 
-    fn lite_type(v: &Value, want: &str) -> StoreError {
-        StoreError::Corrupt(format!("expected {want}, found {:?}", v.data_type()))
+    fn lite_type(c: impl Col, v: &Value, want: &str) -> StoreError {
+        StoreError::Corrupt(format!(
+            "column {c:?}: expected {want}, found {:?}",
+            v.data_type()
+        ))
     }
 
-    pub fn i64(&self, i: usize) -> Result<i64> {
+    pub fn i64(&self, c: impl Col) -> Result<i64> {
         Ok(match self {
-            Row::S(r) => match Self::lite(r, i)? {
+            Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Integer(v) => *v,
-                v => return Err(Self::lite_type(v, "an integer")),
+                v => return Err(Self::lite_type(c, v, "an integer")),
             },
-            Row::P(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(c)?,
         })
     }
-    pub fn text(&self, i: usize) -> Result<String> {
+    pub fn text(&self, c: impl Col) -> Result<String> {
         Ok(match self {
-            Row::S(r) => match Self::lite(r, i)? {
+            Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Text(v) => v.clone(),
-                v => return Err(Self::lite_type(v, "text")),
+                v => return Err(Self::lite_type(c, v, "text")),
             },
-            Row::P(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(c)?,
         })
     }
-    pub fn opt_text(&self, i: usize) -> Result<Option<String>> {
+    pub fn opt_text(&self, c: impl Col) -> Result<Option<String>> {
         Ok(match self {
-            Row::S(r) => match Self::lite(r, i)? {
+            Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Null => None,
                 Value::Text(v) => Some(v.clone()),
-                v => return Err(Self::lite_type(v, "text or null")),
+                v => return Err(Self::lite_type(c, v, "text or null")),
             },
-            Row::P(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(c)?,
         })
     }
-    pub fn opt_i64(&self, i: usize) -> Result<Option<i64>> {
+    pub fn opt_i64(&self, c: impl Col) -> Result<Option<i64>> {
         Ok(match self {
-            Row::S(r) => match Self::lite(r, i)? {
+            Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Null => None,
                 Value::Integer(v) => Some(*v),
-                v => return Err(Self::lite_type(v, "an integer or null")),
+                v => return Err(Self::lite_type(c, v, "an integer or null")),
             },
-            Row::P(r) => r.try_get(i)?,
+            Row::P(r) => r.try_get(c)?,
         })
     }
 }
@@ -521,7 +544,13 @@ macro_rules! impl_exec {
 
             pub async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>> {
                 Ok(match self {
-                    $t::S(c) => c.lite().rows(sql, &args)?.into_iter().map(Row::S).collect(),
+                    $t::S(c) => {
+                        let r = c.lite().rows(sql, &args)?;
+                        r.rows
+                            .into_iter()
+                            .map(|v| Row::S(r.names.clone(), v))
+                            .collect()
+                    }
                     $t::P(c) => bind_all!(sqlx::query(sql), args)
                         .fetch_all(&mut **c)
                         .await?
@@ -533,7 +562,10 @@ macro_rules! impl_exec {
 
             pub async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>> {
                 Ok(match self {
-                    $t::S(c) => c.lite().rows(sql, &args)?.into_iter().next().map(Row::S),
+                    $t::S(c) => {
+                        let r = c.lite().rows(sql, &args)?;
+                        r.rows.into_iter().next().map(|v| Row::S(r.names, v))
+                    }
                     $t::P(c) => bind_all!(sqlx::query(sql), args)
                         .fetch_optional(&mut **c)
                         .await?

@@ -18,6 +18,8 @@
 //!
 //! Migrations and raw administration still go through sqlx's pool on the same file.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -82,6 +84,9 @@ impl std::fmt::Debug for Lite {
 struct Lc {
     c: Connection,
     full_sync: Option<bool>,
+    /// The column names of each statement that returned rows, by its SQL: read once per
+    /// connection, shared by every row it returns.
+    names: RefCell<HashMap<String, Arc<[String]>>>,
 }
 
 impl Lite {
@@ -127,7 +132,11 @@ impl Lite {
             "PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = {BACKSTOP_FRAMES}; \
              PRAGMA journal_mode = WAL"
         ))?;
-        Ok(Lc { c, full_sync: None })
+        Ok(Lc {
+            c,
+            full_sync: None,
+            names: RefCell::default(),
+        })
     }
 
     /// A connection for reads outside a write transaction.
@@ -333,9 +342,20 @@ impl LiteConn {
         &self.lc.as_ref().expect("open connection").c
     }
 
+    /// The column names of `st`, prepared from `sql`.
+    fn names(&self, sql: &str, st: &rusqlite::Statement<'_>) -> Arc<[String]> {
+        let cache = &self.lc.as_ref().expect("open connection").names;
+        if let Some(n) = cache.borrow().get(sql) {
+            return n.clone();
+        }
+        let n: Arc<[String]> = st.column_names().into_iter().map(str::to_string).collect();
+        cache.borrow_mut().insert(sql.to_string(), n.clone());
+        n
+    }
+
     /// Runs one statement; `$n` placeholders take `args[n - 1]`. Returns the rows it
     /// produced and the rows it changed.
-    fn run(&self, sql: &str, args: &[Arg]) -> Result<(Vec<Vec<Value>>, u64)> {
+    fn run(&self, sql: &str, args: &[Arg]) -> Result<(LiteRows, u64)> {
         let c = self.c();
         let mut st = c.prepare_cached(sql)?;
         for i in 1..=st.parameter_count() {
@@ -359,6 +379,11 @@ impl LiteConn {
             }
         }
         let width = st.column_count();
+        let names = if width == 0 {
+            Arc::from(Vec::new())
+        } else {
+            self.names(sql, &st)
+        };
         let mut out = Vec::new();
         let mut rows = st.raw_query();
         while let Some(r) = rows.next()? {
@@ -369,16 +394,22 @@ impl LiteConn {
             out.push(row);
         }
         drop(rows);
-        Ok((out, c.changes()))
+        Ok((LiteRows { names, rows: out }, c.changes()))
     }
 
     pub fn exec(&mut self, sql: &str, args: &[Arg]) -> Result<u64> {
         Ok(self.run(sql, args)?.1)
     }
 
-    pub fn rows(&mut self, sql: &str, args: &[Arg]) -> Result<Vec<Vec<Value>>> {
+    pub fn rows(&mut self, sql: &str, args: &[Arg]) -> Result<LiteRows> {
         Ok(self.run(sql, args)?.0)
     }
+}
+
+/// The rows a statement returned, and the names of their columns.
+pub(crate) struct LiteRows {
+    pub names: Arc<[String]>,
+    pub rows: Vec<Vec<Value>>,
 }
 
 /// A write transaction; rolled back if dropped before [`LiteTx::commit`].

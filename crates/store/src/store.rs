@@ -183,37 +183,37 @@ fn json(text: &str) -> Result<Value> {
 }
 
 pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
-    let kind = r.text(3)?;
+    let kind = r.text("kind")?;
     Ok(Step {
-        step_id: r.text(0)?,
-        run_id: r.text(1)?,
-        seq: r.i64(2)?,
+        step_id: r.text("step_id")?,
+        run_id: r.text("run_id")?,
+        seq: r.i64("seq")?,
         kind: StepKind::parse(&kind).ok_or_else(|| corrupt("step kind", &kind))?,
-        principal: r.text(4)?,
-        role: r.text(5)?,
-        tool: r.text(6)?,
-        effect: parse_effect(&r.text(7)?)?,
-        tier: parse_tier(&r.text(8)?)?,
-        purpose: r.opt_text(9)?,
-        reason: r.opt_text(10)?,
-        evidence: serde_json::from_value(json(&r.text(11)?)?).unwrap_or_default(),
-        actor: serde_json::from_value(json(&r.text(12)?)?).unwrap_or_default(),
-        inputs: json(&r.text(13)?)?,
-        input_hash: InputHash::from_stored(r.text(14)?),
-        idem_key: IdempotencyKey::from_stored(r.text(15)?),
-        status: parse_status(&r.text(16)?)?,
-        attempts: r.i64(17)?,
-        approval: r.opt_text(18)?.map(|t| json(&t)).transpose()?,
+        principal: r.text("principal")?,
+        role: r.text("role")?,
+        tool: r.text("tool")?,
+        effect: parse_effect(&r.text("effect")?)?,
+        tier: parse_tier(&r.text("tier")?)?,
+        purpose: r.opt_text("purpose")?,
+        reason: r.opt_text("reason")?,
+        evidence: serde_json::from_value(json(&r.text("evidence")?)?).unwrap_or_default(),
+        actor: serde_json::from_value(json(&r.text("actor")?)?).unwrap_or_default(),
+        inputs: json(&r.text("inputs")?)?,
+        input_hash: InputHash::from_stored(r.text("input_hash")?),
+        idem_key: IdempotencyKey::from_stored(r.text("idem_key")?),
+        status: parse_status(&r.text("status")?)?,
+        attempts: r.i64("attempts")?,
+        approval: r.opt_text("approval")?.map(|t| json(&t)).transpose()?,
         outcome: r
-            .opt_text(19)?
+            .opt_text("outcome")?
             .map(|t| {
                 serde_json::from_str(&t)
                     .map_err(|e| StoreError::Corrupt(format!("stored outcome: {e}")))
             })
             .transpose()?,
-        compensates: r.opt_text(20)?,
-        created_at: Timestamp::from_millis(r.i64(21)?),
-        updated_at: Timestamp::from_millis(r.i64(22)?),
+        compensates: r.opt_text("compensates")?,
+        created_at: Timestamp::from_millis(r.i64("created_at")?),
+        updated_at: Timestamp::from_millis(r.i64("updated_at")?),
     })
 }
 
