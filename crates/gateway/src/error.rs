@@ -22,7 +22,7 @@ pub enum GatewayError {
     #[error("{0} (fix it, or re-pin with `toolgate lock approve`)")]
     Lockfile(String),
     #[error("OAuth settings: {0}")]
-    OAuth(String),
+    OAuth(#[source] crate::jwt::JwksError),
     #[error("cannot listen on {addr}")]
     Bind {
         addr: String,

@@ -3,11 +3,47 @@
 //! notification webhook. Kept apart from reqwest so no reqwest client in the process needs a
 //! process-wide TLS provider.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Why an outgoing `https://` request got no answer. Each says which step failed and keeps the
+/// error beneath it as its source.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpsError {
+    #[error("reading the CA file {}: {source}", path.display())]
+    CaFile {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("the CA file {} holds no certificate", .0.display())]
+    CaEmpty(PathBuf),
+    #[error("the CA file {}: {source}", path.display())]
+    CaCert {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("setting up TLS: {0}")]
+    Tls(#[source] rustls::Error),
+    #[error("not a URL: {0}")]
+    Url(#[source] hyper::http::uri::InvalidUri),
+    #[error("the URL has no host")]
+    NoHost,
+    #[error("not a TLS server name: {0}")]
+    ServerName(#[source] rustls::pki_types::InvalidDnsNameError),
+    #[error("connecting: {0}")]
+    Connect(#[source] std::io::Error),
+    #[error("TLS: {0}")]
+    Handshake(#[source] std::io::Error),
+    #[error("building the request: {0}")]
+    Request(#[source] hyper::http::Error),
+    #[error("HTTP: {0}")]
+    Http(#[source] hyper::Error),
+    #[error("reading the body: {0}")]
+    Body(#[source] hyper::Error),
+}
+
 /// The TLS client configuration: the system's roots plus the PEM file `ca`.
-fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, HttpsError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
 
@@ -19,19 +55,23 @@ fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, String> {
     if let Some(ca) = ca {
         let certs = CertificateDer::pem_file_iter(ca)
             .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| format!("reading the CA file {}: {e}", ca.display()))?;
+            .map_err(|source| HttpsError::CaFile {
+                path: ca.to_path_buf(),
+                source,
+            })?;
         if certs.is_empty() {
-            return Err(format!("the CA file {} holds no certificate", ca.display()));
+            return Err(HttpsError::CaEmpty(ca.to_path_buf()));
         }
         for c in certs {
-            roots
-                .add(c)
-                .map_err(|e| format!("the CA file {}: {e}", ca.display()))?;
+            roots.add(c).map_err(|source| HttpsError::CaCert {
+                path: ca.to_path_buf(),
+                source,
+            })?;
         }
     }
     rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())
+        .map_err(HttpsError::Tls)
         .map(|b| b.with_root_certificates(roots).with_no_client_auth())
 }
 
@@ -41,12 +81,12 @@ pub(crate) async fn request(
     url: &str,
     ca: Option<&Path>,
     json_body: Option<Vec<u8>>,
-) -> Result<(u16, Vec<u8>), String> {
+) -> Result<(u16, Vec<u8>), HttpsError> {
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
 
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
-    let host = uri.host().ok_or("the URL has no host")?;
+    let uri: hyper::Uri = url.parse().map_err(HttpsError::Url)?;
+    let host = uri.host().ok_or(HttpsError::NoHost)?;
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -62,19 +102,19 @@ pub(crate) async fn request(
         .unwrap_or_else(|| "/".into());
 
     let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca)?));
-    let name = rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|e| format!("not a TLS server name: {e}"))?;
+    let name =
+        rustls::pki_types::ServerName::try_from(host.clone()).map_err(HttpsError::ServerName)?;
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
         .await
-        .map_err(|e| format!("connecting: {e}"))?;
+        .map_err(HttpsError::Connect)?;
     let tls = connector
         .connect(name, tcp)
         .await
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(HttpsError::Handshake)?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
             .await
-            .map_err(|e| format!("HTTP: {e}"))?;
+            .map_err(HttpsError::Http)?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -91,17 +131,14 @@ pub(crate) async fn request(
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body))),
     }
-    .map_err(|e| e.to_string())?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("HTTP: {e}"))?;
+    .map_err(HttpsError::Request)?;
+    let resp = sender.send_request(req).await.map_err(HttpsError::Http)?;
     let status = resp.status().as_u16();
     let body = resp
         .into_body()
         .collect()
         .await
-        .map_err(|e| format!("reading the body: {e}"))?
+        .map_err(HttpsError::Body)?
         .to_bytes();
     Ok((status, body.to_vec()))
 }

@@ -34,6 +34,52 @@ pub struct JwtVerifier {
     issuer: Option<String>,
 }
 
+/// Why the JWKS could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksError {
+    #[error("fetching the JWKS at {url}: timed out")]
+    Timeout { url: String },
+    #[error("fetching the JWKS at {url}: {source}")]
+    Https {
+        url: String,
+        source: crate::https::HttpsError,
+    },
+    #[error("fetching the JWKS at {url}: HTTP status {status}")]
+    Status { url: String, status: u16 },
+    #[error("fetching the JWKS at {url}: the body is not UTF-8")]
+    NotUtf8 { url: String },
+    #[error("fetching the JWKS at {url}: {source}")]
+    Http { url: String, source: reqwest::Error },
+    #[error("reading the JWKS at {url}: {source}")]
+    Body { url: String, source: reqwest::Error },
+    #[error("reading the JWKS file {path}: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the JWKS at {url} is not a JSON Web Key Set: {source}")]
+    NotJwks {
+        url: String,
+        source: serde_json::Error,
+    },
+    #[error("an audience is required to accept access tokens (--oauth-audience)")]
+    NoAudience,
+}
+
+/// Why an access token is not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenRejected {
+    #[error("malformed token: {0}")]
+    Malformed(#[source] jsonwebtoken::errors::Error),
+    #[error("no key in the JWKS matches the token's kid")]
+    NoKey,
+    #[error("unusable key: {0}")]
+    Key(#[source] jsonwebtoken::errors::Error),
+    /// The signature, audience, issuer, expiry or a required claim failed.
+    #[error("{0}")]
+    Invalid(#[source] jsonwebtoken::errors::Error),
+}
+
 #[derive(Debug, Deserialize)]
 struct Claims {
     sub: String,
@@ -41,33 +87,33 @@ struct Claims {
 
 impl JwtVerifier {
     /// Loads the JWKS named by `opts.jwks`.
-    pub async fn load(opts: &OAuthOptions) -> Result<JwtVerifier, String> {
+    pub async fn load(opts: &OAuthOptions) -> Result<JwtVerifier, JwksError> {
+        let url = || opts.jwks.clone();
         let text = if opts.jwks.starts_with("https://") {
             tokio::time::timeout(
                 FETCH_TIMEOUT,
                 fetch_https(&opts.jwks, opts.jwks_ca.as_deref()),
             )
             .await
-            .map_err(|_| format!("fetching the JWKS at {}: timed out", opts.jwks))?
-            .map_err(|e| format!("fetching the JWKS at {}: {e}", opts.jwks))?
+            .map_err(|_| JwksError::Timeout { url: url() })??
         } else if opts.jwks.starts_with("http://") {
             reqwest::get(&opts.jwks)
                 .await
                 .and_then(|r| r.error_for_status())
-                .map_err(|e| format!("fetching the JWKS at {}: {e}", opts.jwks))?
+                .map_err(|source| JwksError::Http { url: url(), source })?
                 .text()
                 .await
-                .map_err(|e| format!("reading the JWKS at {}: {e}", opts.jwks))?
+                .map_err(|source| JwksError::Body { url: url(), source })?
         } else {
-            std::fs::read_to_string(Path::new(&opts.jwks))
-                .map_err(|e| format!("reading the JWKS file {}: {e}", opts.jwks))?
+            std::fs::read_to_string(Path::new(&opts.jwks)).map_err(|source| JwksError::File {
+                path: url(),
+                source,
+            })?
         };
         let keys: JwkSet = serde_json::from_str(&text)
-            .map_err(|e| format!("the JWKS at {} is not a JSON Web Key Set: {e}", opts.jwks))?;
+            .map_err(|source| JwksError::NotJwks { url: url(), source })?;
         if opts.audience.is_empty() {
-            return Err(
-                "an audience is required to accept access tokens (--oauth-audience)".into(),
-            );
+            return Err(JwksError::NoAudience);
         }
         Ok(JwtVerifier::from_keys(
             keys,
@@ -85,22 +131,22 @@ impl JwtVerifier {
     }
 
     /// The token's subject, if the token is valid for this resource now.
-    pub fn verify(&self, token: &str) -> Result<String, String> {
-        let header = decode_header(token).map_err(|e| format!("malformed token: {e}"))?;
+    pub fn verify(&self, token: &str) -> Result<String, TokenRejected> {
+        let header = decode_header(token).map_err(TokenRejected::Malformed)?;
         let jwk = match &header.kid {
             Some(kid) => self.keys.find(kid),
             None if self.keys.keys.len() == 1 => self.keys.keys.first(),
             None => None,
         }
-        .ok_or("no key in the JWKS matches the token's kid")?;
-        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("unusable key: {e}"))?;
+        .ok_or(TokenRejected::NoKey)?;
+        let key = DecodingKey::from_jwk(jwk).map_err(TokenRejected::Key)?;
         let mut v = Validation::new(header.alg);
         v.set_audience(&[&self.audience]);
         v.set_required_spec_claims(&["exp", "aud", "sub"]);
         if let Some(iss) = &self.issuer {
             v.set_issuer(&[iss]);
         }
-        let data = decode::<Claims>(token, &key, &v).map_err(|e| e.to_string())?;
+        let data = decode::<Claims>(token, &key, &v).map_err(TokenRejected::Invalid)?;
         Ok(data.claims.sub)
     }
 }
@@ -109,10 +155,20 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// GET an `https://` URL over HTTP/1.1 and return its body (status 2xx only). The certificate
 /// must chain to a trusted root (the system's, plus the PEM file `ca`) and name the URL's host.
-async fn fetch_https(url: &str, ca: Option<&Path>) -> Result<String, String> {
-    let (status, body) = crate::https::request(url, ca, None).await?;
+async fn fetch_https(url: &str, ca: Option<&Path>) -> Result<String, JwksError> {
+    let (status, body) = crate::https::request(url, ca, None)
+        .await
+        .map_err(|source| JwksError::Https {
+            url: url.to_string(),
+            source,
+        })?;
     if !(200..300).contains(&status) {
-        return Err(format!("HTTP status {status}"));
+        return Err(JwksError::Status {
+            url: url.to_string(),
+            status,
+        });
     }
-    String::from_utf8(body).map_err(|_| "the body is not UTF-8".into())
+    String::from_utf8(body).map_err(|_| JwksError::NotUtf8 {
+        url: url.to_string(),
+    })
 }

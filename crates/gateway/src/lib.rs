@@ -37,12 +37,13 @@ mod worker;
 
 pub use auth::{Authenticator, Caller, CredentialKind};
 pub use error::GatewayError;
-pub use jwt::{JwtVerifier, OAuthOptions};
+pub use https::HttpsError;
+pub use jwt::{JwksError, JwtVerifier, OAuthOptions, TokenRejected};
 pub use keys::{KeySource, KeyStatus, Secrets};
 pub use logging::{LogFormat, init_logging};
 pub use reload::{ReloadOutcome, ReloadReport, Reloader, ServeStatus, Trigger};
 pub use render::{from_stored, to_stored};
 pub use serve::{Gateway, ServeOptions, registry_store_config, resolve_store_url, serve};
 pub use server::{GatewayServer, derive_annotations, mcp_tool};
-pub use upstream::{ToolsChangedHook, Upstreams};
+pub use upstream::{ToolsChangedHook, UpstreamError, Upstreams};
 pub use worker::{WorkerOptions, run_worker, worker};

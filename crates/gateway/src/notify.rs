@@ -98,26 +98,65 @@ pub fn payload(req: &ApprovalRequest, url: &str) -> Value {
     })
 }
 
+/// Why a notification was not delivered: recorded with the delivery, which is tried again.
+#[derive(Debug, thiserror::Error)]
+enum NotifyError {
+    #[error("the webhook is no longer in approvals.notify")]
+    Gone,
+    #[error("the environment variable {0} (url_env) is not set")]
+    UnsetEnv(String),
+    #[error("no url or url_env")]
+    NoUrl,
+    #[error("reading the request: {0}")]
+    Store(#[source] toolgate_store::StoreError),
+    #[error("encoding the notification: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("the URL is not http:// or https://")]
+    Scheme,
+    #[error("timed out")]
+    Timeout,
+    #[error("{0}")]
+    Https(#[source] crate::https::HttpsError),
+    // reqwest's Display names only the outermost layer ("error sending request").
+    #[error("{}", chain(.0))]
+    Http(#[source] reqwest::Error),
+    #[error("HTTP status {0}")]
+    Status(u16),
+}
+
+/// An error and every source beneath it, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
+
 /// The URL a webhook posts to, or why there is none.
-fn webhook_url(w: &NotifyWebhook) -> Result<String, String> {
+fn webhook_url(w: &NotifyWebhook) -> Result<String, NotifyError> {
     match (&w.url, &w.url_env) {
         (Some(u), _) => Ok(u.clone()),
         (None, Some(var)) => std::env::var(var)
             .ok()
             .filter(|v| !v.trim().is_empty())
             .map(|v| v.trim().to_string())
-            .ok_or_else(|| format!("the environment variable {var} (url_env) is not set")),
-        (None, None) => Err("no url or url_env".into()),
+            .ok_or_else(|| NotifyError::UnsetEnv(var.clone())),
+        (None, None) => Err(NotifyError::NoUrl),
     }
 }
 
 /// Posts `body` to `url`: Ok on a 2xx answer.
-async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Result<(), String> {
-    let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Result<(), NotifyError> {
+    let bytes = serde_json::to_vec(body).map_err(NotifyError::Encode)?;
     let status = if url.starts_with("https://") {
         tokio::time::timeout(POST_TIMEOUT, crate::https::request(url, None, Some(bytes)))
             .await
-            .map_err(|_| "timed out".to_string())??
+            .map_err(|_| NotifyError::Timeout)?
+            .map_err(NotifyError::Https)?
             .0
     } else if url.starts_with("http://") {
         client
@@ -127,26 +166,16 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Result<(), S
             .timeout(POST_TIMEOUT)
             .send()
             .await
-            .map_err(|e| {
-                // reqwest's Display names only the outermost layer ("error sending request").
-                let mut msg = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    msg.push_str(": ");
-                    msg.push_str(&s.to_string());
-                    src = s.source();
-                }
-                msg
-            })?
+            .map_err(NotifyError::Http)?
             .status()
             .as_u16()
     } else {
-        return Err("the URL is not http:// or https://".into());
+        return Err(NotifyError::Scheme);
     };
     if (200..300).contains(&status) {
         Ok(())
     } else {
-        Err(format!("HTTP status {status}"))
+        Err(NotifyError::Status(status))
     }
 }
 
@@ -186,12 +215,12 @@ async fn deliver(
             .approvals
             .notify
             .get(&d.destination)
-            .ok_or_else(|| "the webhook is no longer in approvals.notify".to_string())?;
+            .ok_or(NotifyError::Gone)?;
         let url = webhook_url(w)?;
         let req = store
             .approval(&d.approval_id)
             .await
-            .map_err(|e| format!("reading the request: {e}"))?;
+            .map_err(NotifyError::Store)?;
         let item = format!("{base}{}", d.approval_id);
         post(&client, &url, &payload(&req, &item)).await
     }
@@ -215,7 +244,9 @@ async fn deliver(
                 "{}",
                 if retry.is_some() { "notification failed; will retry" } else { "notification failed for good" }
             );
-            store.notification_failed(&d, done, e, retry).await
+            store
+                .notification_failed(&d, done, &e.to_string(), retry)
+                .await
         }
     };
     if let Err(e) = recorded {

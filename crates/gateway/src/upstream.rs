@@ -108,6 +108,49 @@ struct Upstream {
     routes: Arc<Routes>,
 }
 
+/// Why an upstream could not be connected (or is not there to connect). Each names the
+/// upstream and the step that failed, and keeps the error beneath it as its source.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("no upstream named '{0}' is declared in toolgate.yaml")]
+    Undeclared(String),
+    #[error("upstream '{0}' has neither `command` nor `url`")]
+    NoEndpoint(String),
+    #[error("upstream '{0}': `keep_alive` is for an upstream reached by `url`, not `command`")]
+    KeepAliveCommand(String),
+    #[error("building the HTTP client for upstream '{name}': {source}")]
+    HttpClient {
+        name: String,
+        source: reqwest::Error,
+    },
+    #[error("connecting to upstream '{name}' at {url}: {source}")]
+    Connect {
+        name: String,
+        url: String,
+        source: rmcp::service::ClientInitializeError,
+    },
+    #[error("starting upstream '{name}' ({}): {source}", program.display())]
+    Spawn {
+        name: String,
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("initializing upstream '{name}': {source}")]
+    Initialize {
+        name: String,
+        source: rmcp::service::ClientInitializeError,
+    },
+    #[error("upstream '{0}' did not complete the handshake in time")]
+    HandshakeTimeout(String),
+    #[error("upstream '{0}' completed no initialize handshake")]
+    NoHandshake(String),
+    #[error("reading tools/list of upstream '{name}': {source}")]
+    ListTools {
+        name: String,
+        source: rmcp::ServiceError,
+    },
+}
+
 impl Upstream {
     fn current_peer(&self) -> Option<Peer<RoleClient>> {
         let p = self.peer.read().expect("peer lock").clone();
@@ -115,7 +158,7 @@ impl Upstream {
     }
 
     /// The connected peer, connecting (or reconnecting) first when needed.
-    async fn connected(&self) -> Result<Peer<RoleClient>, String> {
+    async fn connected(&self) -> Result<Peer<RoleClient>, UpstreamError> {
         if let Some(p) = self.current_peer() {
             return Ok(p);
         }
@@ -137,22 +180,20 @@ impl Upstream {
             self.start(handler),
         )
         .await
-        .map_err(|_| {
-            format!(
-                "upstream '{}' did not complete the handshake in time",
-                self.name
-            )
-        })??;
+        .map_err(|_| UpstreamError::HandshakeTimeout(self.name.clone()))??;
         let peer = service.peer().clone();
         let info = peer
             .peer_info()
-            .ok_or_else(|| format!("upstream '{}' completed no initialize handshake", self.name))?;
+            .ok_or_else(|| UpstreamError::NoHandshake(self.name.clone()))?;
         // A server that declares no tools capability (one serving only prompts or resources)
         // has no tools/list to read; asking would fail the whole connection.
         let tools = if info.capabilities.tools.is_some() {
             peer.list_all_tools()
                 .await
-                .map_err(|e| format!("reading tools/list of upstream '{}': {e}", self.name))?
+                .map_err(|source| UpstreamError::ListTools {
+                    name: self.name.clone(),
+                    source,
+                })?
         } else {
             Vec::new()
         };
@@ -166,15 +207,16 @@ impl Upstream {
         Ok(peer)
     }
 
-    async fn start(&self, handler: UpstreamClient) -> Result<Client, String> {
+    async fn start(&self, handler: UpstreamClient) -> Result<Client, UpstreamError> {
         if let Some(url) = &self.cfg.url {
             let transport = if self.cfg.keep_alive {
                 let client = reqwest::Client::builder()
                     .tcp_nodelay(true)
                     .redirect(reqwest::redirect::Policy::none())
                     .build()
-                    .map_err(|e| {
-                        format!("building the HTTP client for upstream '{}': {e}", self.name)
+                    .map_err(|source| UpstreamError::HttpClient {
+                        name: self.name.clone(),
+                        source,
                     })?;
                 StreamableHttpClientTransport::with_client(
                     client,
@@ -186,19 +228,17 @@ impl Upstream {
             return handler
                 .serve(Watched::new(transport, self.routes.clone()))
                 .await
-                .map_err(|e| format!("connecting to upstream '{}' at {url}: {e}", self.name));
+                .map_err(|source| UpstreamError::Connect {
+                    name: self.name.clone(),
+                    url: url.to_string(),
+                    source,
+                });
         }
         let Some(command) = &self.cfg.command else {
-            return Err(format!(
-                "upstream '{}' has neither `command` nor `url`",
-                self.name
-            ));
+            return Err(UpstreamError::NoEndpoint(self.name.clone()));
         };
         if self.cfg.keep_alive {
-            return Err(format!(
-                "upstream '{}': `keep_alive` is for an upstream reached by `url`, not `command`",
-                self.name
-            ));
+            return Err(UpstreamError::KeepAliveCommand(self.name.clone()));
         }
         let program = resolve_command(&self.dir, command);
         let mut cmd = tokio::process::Command::new(&program);
@@ -213,17 +253,18 @@ impl Upstream {
                 cmd.env(name, v);
             }
         }
-        let transport = TokioChildProcess::new(cmd).map_err(|e| {
-            format!(
-                "starting upstream '{}' ({}): {e}",
-                self.name,
-                program.display()
-            )
+        let transport = TokioChildProcess::new(cmd).map_err(|source| UpstreamError::Spawn {
+            name: self.name.clone(),
+            program: program.clone(),
+            source,
         })?;
         handler
             .serve(Watched::new(transport, self.routes.clone()))
             .await
-            .map_err(|e| format!("initializing upstream '{}': {e}", self.name))
+            .map_err(|source| UpstreamError::Initialize {
+                name: self.name.clone(),
+                source,
+            })
     }
 
     /// Forgets a broken connection so the next call reconnects.
@@ -459,7 +500,7 @@ impl Upstreams {
     }
 
     /// Connects `upstream` (which checks it) unless it was checked already.
-    pub async fn ensure_checked(&self, upstream: &str) -> Result<(), String> {
+    pub async fn ensure_checked(&self, upstream: &str) -> Result<(), UpstreamError> {
         match self.map.get(upstream) {
             Some(u) if u.pins.unchecked() => u.connected().await.map(|_| ()),
             _ => Ok(()),
@@ -481,7 +522,8 @@ impl Upstreams {
             ));
         };
         if u.pins.unchecked() {
-            u.connected().await?;
+            // The refusal's reason: why the definition could not be checked.
+            u.connected().await.map_err(|e| e.to_string())?;
         }
         match u.pins.allows(tool) {
             Ok(h) => Ok(h),
@@ -516,11 +558,9 @@ impl Upstreams {
 
     /// Drops the connection to `upstream` and connects again (which re-reads `initialize` and
     /// `tools/list` and checks them against `toolgate.lock`).
-    pub async fn reconnect(&self, upstream: &str) -> Result<(), String> {
+    pub async fn reconnect(&self, upstream: &str) -> Result<(), UpstreamError> {
         let Some(u) = self.map.get(upstream) else {
-            return Err(format!(
-                "no upstream named '{upstream}' is declared in toolgate.yaml"
-            ));
+            return Err(UpstreamError::Undeclared(upstream.to_string()));
         };
         u.drop_peer();
         u.connected().await.map(|_| ())
@@ -532,7 +572,7 @@ impl Upstreams {
         for (name, u) in &self.map {
             if let Err(e) = u.connected().await {
                 tracing::error!(upstream = %name, error = %e, "upstream not connected at start");
-                failed.push((name.clone(), e));
+                failed.push((name.clone(), e.to_string()));
             }
         }
         failed
@@ -582,11 +622,11 @@ impl Upstreams {
 
     /// The connected client of `upstream` (connecting first when needed), for requests other
     /// than tool calls (the prompts and resources the registry lets through).
-    pub async fn peer(&self, upstream: &str) -> Result<Peer<RoleClient>, String> {
+    pub async fn peer(&self, upstream: &str) -> Result<Peer<RoleClient>, UpstreamError> {
         let u = self
             .map
             .get(upstream)
-            .ok_or_else(|| format!("no upstream named '{upstream}' is declared"))?;
+            .ok_or_else(|| UpstreamError::Undeclared(upstream.to_string()))?;
         u.connected().await
     }
 

@@ -12,7 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use toolgate_gateway::{JwtVerifier, OAuthOptions};
+use toolgate_gateway::{HttpsError, JwksError, JwtVerifier, OAuthOptions};
 
 const AUD: &str = "https://toolgate.test/mcp";
 
@@ -123,7 +123,19 @@ async fn an_https_jwks_whose_certificate_is_not_trusted_is_refused() {
     .await
     .err()
     .expect("an untrusted certificate is refused");
-    assert!(err.contains("TLS"), "{err}");
+    // The step that failed, and the certificate error beneath it as its source.
+    assert!(
+        matches!(
+            &err,
+            JwksError::Https {
+                source: HttpsError::Handshake(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("TLS"), "{err}");
+    assert!(std::error::Error::source(&err).is_some());
     assert_eq!(answered.load(Ordering::SeqCst), 0);
 }
 
@@ -133,6 +145,10 @@ async fn a_ca_file_without_certificates_is_an_error() {
     let empty = dir.path().join("empty.pem");
     std::fs::write(&empty, "").unwrap();
     let mut o = options("https://localhost:1/jwks.json".into(), false);
-    o.jwks_ca = Some(empty);
-    assert!(JwtVerifier::load(&o).await.is_err());
+    o.jwks_ca = Some(empty.clone());
+    let err = JwtVerifier::load(&o).await.err().expect("refused");
+    assert!(
+        matches!(&err, JwksError::Https { source: HttpsError::CaEmpty(p), .. } if *p == empty),
+        "{err:?}"
+    );
 }
