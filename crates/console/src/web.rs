@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Form, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::header::{CACHE_CONTROL, LOCATION, RETRY_AFTER, SET_COOKIE};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use toolgate_ontology::Ontology;
 use toolgate_store::Executor;
 
@@ -181,6 +183,63 @@ fn to_login(s: &ConsoleState) -> Response {
     redirect(&format!("{}/login", s.base()))
 }
 
+/// The signed-in approver making a request. Without a valid session the request goes no
+/// further than the sign-in page.
+struct SignedIn(Session);
+
+impl FromRequestParts<ConsoleState> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, s: &ConsoleState) -> Result<Self, Response> {
+        match s.session(&parts.headers).await {
+            Some(who) => Ok(SignedIn(who)),
+            None => Err(to_login(s)),
+        }
+    }
+}
+
+/// A form posted by a signed-in approver, carrying their session's CSRF token. Anything else
+/// goes no further: a body that is not the form gets the form's own rejection, no session the
+/// sign-in page, a missing or wrong token a 403 that changes nothing.
+struct Posted<T>(Session, T);
+
+/// A form with the CSRF field every state-changing form carries.
+trait CsrfField {
+    fn csrf(&self) -> Option<&str>;
+}
+
+macro_rules! csrf_forms {
+    ($($form:ty),* $(,)?) => {
+        $(impl CsrfField for $form {
+            fn csrf(&self) -> Option<&str> {
+                self.csrf.as_deref()
+            }
+        })*
+    };
+}
+csrf_forms!(CsrfForm, ApproveForm, BulkForm, RunForm, RejectForm);
+
+impl<T> FromRequest<ConsoleState> for Posted<T>
+where
+    T: DeserializeOwned + CsrfField + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, s: &ConsoleState) -> Result<Self, Response> {
+        let headers = req.headers().clone();
+        let Form(f) = Form::<T>::from_request(req, s)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Some(who) = s.session(&headers).await else {
+            return Err(to_login(s));
+        };
+        if !f.csrf().is_some_and(|given| same_secret(given, &who.csrf)) {
+            return Err(csrf_refusal(s, &who));
+        }
+        Ok(Posted(who, f))
+    }
+}
+
 async fn login_page(State(s): State<ConsoleState>) -> Response {
     let token = random_token();
     let mut r = html(StatusCode::OK, pages::login(s.base(), &token, None));
@@ -319,21 +378,11 @@ fn csrf_refusal(s: &ConsoleState, who: &Session) -> Response {
     )
 }
 
-fn csrf_ok(who: &Session, given: &Option<String>) -> bool {
-    given.as_deref().is_some_and(|g| same_secret(g, &who.csrf))
-}
-
 async fn logout(
     State(s): State<ConsoleState>,
     headers: HeaderMap,
-    Form(f): Form<CsrfForm>,
+    Posted(_, _): Posted<CsrfForm>,
 ) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
-    if !csrf_ok(&who, &f.csrf) {
-        return csrf_refusal(&s, &who);
-    }
     s.inner.sessions.sign_out(&s.exec().store, &headers).await;
     let mut r = to_login(&s);
     let c = set_cookie(
@@ -378,12 +427,9 @@ fn failure(s: &ConsoleState, who: &Session, e: ConsoleError) -> Response {
 
 async fn queue_page(
     State(s): State<ConsoleState>,
-    headers: HeaderMap,
+    SignedIn(who): SignedIn,
     Query(filter): Query<Filter>,
 ) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
     let exec = &s.exec();
     let now = exec.clock.now();
     match exec.store.approvals(None).await {
@@ -475,13 +521,10 @@ async fn last_result(exec: &Executor, id: &str, viewer: &str) -> Option<pages::L
 
 async fn item_page(
     State(s): State<ConsoleState>,
-    headers: HeaderMap,
+    SignedIn(who): SignedIn,
     Path(id): Path<String>,
     Query(q): Query<ItemQuery>,
 ) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
     let exec = s.exec();
     let last = match &q.last {
         Some(l) => last_result(&exec, l, &who.principal).await,
@@ -525,16 +568,9 @@ struct ApproveForm {
 
 async fn approve(
     State(s): State<ConsoleState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(f): Form<ApproveForm>,
+    Posted(who, f): Posted<ApproveForm>,
 ) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
-    if !csrf_ok(&who, &f.csrf) {
-        return csrf_refusal(&s, &who);
-    }
     let shown = f.input_hash.unwrap_or_default();
     let exec = &s.exec();
     // Never approve what cannot run: the call is decided again, dry, first.
@@ -664,17 +700,7 @@ struct BulkForm {
     confirm: Option<String>,
 }
 
-async fn bulk_approve(
-    State(s): State<ConsoleState>,
-    headers: HeaderMap,
-    Form(f): Form<BulkForm>,
-) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
-    if !csrf_ok(&who, &f.csrf) {
-        return csrf_refusal(&s, &who);
-    }
+async fn bulk_approve(State(s): State<ConsoleState>, Posted(who, f): Posted<BulkForm>) -> Response {
     let exec = &s.exec();
     let set = f.set.unwrap_or_default();
     let confirm = f.confirm.unwrap_or_default();
@@ -734,17 +760,7 @@ struct RunForm {
 }
 
 /// A run's parked steps approved together (the item page's "approve this run" form).
-async fn run_approve(
-    State(s): State<ConsoleState>,
-    headers: HeaderMap,
-    Form(f): Form<RunForm>,
-) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
-    if !csrf_ok(&who, &f.csrf) {
-        return csrf_refusal(&s, &who);
-    }
+async fn run_approve(State(s): State<ConsoleState>, Posted(who, f): Posted<RunForm>) -> Response {
     let exec = &s.exec();
     match crate::bulk::approve_run(
         exec,
@@ -769,16 +785,9 @@ struct RejectForm {
 
 async fn reject(
     State(s): State<ConsoleState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(f): Form<RejectForm>,
+    Posted(who, f): Posted<RejectForm>,
 ) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
-    if !csrf_ok(&who, &f.csrf) {
-        return csrf_refusal(&s, &who);
-    }
     let reason = f.reason.unwrap_or_default();
     let result = actions::reject(&s.exec(), &id, &who.principal, &reason).await;
     if result.is_ok()
@@ -807,12 +816,9 @@ async fn reject(
 
 async fn evidence_page(
     State(s): State<ConsoleState>,
-    headers: HeaderMap,
+    SignedIn(who): SignedIn,
     Path(id): Path<String>,
 ) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
     let w = (who.principal.as_str(), who.csrf.as_str());
     let Some(o) = &s.inner.opts.ontology else {
         return html(
@@ -869,12 +875,9 @@ struct SinceQuery {
 
 async fn report_page(
     State(s): State<ConsoleState>,
-    headers: HeaderMap,
+    SignedIn(who): SignedIn,
     Query(q): Query<SinceQuery>,
 ) -> Response {
-    let Some(who) = s.session(&headers).await else {
-        return to_login(&s);
-    };
     let exec = &s.exec();
     let now = exec.clock.now();
     let text = q.since.unwrap_or_default();

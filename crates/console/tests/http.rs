@@ -214,6 +214,20 @@ async fn state_changes_without_the_csrf_token_are_refused() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     let r = h.post(&reject, &[("reason", "looks wrong")]).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // Every form that changes something checks the token: approving together, a run's steps,
+    // signing out.
+    let r = h
+        .post("/bulk", &[("set", &p.approval), ("confirm", "1")])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = h
+        .post("/run/approve", &[("csrf", "0000"), ("set", &p.approval)])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = h.post("/logout", &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let (still, _, _) = open(&mut h, &p.approval).await;
+    assert!(!still.is_empty(), "a refused sign-out leaves the session");
 
     assert_eq!(e.rec.count("payment.schedule"), 0);
     let req = e.store.approval(&p.approval).await.unwrap();
