@@ -13,7 +13,6 @@
 //! without Chromium.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -23,10 +22,7 @@ use toolgate_store::{ApprovalStatus, Store, StoreConfig};
 
 use crate::clients::workspace_binary;
 use crate::common::{call, connect};
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+use toolgate_testkit::browser::{self, Browser};
 
 pub(crate) const WORKER_A: &str = "tg-test-sod-worker-a-0001";
 const WORKER_B: &str = "tg-test-sod-worker-b-0001";
@@ -38,258 +34,23 @@ pub(crate) const METRICS_TOKEN: &str = "toolgate-test-metrics-token-0123";
 pub(crate) const APPROVAL_KEY: &str = "toolgate-test-approval-key-0123456789abcdef";
 pub(crate) const REDACTION_KEY: &str = "toolgate-test-redaction-key-0123456789";
 
-fn browser_available() -> bool {
-    let present = || Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists();
-    if present() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-browser.sh");
-        let status = Command::new("bash").arg(&script).status();
-        assert!(present(), "CI=true and Chromium is missing; {status:?}");
-        return true;
-    }
-    eprintln!("NOTICE: skipping the approvals browser test: Chromium is not installed");
-    false
-}
+pub(crate) use toolgate_testkit::free_port;
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A chromedriver process and one browser session (a minimal W3C WebDriver client); counts
-/// the keys pressed and the clicks made.
-struct Browser {
-    driver: Child,
-    http: reqwest::Client,
-    url: String,
-    session: String,
-    keys: usize,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    async fn start() -> Browser {
-        let port = free_port();
-        let driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let http = reqwest::Client::builder().no_proxy().build().unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = http.get(format!("{url}/status")).send().await
-                && r.status().is_success()
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let profile = tempfile::tempdir().unwrap();
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": CHROMIUM,
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-first-run", "--disable-quic",
-                    "--no-proxy-server", "--window-size=1280,800",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ]
-            }
-        }}});
-        let r: Value = http
-            .post(format!("{url}/session"))
-            .json(&caps)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let session = r["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no WebDriver session: {r}"))
-            .to_string();
-        Browser {
-            driver,
-            http,
-            url,
-            session,
-            keys: 0,
-            _profile: profile,
-        }
-    }
-
-    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let url = format!("{}/session/{}{path}", self.url, self.session);
-        let mut req = self.http.request(method, url);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let v: Value = req.send().await.unwrap().json().await.unwrap();
-        v["value"].clone()
-    }
-
-    async fn goto(&self, url: &str) {
-        self.cmd(reqwest::Method::POST, "/url", Some(json!({"url": url})))
-            .await;
-    }
-
-    async fn find(&self, css: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let v = self
-                .cmd(
-                    reqwest::Method::POST,
-                    "/element",
-                    Some(json!({"using": "css selector", "value": css})),
-                )
-                .await;
-            if let Some(id) = v[ELEMENT].as_str() {
-                return id.to_string();
-            }
-            if Instant::now() >= deadline {
-                let src = self.cmd(reqwest::Method::GET, "/source", None).await;
-                panic!("no element '{css}': {}", src.as_str().unwrap_or_default());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn count(&self, css: &str) -> usize {
-        let v = self
-            .cmd(
-                reqwest::Method::POST,
-                "/elements",
-                Some(json!({"using": "css selector", "value": css})),
-            )
-            .await;
-        v.as_array().map(|a| a.len()).unwrap_or(0)
-    }
-
-    async fn text(&self, css: &str) -> String {
-        let id = self.find(css).await;
-        self.cmd(reqwest::Method::GET, &format!("/element/{id}/text"), None)
-            .await
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-
-    async fn eval(&self, script: &str) -> Value {
-        self.cmd(
-            reqwest::Method::POST,
-            "/execute/sync",
-            Some(json!({"script": script, "args": []})),
-        )
-        .await
-    }
-
-    /// Presses keys (WebDriver key actions on whatever has focus), counted as interactions.
-    async fn press(&mut self, keys: &[&str]) {
-        let mut actions = Vec::new();
-        for k in keys {
-            actions.push(json!({"type": "keyDown", "value": k}));
-        }
-        for k in keys.iter().rev() {
-            actions.push(json!({"type": "keyUp", "value": k}));
-        }
-        self.cmd(
-            reqwest::Method::POST,
-            "/actions",
-            Some(json!({"actions": [{"type": "key", "id": "kb", "actions": actions}]})),
-        )
-        .await;
-        self.keys += 1;
-    }
-
-    /// Types text into the focused element (one interaction: the note).
-    async fn type_text(&mut self, text: &str) {
-        let actions: Vec<Value> = text
-            .chars()
-            .flat_map(|c| {
-                [
-                    json!({"type": "keyDown", "value": c.to_string()}),
-                    json!({"type": "keyUp", "value": c.to_string()}),
-                ]
-            })
-            .collect();
-        self.cmd(
-            reqwest::Method::POST,
-            "/actions",
-            Some(json!({"actions": [{"type": "key", "id": "kb", "actions": actions}]})),
-        )
-        .await;
-        self.keys += 1;
-    }
-
-    async fn url_now(&self) -> String {
-        self.cmd(reqwest::Method::GET, "/url", None)
-            .await
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-
-    async fn sign_in(&self, base: &str, key: &str) {
-        self.cmd(reqwest::Method::DELETE, "/cookie", None).await;
-        self.goto(&format!("{base}/login")).await;
-        let id = self.find("#api_key").await;
-        self.cmd(
-            reqwest::Method::POST,
-            &format!("/element/{id}/value"),
-            Some(json!({"text": format!("{key}\u{E007}")})),
-        )
-        .await;
-        self.find("#who").await;
-    }
-
-    /// Submits an approve form for `id` from the current page (as a crafted request would),
-    /// with the session's CSRF token; returns the page's text.
-    async fn post_approve(&self, base: &str, id: &str, hash: &str) -> String {
-        self.eval(&format!(
-            "var c = document.querySelector('input[name=csrf]').value;\
-             var f = document.createElement('form'); f.method = 'post';\
-             f.action = '{base}/item/{id}/approve';\
-             [['csrf', c], ['input_hash', '{hash}']].forEach(function (p) {{\
-               var i = document.createElement('input'); i.type = 'hidden'; i.name = p[0];\
-               i.value = p[1]; f.appendChild(i); }});\
-             document.body.appendChild(f); f.submit();"
-        ))
-        .await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        self.text("main").await
-    }
-
-    /// Emulates a phone's viewport of `width`×`height` CSS pixels (Chrome's device metrics,
-    /// through chromedriver's CDP endpoint: a headless window may not shrink that far), or
-    /// with `None` the window's own again.
-    async fn phone(&self, size: Option<(u32, u32)>) {
-        let body = match size {
-            Some((width, height)) => json!({"cmd": "Emulation.setDeviceMetricsOverride",
-                "params": {"width": width, "height": height, "deviceScaleFactor": 3, "mobile": true}}),
-            None => json!({"cmd": "Emulation.clearDeviceMetricsOverride", "params": {}}),
-        };
-        self.cmd(reqwest::Method::POST, "/goog/cdp/execute", Some(body))
-            .await;
-    }
-
-    async fn quit(mut self) {
-        self.cmd(reqwest::Method::DELETE, "", None).await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
+/// Submits an approve form for `id` from the current page (as a crafted request would),
+/// with the session's CSRF token; returns the page's text.
+async fn post_approve(b: &Browser, base: &str, id: &str, hash: &str) -> String {
+    b.eval(&format!(
+        "var c = document.querySelector('input[name=csrf]').value;\
+         var f = document.createElement('form'); f.method = 'post';\
+         f.action = '{base}/item/{id}/approve';\
+         [['csrf', c], ['input_hash', '{hash}']].forEach(function (p) {{\
+           var i = document.createElement('input'); i.type = 'hidden'; i.name = p[0];\
+           i.value = p[1]; f.appendChild(i); }});\
+         document.body.appendChild(f); f.submit();"
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.text("main").await
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -464,7 +225,7 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_shown() {
-    if !browser_available() {
+    if !browser::available("the approvals browser test") {
         return;
     }
     let Setup {
@@ -575,7 +336,7 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
         .unwrap()
         .clone();
 
-    let mut br = Browser::start().await;
+    let mut br = Browser::start(1280, 800).await;
 
     // sam may approve IBAN changes, but not his own: not in his queue, not found, refused.
     br.sign_in(&base, SAM).await;
@@ -584,7 +345,7 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     assert_eq!(br.count("a.item").await, 0, "sam sees his own request");
     br.goto(&format!("{base}/item/{iban_id}")).await;
     assert!(br.text("#error").await.contains("no approval request"));
-    let text = br.post_approve(&base, &iban_id, "sha256:x").await;
+    let text = post_approve(&br, &base, &iban_id, "sha256:x").await;
     assert!(text.contains("nobody approves their own request"), "{text}");
 
     // vera approves IBAN changes only: the payments are not shown to her, nor approvable.
@@ -600,9 +361,13 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
         !br.text("main").await.contains("INV-9"),
         "vera was shown the payment"
     );
-    let text = br
-        .post_approve(&base, &first_a.approval_id, first_a.input_hash.as_str())
-        .await;
+    let text = post_approve(
+        &br,
+        &base,
+        &first_a.approval_id,
+        first_a.input_hash.as_str(),
+    )
+    .await;
     assert!(text.contains("may not approve payment.schedule"), "{text}");
     // The restricted IBAN is shown to her in clear (her ceiling is restricted).
     br.goto(&format!("{base}/item/{iban_id}")).await;
@@ -621,9 +386,13 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
         1,
         "alice sees her own agent's requests"
     );
-    let text = br
-        .post_approve(&base, &first_a.approval_id, first_a.input_hash.as_str())
-        .await;
+    let text = post_approve(
+        &br,
+        &base,
+        &first_a.approval_id,
+        first_a.input_hash.as_str(),
+    )
+    .await;
     assert!(text.contains("the person behind 'worker-a'"), "{text}");
     assert!(
         store
@@ -849,7 +618,7 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
 /// after it was shown; then, shown again and confirmed, each call runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
-    if !browser_available() {
+    if !browser::available("the approvals browser test") {
         return;
     }
     let Setup {
@@ -889,7 +658,7 @@ async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
     )
     .await
     .unwrap();
-    let br = Browser::start().await;
+    let br = Browser::start(1280, 800).await;
     br.sign_in(&base, BOB).await;
     br.goto(&base).await;
     let count = br
