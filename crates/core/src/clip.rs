@@ -78,9 +78,47 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A JSON text with every character `printable` would write out escaped as JSON does
+/// (`\u202e`): the same document to a parser, but one a terminal shows instead of obeying.
+/// Only string contents can hold such characters, and a JSON escape is valid in any string,
+/// so the text stays valid JSON with the same values; it is no longer byte-for-byte the
+/// canonical form, so what is hashed is written as it is.
+pub fn json_printable(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(hides) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        match c {
+            // Outside strings only these whitespace characters may appear raw.
+            '\n' | '\r' | '\t' => out.push(c),
+            c if hides(c) => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_keeps_its_values_and_loses_its_power_over_a_terminal() {
+        let v = serde_json::json!({"reason": "ok\u{202e}DEVORPPA\u{1b}[31m\u{9b}x", "n": "東京"});
+        let text = serde_json::to_string_pretty(&v).unwrap();
+        let shown = json_printable(&text);
+        // Nothing acts but the document's own line breaks.
+        assert!(!shown.chars().any(|c| hides(c) && c != '\n'), "{shown}");
+        assert!(
+            shown.contains("\\u202e") && shown.contains("\\u009b"),
+            "{shown}"
+        );
+        assert!(shown.contains("東京"), "other text is left alone");
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back, v, "the same document");
+        assert_eq!(json_printable("{\"a\": 1}"), "{\"a\": 1}");
+    }
 
     #[test]
     fn names_are_cut_at_a_character_boundary_saying_how_much() {

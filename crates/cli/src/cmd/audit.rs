@@ -53,11 +53,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let report = audit(&target.describe(), &seen.facts, &seen.tools);
     match args.format {
         Format::Table => write!(out, "{}", report.render_table())?,
-        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
+        Format::Json => writeln!(out, "{}", super::json_text(&report)?)?,
         Format::Sarif => writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&to_sarif(&report, env!("CARGO_PKG_VERSION")))?
+            super::json_text(&to_sarif(&report, env!("CARGO_PKG_VERSION")))?
         )?,
     }
     if let Some(path) = &args.lock {

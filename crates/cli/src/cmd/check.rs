@@ -71,11 +71,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let code = Exit::refused_if(!review.is_clean());
     if args.cedar_schema {
         if let Some(r) = &registry {
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(r.policies.schema_json())?
-            )?;
+            writeln!(out, "{}", super::json_text(r.policies.schema_json())?)?;
         }
         return Ok(code);
     }
@@ -91,7 +87,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
                 .iter()
                 .map(|a| finding_json(registry.as_ref(), &a.finding, Some(&a.accepted))),
         );
-        writeln!(out, "{}", serde_json::to_string_pretty(&items)?)?;
+        writeln!(out, "{}", super::json_text(&items)?)?;
         return Ok(code);
     }
     for f in &review.findings {
@@ -171,7 +167,7 @@ fn print_schema(kind: &str, out: &mut dyn Write) -> anyhow::Result<Exit> {
             names.join(", ")
         );
     };
-    writeln!(out, "{}", serde_json::to_string_pretty(&k.schema())?)?;
+    writeln!(out, "{}", super::json_text(&k.schema())?)?;
     Ok(Exit::Success)
 }
 

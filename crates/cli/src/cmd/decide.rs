@@ -188,7 +188,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
         // The decision as the engine returns it, with each policy's outcome beside it.
         let mut doc = serde_json::to_value(&d)?;
         doc["policies"] = serde_json::to_value(&policies)?;
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        writeln!(out, "{}", super::json_text(&doc)?)?;
     } else {
         match &d.verdict {
             Verdict::Allow => writeln!(out, "decision: ALLOW")?,
@@ -279,7 +279,7 @@ fn unplanned(
             "registry_version": d.registry_version,
             "policies": null,
         });
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        writeln!(out, "{}", super::json_text(&doc)?)?;
     } else {
         writeln!(out, "decision: DENY at check 'plan' (rule {UNPLANNED})")?;
         writeln!(out, "reason:   {reason}")?;

@@ -3,7 +3,7 @@
 //! rewriting evident to someone who does not trust the database (docs/audit-chain.md).
 
 use crate::exit::Exit;
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -302,7 +302,17 @@ async fn export(args: &ExportArgs, out: &mut dyn Write) -> anyhow::Result<Exit> 
     }
     let mut buf = Vec::new();
     let n = store.export_principal(&args.principal, &mut buf).await?;
-    out.write_all(&buf)?;
+    // To a file or a pipe the records go as stored, byte for byte (their hashes are over that
+    // text). To a terminal, what an agent wrote into them is shown, not obeyed.
+    if std::io::stdout().is_terminal() {
+        let text = String::from_utf8_lossy(&buf);
+        out.write_all(toolgate_core::clip::json_printable(&text).as_bytes())?;
+        eprintln!(
+            "(shown for a terminal: direction overrides and control characters in the records              are written as JSON escapes; redirect to a file for the records byte for byte)"
+        );
+    } else {
+        out.write_all(&buf)?;
+    }
     out.flush()?;
     eprintln!("{n} record(s) for {}", args.principal);
     Ok(Exit::Success)

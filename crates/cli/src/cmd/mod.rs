@@ -73,3 +73,12 @@ pub fn broken_pipe(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+/// `v` as pretty JSON for a person's terminal or a program: what an agent or an upstream wrote
+/// into it (reasons, tool descriptions, inputs) can hold bidirectional overrides or terminal
+/// controls, so those are written as JSON escapes: the same values to a parser, inert on a
+/// screen.
+pub fn json_text<T: serde::Serialize + ?Sized>(v: &T) -> serde_json::Result<String> {
+    let text = serde_json::to_string_pretty(v)?;
+    Ok(toolgate_core::clip::json_printable(&text).into_owned())
+}

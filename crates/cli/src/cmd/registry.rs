@@ -41,7 +41,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
             let new = tools_on_disk(&d.config.dir)?;
             let diff = diff_registry(&d.rev, &old, &new);
             if d.json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&diff)?)?;
+                writeln!(out, "{}", super::json_text(&diff)?)?;
             } else {
                 write!(out, "{}", diff.render())?;
             }

@@ -61,7 +61,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
         std::thread::sleep(Duration::from_millis(50));
     };
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        writeln!(out, "{}", super::json_text(&report)?)?;
     } else {
         write_report(out, &report)?;
     }

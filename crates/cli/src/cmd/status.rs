@@ -28,7 +28,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     let dir = &args.config.dir;
     let status = read_status(dir)?;
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&status)?)?;
+        writeln!(out, "{}", super::json_text(&status)?)?;
     }
     let at = |ms: i64| toolgate_console::fmt::datetime(Timestamp::from_millis(ms));
     let on_disk = match Registry::load(dir) {
