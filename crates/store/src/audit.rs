@@ -189,7 +189,7 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
     };
     let head =
         head.ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
-    let (mut seq, mut prev) = (head.i64(0)?, head.text(1)?);
+    let (mut seq, mut prev) = (head.i64("seq")?, head.text("hash")?);
     let mut seqs = Vec::with_capacity(drafts.len());
     let mut rows = Vec::with_capacity(drafts.len());
     // A refusal without a step row is counted with its run (see `ledger::runs`).
@@ -423,13 +423,13 @@ impl StoredRow {
     /// From `SELECT seq, ts, principal, run_id, step_id, record, hash`.
     fn read(r: &Row) -> Result<StoredRow> {
         Ok(StoredRow {
-            seq: r.i64(0)?,
-            ts: r.i64(1)?,
-            principal: r.text(2)?,
-            run_id: r.opt_text(3)?,
-            step_id: r.opt_text(4)?,
-            record: r.text(5)?,
-            hash: r.text(6)?,
+            seq: r.i64("seq")?,
+            ts: r.i64("ts")?,
+            principal: r.text("principal")?,
+            run_id: r.opt_text("run_id")?,
+            step_id: r.opt_text("step_id")?,
+            record: r.text("record")?,
+            hash: r.text("hash")?,
         })
     }
 }
@@ -535,8 +535,8 @@ pub(crate) async fn read_head(c: &mut Conn) -> Result<ChainPoint> {
         .await?
         .ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
     Ok(ChainPoint {
-        seq: head.i64(0)?,
-        hash: head.text(1)?,
+        seq: head.i64("seq")?,
+        hash: head.text("hash")?,
     })
 }
 
@@ -634,7 +634,7 @@ pub(crate) async fn walk(c: &mut Conn, from: &ChainPoint, watch: &BTreeSet<i64>)
         )
         .await?;
     if let Some(beyond) = beyond {
-        let beyond = beyond.i64(0)?;
+        let beyond = beyond.i64("seq")?;
         let now = read_head(c).await?;
         if now.seq < beyond {
             let link = BrokenLink::at(
@@ -663,7 +663,7 @@ pub(crate) async fn record_text_at(c: &mut Conn, seq: i64) -> Result<Option<Stri
         .opt("SELECT record FROM audit WHERE seq = $1", args![seq])
         .await?
     {
-        Some(row) => Ok(Some(row.text(0)?)),
+        Some(row) => Ok(Some(row.text("record")?)),
         None => Ok(None),
     }
 }

@@ -422,7 +422,7 @@ impl Store {
             .opt("SELECT store_id FROM audit_store WHERE id = 1", args![])
             .await?
             .ok_or_else(|| StoreError::Corrupt("the audit store identity row is missing".into()))?;
-        row.text(0)
+        row.text("store_id")
     }
 
     /// Signs the chain head at `now` after checking the chain: all of it or, given the last

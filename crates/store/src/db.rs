@@ -113,22 +113,17 @@ macro_rules! bind_all {
 }
 
 /// One result row from either backend. Its columns are read by name (`r.text("step_id")`),
-/// as the statement names them (`AS` for an expression), or by position.
+/// as the statement names them (`AS` for an expression) on both backends.
 pub(crate) enum Row {
     /// SQLite: the statement's column names (shared by its rows) and this row's values.
     S(Arc<[String]>, Vec<Value>),
     P(PgRow),
 }
 
-/// A column of a [`Row`]: its name, or its position.
+/// A column of a [`Row`]: its name. There is no position: adding or moving a column in a
+/// SELECT would silently shift every read after it.
 pub(crate) trait Col: Copy + std::fmt::Debug + for<'r> sqlx::ColumnIndex<PgRow> {
     fn find(self, names: &[String]) -> Option<usize>;
-}
-
-impl Col for usize {
-    fn find(self, names: &[String]) -> Option<usize> {
-        (self < names.len()).then_some(self)
-    }
 }
 
 impl Col for &str {

@@ -66,10 +66,10 @@ impl Store {
         .iter()
         .map(|r| {
             Ok(RaisedRequest {
-                approval_id: r.text(0)?,
-                tool: r.text(1)?,
-                rule: r.text(2)?,
-                created_at: Timestamp::from_millis(r.i64(3)?),
+                approval_id: r.text("approval_id")?,
+                tool: r.text("tool")?,
+                rule: r.text("rule")?,
+                created_at: Timestamp::from_millis(r.i64("created_at")?),
             })
         })
         .collect()
@@ -115,7 +115,7 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| Ok((r.text(0)?, r.text(1)?)))
+            .map(|r| Ok((r.text("approval_id")?, r.text("destination")?)))
             .collect::<Result<Vec<_>>>()?
         };
         let mut out = Vec::new();
@@ -142,7 +142,7 @@ impl Store {
                 out.push(Delivery {
                     approval_id,
                     destination,
-                    attempts: r.i64(0)?,
+                    attempts: r.i64("attempts")?,
                 });
             }
         }
@@ -208,13 +208,13 @@ impl Store {
         for r in c
             .rows(
                 "SELECT destination, state, \
-                 CAST(CASE WHEN last_error IS NULL THEN 0 ELSE 1 END AS BIGINT) AS erred, COUNT(*) \
+                 CAST(CASE WHEN last_error IS NULL THEN 0 ELSE 1 END AS BIGINT) AS erred, COUNT(*) AS n \
                  FROM notify_outbox GROUP BY destination, state, erred ORDER BY destination",
                 args![],
             )
             .await?
         {
-            let dest = r.text(0)?;
+            let dest = r.text("destination")?;
             if out.last().is_none_or(|s| s.destination != dest) {
                 out.push(NotifySummary {
                     destination: dest,
@@ -222,8 +222,8 @@ impl Store {
                 });
             }
             let s = out.last_mut().expect("pushed above");
-            let n = r.i64(3)?;
-            match (r.text(1)?.as_str(), r.i64(2)? == 1) {
+            let n = r.i64("n")?;
+            match (r.text("state")?.as_str(), r.i64("erred")? == 1) {
                 ("sent", _) => s.sent += n,
                 ("failed", _) => s.failed += n,
                 (_, true) => s.retrying += n,
@@ -240,8 +240,8 @@ impl Store {
                 )
                 .await?
             {
-                s.last_error = r.opt_text(0)?;
-                s.last_error_at = r.opt_i64(1)?.map(Timestamp::from_millis);
+                s.last_error = r.opt_text("last_error")?;
+                s.last_error_at = r.opt_i64("last_error_at")?.map(Timestamp::from_millis);
             }
         }
         Ok(out)

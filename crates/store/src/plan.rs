@@ -236,7 +236,7 @@ impl Store {
             .await?
         {
             drop(tx);
-            if r.text(0)? != hash {
+            if r.text("plan_hash")? != hash {
                 return Err(StoreError::PlanRefused(format!(
                     "run {} already holds a different plan; a changed plan is a new submission",
                     sub.run_id
@@ -329,7 +329,11 @@ impl Store {
             .iter()
             .map(review)
             .collect::<Result<Vec<_>>>()?;
-        let (principal, status, goal) = (run.text(0)?, run.text(1)?, run.opt_text(2)?);
+        let (principal, status, goal) = (
+            run.text("principal")?,
+            run.text("status")?,
+            run.opt_text("goal")?,
+        );
         drop(c);
         Ok(RunStatus {
             run_id: run_id.to_string(),
@@ -397,7 +401,7 @@ impl Store {
                     args![step_id, reviewer],
                 )
                 .await?
-                .map(|r| r.text(0))
+                .map(|r| r.text("verdict"))
                 .transpose()?
                 .unwrap_or_default();
             drop(tx);
@@ -496,15 +500,15 @@ impl Store {
             .await?;
         let mut first_run = None;
         for r in &rows {
-            if run_id.is_some_and(|want| r.text(1).ok().as_deref() != Some(want)) {
+            if run_id.is_some_and(|want| r.text("run_id").ok().as_deref() != Some(want)) {
                 continue;
             }
-            let status = r.text(2)?;
+            let status = r.text("status")?;
             if matches!(status.as_str(), "pending" | "failed") {
-                return Ok(Some(r.text(0)?));
+                return Ok(Some(r.text("step_id")?));
             }
             if first_run.is_none() {
-                first_run = Some(r.text(0)?);
+                first_run = Some(r.text("step_id")?);
             }
         }
         Ok(first_run)
@@ -635,10 +639,10 @@ impl WorkSignal {
 /// A `step_reviews` row: step id, reviewer, verdict, note, time.
 fn review(r: &Row) -> Result<Review> {
     Ok(Review {
-        step_id: r.text(0)?,
-        reviewer: r.text(1)?,
-        verdict: ReviewVerdict::parse(&r.text(2)?)?,
-        note: r.text(3)?,
-        reviewed_at: Timestamp::from_millis(r.i64(4)?),
+        step_id: r.text("step_id")?,
+        reviewer: r.text("reviewer")?,
+        verdict: ReviewVerdict::parse(&r.text("verdict")?)?,
+        note: r.text("note")?,
+        reviewed_at: Timestamp::from_millis(r.i64("reviewed_at")?),
     })
 }

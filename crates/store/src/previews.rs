@@ -61,19 +61,19 @@ impl Store {
                 what: "plan",
                 id: plan_id.to_string(),
             })?;
-        let json = |i: usize| -> Result<Value> {
-            Ok(serde_json::from_str(&row.text(i)?).unwrap_or(Value::Null))
+        let json = |c: &str| -> Result<Value> {
+            Ok(serde_json::from_str(&row.text(c)?).unwrap_or(Value::Null))
         };
         Ok(Preview {
-            plan_id: row.text(0)?,
-            principal: row.text(1)?,
-            tool: row.text(2)?,
-            tool_version: row.text(3)?,
-            input_hash: row.text(4)?,
-            inputs: json(5)?,
-            meta: json(6)?,
-            created_at: row.i64(7)?,
-            expires_at: row.i64(8)?,
+            plan_id: row.text("plan_id")?,
+            principal: row.text("principal")?,
+            tool: row.text("tool")?,
+            tool_version: row.text("tool_version")?,
+            input_hash: row.text("input_hash")?,
+            inputs: json("inputs")?,
+            meta: json("meta")?,
+            created_at: row.i64("created_at")?,
+            expires_at: row.i64("expires_at")?,
         })
     }
 }

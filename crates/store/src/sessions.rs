@@ -54,9 +54,9 @@ impl Store {
             .await?;
         row.map(|r| {
             Ok(ConsoleSession {
-                principal: r.text(0)?,
-                csrf: r.text(1)?,
-                expires_at: r.i64(2)?,
+                principal: r.text("principal")?,
+                csrf: r.text("csrf")?,
+                expires_at: r.i64("expires_at")?,
             })
         })
         .transpose()

@@ -218,27 +218,27 @@ pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
 }
 
 fn approval_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest> {
-    let status = r.text(12)?;
+    let status = r.text("status")?;
     Ok(ApprovalRequest {
-        approval_id: r.text(0)?,
-        subject: r.text(1)?,
-        run_id: r.opt_text(2)?,
-        principal: r.text(3)?,
-        tool: r.text(4)?,
-        tool_version: r.text(5)?,
-        input_hash: InputHash::from_stored(r.text(6)?),
-        inputs: json(&r.text(7)?)?,
-        reason: r.opt_text(8)?,
-        evidence: serde_json::from_value(json(&r.text(9)?)?).unwrap_or_default(),
-        rule: r.text(10)?,
-        approvers_needed: r.i64(11)?,
+        approval_id: r.text("approval_id")?,
+        subject: r.text("subject")?,
+        run_id: r.opt_text("run_id")?,
+        principal: r.text("principal")?,
+        tool: r.text("tool")?,
+        tool_version: r.text("tool_version")?,
+        input_hash: InputHash::from_stored(r.text("input_hash")?),
+        inputs: json(&r.text("inputs")?)?,
+        reason: r.opt_text("reason")?,
+        evidence: serde_json::from_value(json(&r.text("evidence")?)?).unwrap_or_default(),
+        rule: r.text("rule")?,
+        approvers_needed: r.i64("approvers_needed")?,
         approved_by,
         status: ApprovalStatus::parse(&status)
             .ok_or_else(|| corrupt("approval status", &status))?,
-        created_at: Timestamp::from_millis(r.i64(13)?),
-        expires_at: Timestamp::from_millis(r.i64(14)?),
-        decided_at: r.opt_i64(15)?.map(Timestamp::from_millis),
-        decided_by: r.opt_text(16)?,
+        created_at: Timestamp::from_millis(r.i64("created_at")?),
+        expires_at: Timestamp::from_millis(r.i64("expires_at")?),
+        decided_at: r.opt_i64("decided_at")?.map(Timestamp::from_millis),
+        decided_by: r.opt_text("decided_by")?,
     })
 }
 
@@ -348,7 +348,7 @@ impl Store {
             )
             .await?
             .ok_or_else(|| StoreError::Corrupt("the current-run upsert returned no row".into()))?
-            .text(0)?;
+            .text("run_id")?;
         tx.commit().await?;
         self.inner
             .current_runs
@@ -375,7 +375,7 @@ impl Store {
                 args![run_id],
             )
             .await?
-            .map(|r| Ok::<_, StoreError>((r.text(0)?, r.opt_text(1)?.is_some())))
+            .map(|r| Ok::<_, StoreError>((r.text("principal")?, r.opt_text("run_id")?.is_some())))
             .transpose()?;
         match owner {
             None => Ok(true),
@@ -613,12 +613,12 @@ impl Store {
         let mut c = self.inner.pool.conn().await?;
         let rows = c
             .rows(
-                "SELECT status, COUNT(*) FROM steps GROUP BY status ORDER BY status",
+                "SELECT status, COUNT(*) AS n FROM steps GROUP BY status ORDER BY status",
                 args![],
             )
             .await?;
         rows.iter()
-            .map(|r| Ok((parse_status(&r.text(0)?)?, r.i64(1)?)))
+            .map(|r| Ok((parse_status(&r.text("status")?)?, r.i64("n")?)))
             .collect()
     }
 
@@ -637,10 +637,10 @@ impl Store {
         rows.iter()
             .map(|r| {
                 Ok(BudgetUse {
-                    principal: r.text(0)?,
-                    tier: parse_tier(&r.text(1)?)?,
-                    day: r.i64(2)?,
-                    used: r.i64(3)?,
+                    principal: r.text("principal")?,
+                    tier: parse_tier(&r.text("tier")?)?,
+                    day: r.i64("day")?,
+                    used: r.i64("used")?,
                 })
             })
             .collect()
@@ -673,7 +673,7 @@ impl Store {
         };
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
-            let id = r.text(0)?;
+            let id = r.text("approval_id")?;
             let by = c
                 .rows(
                     "SELECT approver FROM approval_grants WHERE approval_id = $1 ORDER BY granted_at",
@@ -681,7 +681,7 @@ impl Store {
                 )
                 .await?
                 .iter()
-                .map(|g| g.text(0))
+                .map(|g| g.text("approver"))
                 .collect::<Result<Vec<_>>>()?;
             out.push(approval_from_row(r, by)?);
         }
@@ -701,9 +701,9 @@ impl Store {
             .await?
         {
             out.push(ApprovalDecision {
-                approval_id: r.text(0)?,
-                approver: r.text(1)?,
-                at: Timestamp::from_millis(r.i64(2)?),
+                approval_id: r.text("approval_id")?,
+                approver: r.text("approver")?,
+                at: Timestamp::from_millis(r.i64("granted_at")?),
                 approved: true,
             });
         }
@@ -716,9 +716,9 @@ impl Store {
             .await?
         {
             out.push(ApprovalDecision {
-                approval_id: r.text(0)?,
-                approver: r.text(1)?,
-                at: Timestamp::from_millis(r.i64(2)?),
+                approval_id: r.text("approval_id")?,
+                approver: r.text("decided_by")?,
+                at: Timestamp::from_millis(r.i64("decided_at")?),
                 approved: false,
             });
         }
@@ -747,7 +747,7 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|g| g.text(0))
+            .map(|g| g.text("approver"))
             .collect::<Result<Vec<_>>>()?;
         approval_from_row(&row, by)
     }
@@ -823,7 +823,12 @@ impl Store {
             .await?
         {
             registry
-                .may_approve(approver, &r.text(0)?, &r.text(1)?, &r.text(2)?)
+                .may_approve(
+                    approver,
+                    &r.text("principal")?,
+                    &r.text("tool")?,
+                    &r.text("rule")?,
+                )
                 .map_err(|why| StoreError::Ineligible {
                     id: approval_id.to_string(),
                     why: Box::new(why),
@@ -852,8 +857,12 @@ impl Store {
                 what: "approval request",
                 id: approval_id.to_string(),
             })?;
-        let (subject, tool, principal, run_id) =
-            (row.text(0)?, row.text(1)?, row.text(2)?, row.opt_text(3)?);
+        let (subject, tool, principal, run_id) = (
+            row.text("subject")?,
+            row.text("tool")?,
+            row.text("principal")?,
+            row.opt_text("run_id")?,
+        );
         let mut outcome = StepOutcome::status(StepStatus::Refused);
         outcome.rule = Some("approval.rejected".into());
         outcome.error = Some(format!("rejected by {approver}: {note}"));
@@ -983,7 +992,7 @@ impl Store {
         };
         rows.iter()
             .map(|r| {
-                let (seq, text) = (r.i64(0)?, r.text(1)?);
+                let (seq, text) = (r.i64("seq")?, r.text("record")?);
                 let record: AuditRecord = serde_json::from_str(&text)
                     .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
                 selected_as_stored(
@@ -1013,7 +1022,7 @@ impl Store {
             )
             .await?;
         for r in &rows {
-            let (seq, text) = (r.i64(0)?, r.text(1)?);
+            let (seq, text) = (r.i64("seq")?, r.text("record")?);
             let record: AuditRecord = serde_json::from_str(&text)
                 .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
             selected_as_stored(seq, &record, Some(principal), None)?;
@@ -1105,19 +1114,24 @@ pub(crate) async fn grant(
         })?;
     // Segregation of duties, under the registry serving now.
     registry
-        .may_approve(approver, &req.text(10)?, &req.text(1)?, &req.text(8)?)
+        .may_approve(
+            approver,
+            &req.text("principal")?,
+            &req.text("tool")?,
+            &req.text("rule")?,
+        )
         .map_err(|why| StoreError::Ineligible {
             id: approval_id.to_string(),
             why: Box::new(why),
         })?;
     let (subject, tool, version, hash, status, expires, needed) = (
-        req.text(0)?,
-        req.text(1)?,
-        req.text(2)?,
-        req.text(3)?,
-        req.text(4)?,
-        req.i64(5)?,
-        req.i64(6)?,
+        req.text("subject")?,
+        req.text("tool")?,
+        req.text("tool_version")?,
+        req.text("input_hash")?,
+        req.text("status")?,
+        req.i64("expires_at")?,
+        req.i64("approvers_needed")?,
     );
     if status != "pending" {
         return Err(StoreError::ApprovalClosed {
@@ -1144,12 +1158,12 @@ pub(crate) async fn grant(
         // The registry version and rule the gate was decided under: after a reload the
         // approval carries over only while the current rules gate the call the same way.
         registry_version: Some(
-            req.opt_text(9)?
+            req.opt_text("registry_version")?
                 .unwrap_or_else(|| registry.version.hash.clone()),
         ),
-        gate_rule: Some(req.text(8)?),
+        gate_rule: Some(req.text("rule")?),
         // The upstream definition the call was parked under (none for built-in tools).
-        definition_hash: req.opt_text(7)?,
+        definition_hash: req.opt_text("definition_hash")?,
         approver: approver.to_string(),
         expires_at: Timestamp::from_millis(expires),
         nonce: new_id(),
@@ -1177,11 +1191,11 @@ pub(crate) async fn grant(
     }
     let granted = tx
         .opt(
-            "SELECT COUNT(*) FROM approval_grants WHERE approval_id = $1",
+            "SELECT COUNT(*) AS n FROM approval_grants WHERE approval_id = $1",
             args![approval_id],
         )
         .await?
-        .map(|r| r.i64(0))
+        .map(|r| r.i64("n"))
         .transpose()?
         .unwrap_or(0);
     if granted >= needed {
@@ -1556,7 +1570,7 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
     for r in &rows {
         tx.exec(
             "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3 AND used > 0",
-            args![r.text(0)?, r.text(1)?, r.i64(2)?],
+            args![r.text("principal")?, r.text("tier")?, r.i64("day")?],
         )
         .await?;
     }

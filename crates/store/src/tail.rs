@@ -37,7 +37,7 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
-                let (seq, text) = (r.i64(0)?, r.text(1)?);
+                let (seq, text) = (r.i64("seq")?, r.text("record")?);
                 let record: AuditRecord = serde_json::from_str(&text)
                     .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
                 // Selected by the column: it must say what the hashed record says.
@@ -57,24 +57,24 @@ impl Store {
         let mut c = self.inner.pool.conn().await?;
         let rows = c
             .rows(
-                "SELECT tool, rule, status, COUNT(*), COUNT(decided_at), \
-                 CAST(COALESCE(SUM(decided_at - created_at), 0) AS BIGINT) \
+                "SELECT tool, rule, status, COUNT(*) AS requests, COUNT(decided_at) AS decided, \
+                 CAST(COALESCE(SUM(decided_at - created_at), 0) AS BIGINT) AS age_ms_sum \
                  FROM approval_requests GROUP BY tool, rule, status ORDER BY tool, rule, status",
                 args![],
             )
             .await?;
         rows.iter()
             .map(|r| {
-                let status = r.text(2)?;
+                let status = r.text("status")?;
                 Ok(GateCount {
-                    tool: r.text(0)?,
-                    rule: r.text(1)?,
+                    tool: r.text("tool")?,
+                    rule: r.text("rule")?,
                     status: ApprovalStatus::parse(&status).ok_or_else(|| {
                         StoreError::Corrupt(format!("approval status '{status}'"))
                     })?,
-                    requests: r.i64(3)?,
-                    decided: r.i64(4)?,
-                    age_ms_sum: r.i64(5)?,
+                    requests: r.i64("requests")?,
+                    decided: r.i64("decided")?,
+                    age_ms_sum: r.i64("age_ms_sum")?,
                 })
             })
             .collect()

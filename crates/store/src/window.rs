@@ -129,8 +129,8 @@ async fn live(
     rows.iter()
         .map(|r| {
             Ok(Held {
-                at: Timestamp::from_millis(r.i64(0)?),
-                amount: r.i64(1)?,
+                at: Timestamp::from_millis(r.i64("at")?),
+                amount: r.i64("amount")?,
             })
         })
         .collect()
@@ -159,8 +159,8 @@ impl Store {
             .iter()
             .map(|r| {
                 Ok(Held {
-                    at: Timestamp::from_millis(r.i64(0)?),
-                    amount: r.i64(1)?,
+                    at: Timestamp::from_millis(r.i64("at")?),
+                    amount: r.i64("amount")?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

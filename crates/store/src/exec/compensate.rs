@@ -46,11 +46,11 @@ impl Executor {
         let done = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
         let mut next_seq = tx
             .opt(
-                "SELECT COALESCE(MAX(seq), 0) FROM steps WHERE run_id = $1",
+                "SELECT COALESCE(MAX(seq), 0) AS last_seq FROM steps WHERE run_id = $1",
                 args![run_id],
             )
             .await?
-            .map(|r| r.i64(0))
+            .map(|r| r.i64("last_seq"))
             .transpose()?
             .unwrap_or(0);
         let mut todo = Vec::new();
@@ -66,7 +66,7 @@ impl Executor {
                         args![&s.step_id],
                     )
                     .await?
-                    .map(|r| r.opt_text(0))
+                    .map(|r| r.opt_text("previous"))
                     .transpose()?
                     .flatten();
                 let Some(previous) = previous else {

@@ -19,7 +19,7 @@ impl Executor {
                 args![&s.step_id],
             )
             .await?
-            .map(|r| r.opt_text(0))
+            .map(|r| r.opt_text("decision"))
             .transpose()?
             .flatten()
         else {

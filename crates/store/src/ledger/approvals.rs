@@ -24,7 +24,7 @@ pub(crate) async fn granted(tx: &mut Tx, subject: &str) -> Result<Vec<ApprovalTo
     )
     .await?
     .iter()
-    .map(|r| Ok(ApprovalToken::from_wire(r.text(0)?)))
+    .map(|r| Ok(ApprovalToken::from_wire(r.text("token")?)))
     .collect()
 }
 
@@ -69,7 +69,7 @@ pub(crate) async fn open_request(tx: &mut Tx, r: NewRequest<'_>, now: Timestamp)
         )
         .await?
     {
-        return open.text(0);
+        return open.text("approval_id");
     }
     let id = new_id();
     tx.exec(
@@ -133,9 +133,9 @@ pub(crate) async fn rejection(
         return Ok(None);
     };
     Ok(Some(Rejection {
-        approval_id: r.text(0)?,
-        decided_by: r.opt_text(1)?,
-        note: r.opt_text(2)?,
-        decided_at: r.opt_i64(3)?.map(Timestamp::from_millis),
+        approval_id: r.text("approval_id")?,
+        decided_by: r.opt_text("decided_by")?,
+        note: r.opt_text("note")?,
+        decided_at: r.opt_i64("decided_at")?.map(Timestamp::from_millis),
     }))
 }

@@ -25,7 +25,7 @@ pub(crate) async fn used_today(
         )
         .await?
     {
-        used.insert(parse_tier(&r.text(0)?)?, r.i64(1)? as u32);
+        used.insert(parse_tier(&r.text("tier")?)?, r.i64("used")? as u32);
     }
     Ok(used)
 }

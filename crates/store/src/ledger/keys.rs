@@ -36,14 +36,17 @@ pub(crate) async fn held(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<Hel
         return Ok(None);
     };
     Ok(Some(HeldKey {
-        input_hash: r.text(0)?,
-        done: r.text(1)? == "done",
-        outcome: r.opt_text(2)?,
-        expires_at: Timestamp::from_millis(r.i64(3)?),
-        step_id: r.text(4)?,
-        principal: r.opt_text(5)?,
-        created_at: r.opt_i64(6)?.map(Timestamp::from_millis),
-        step_status: r.opt_text(7)?.map(|t| parse_status(&t)).transpose()?,
+        input_hash: r.text("input_hash")?,
+        done: r.text("state")? == "done",
+        outcome: r.opt_text("outcome")?,
+        expires_at: Timestamp::from_millis(r.i64("expires_at")?),
+        step_id: r.text("step_id")?,
+        principal: r.opt_text("principal")?,
+        created_at: r.opt_i64("created_at")?.map(Timestamp::from_millis),
+        step_status: r
+            .opt_text("status")?
+            .map(|t| parse_status(&t))
+            .transpose()?,
     }))
 }
 

@@ -28,39 +28,39 @@ pub(crate) async fn history(tx: &mut Tx, run_id: &str, before: Option<i64>) -> R
     let mut counted = Vec::new();
     for r in tx
         .rows(
-            "SELECT tool, tier, status, COUNT(*) FROM steps \
+            "SELECT tool, tier, status, COUNT(*) AS n FROM steps \
              WHERE run_id = $1 AND seq < $2 AND kind <> 'compensation' \
              AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status",
             args![run_id, before.unwrap_or(i64::MAX)],
         )
         .await?
     {
-        let Some(outcome) = prior_outcome(parse_status(&r.text(2)?)?) else {
+        let Some(outcome) = prior_outcome(parse_status(&r.text("status")?)?) else {
             continue;
         };
         counted.push(PriorCalls {
             call: PriorCall {
-                tool: r.text(0)?,
-                tier: parse_tier(&r.text(1)?)?,
+                tool: r.text("tool")?,
+                tier: parse_tier(&r.text("tier")?)?,
                 outcome,
             },
-            n: r.i64(3)?,
+            n: r.i64("n")?,
         });
     }
     for r in tx
         .rows(
-            "SELECT tool, tier, COUNT(*) FROM run_refusals WHERE run_id = $1 GROUP BY tool, tier",
+            "SELECT tool, tier, COUNT(*) AS n FROM run_refusals WHERE run_id = $1 GROUP BY tool, tier",
             args![run_id],
         )
         .await?
     {
         counted.push(PriorCalls {
             call: PriorCall {
-                tool: r.text(0)?,
-                tier: parse_tier(&r.text(1)?)?,
+                tool: r.text("tool")?,
+                tier: parse_tier(&r.text("tier")?)?,
                 outcome: PriorOutcome::Denied,
             },
-            n: r.i64(2)?,
+            n: r.i64("n")?,
         });
     }
     Ok(RunHistory {
@@ -93,11 +93,11 @@ pub(crate) async fn record_refusals(tx: &mut Tx, refusals: &[Refusal]) -> Result
 pub(crate) async fn next_seq(tx: &mut Tx, run_id: &str) -> Result<i64> {
     Ok(tx
         .opt(
-            "SELECT COALESCE(MAX(seq), 0) + 1 FROM steps WHERE run_id = $1",
+            "SELECT COALESCE(MAX(seq), 0) + 1 AS next_seq FROM steps WHERE run_id = $1",
             args![run_id],
         )
         .await?
-        .map(|r| r.i64(0))
+        .map(|r| r.i64("next_seq"))
         .transpose()?
         .unwrap_or(1))
 }

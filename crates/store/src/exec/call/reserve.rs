@@ -175,10 +175,13 @@ impl Executor {
                 )
                 .await?
             {
-                Some(r) if r.text(2)? == p.principal && r.i64(3)? + retention > now.millis() => {
+                Some(r)
+                    if r.text("principal")? == p.principal
+                        && r.i64("updated_at")? + retention > now.millis() =>
+                {
                     // The retry is recorded in the run of the step it retries.
-                    p.run_id = r.text(4)?;
-                    Some((r.text(0)?, r.i64(1)?))
+                    p.run_id = r.text("run_id")?;
+                    Some((r.text("step_id")?, r.i64("attempts")?))
                 }
                 Some(_) => {
                     crate::ledger::keys::archive(tx, &p.idem_key).await?;
