@@ -120,34 +120,26 @@ pub(crate) enum Row {
     P(PgRow),
 }
 
-/// A column of a [`Row`]: its name. There is no position: adding or moving a column in a
-/// SELECT would silently shift every read after it.
-pub(crate) trait Col: Copy + std::fmt::Debug + for<'r> sqlx::ColumnIndex<PgRow> {
-    fn find(self, names: &[String]) -> Option<usize>;
-}
-
-impl Col for &str {
-    fn find(self, names: &[String]) -> Option<usize> {
-        names.iter().position(|n| n == self)
-    }
-}
-
+// A column is read by its name only, never by position: adding or moving a column in a
+// SELECT would silently shift every read after it.
 impl Row {
     /// SQLite's value in column `c`.
-    fn lite<'a>(names: &[String], r: &'a [Value], c: impl Col) -> Result<&'a Value> {
-        c.find(names)
+    fn lite<'a>(names: &[String], r: &'a [Value], c: &str) -> Result<&'a Value> {
+        names
+            .iter()
+            .position(|n| n == c)
             .and_then(|i| r.get(i))
             .ok_or_else(|| StoreError::Corrupt(format!("no column {c:?} in a row of {names:?}")))
     }
 
-    fn lite_type(c: impl Col, v: &Value, want: &str) -> StoreError {
+    fn lite_type(c: &str, v: &Value, want: &str) -> StoreError {
         StoreError::Corrupt(format!(
             "column {c:?}: expected {want}, found {:?}",
             v.data_type()
         ))
     }
 
-    pub fn i64(&self, c: impl Col) -> Result<i64> {
+    pub fn i64(&self, c: &str) -> Result<i64> {
         Ok(match self {
             Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Integer(v) => *v,
@@ -156,7 +148,7 @@ impl Row {
             Row::P(r) => r.try_get(c)?,
         })
     }
-    pub fn text(&self, c: impl Col) -> Result<String> {
+    pub fn text(&self, c: &str) -> Result<String> {
         Ok(match self {
             Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Text(v) => v.clone(),
@@ -165,7 +157,7 @@ impl Row {
             Row::P(r) => r.try_get(c)?,
         })
     }
-    pub fn opt_text(&self, c: impl Col) -> Result<Option<String>> {
+    pub fn opt_text(&self, c: &str) -> Result<Option<String>> {
         Ok(match self {
             Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Null => None,
@@ -175,7 +167,7 @@ impl Row {
             Row::P(r) => r.try_get(c)?,
         })
     }
-    pub fn opt_i64(&self, c: impl Col) -> Result<Option<i64>> {
+    pub fn opt_i64(&self, c: &str) -> Result<Option<i64>> {
         Ok(match self {
             Row::S(n, r) => match Self::lite(n, r, c)? {
                 Value::Null => None,

@@ -500,7 +500,9 @@ impl Store {
             .await?;
         let mut first_run = None;
         for r in &rows {
-            if run_id.is_some_and(|want| r.text("run_id").ok().as_deref() != Some(want)) {
+            if let Some(want) = run_id
+                && r.text("run_id")? != want
+            {
                 continue;
             }
             let status = r.text("status")?;
