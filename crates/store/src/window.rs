@@ -15,7 +15,7 @@ use toolgate_core::Timestamp;
 use toolgate_core::budget::{Held, WindowBudget, WindowView};
 use toolgate_core::registry::Tool;
 
-use crate::db::{Tx, args};
+use crate::db::{Row, Tx, args};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -121,11 +121,18 @@ async fn live(
 ) -> Result<Vec<Held>> {
     let rows = tx
         .rows(
-            "SELECT at, amount FROM window_reservations WHERE budget = $1 AND principal = $2 \
-             AND key_value = $3 AND at > $4 ORDER BY at",
+            LIVE,
             args![&b.id, principal, key, now.millis() - b.window_ms],
         )
         .await?;
+    held(&rows)
+}
+
+/// The live reservations of one window (budget, principal, key), oldest first.
+const LIVE: &str = "SELECT at, amount FROM window_reservations WHERE budget = $1 \
+                    AND principal = $2 AND key_value = $3 AND at > $4 ORDER BY at";
+
+fn held(rows: &[Row]) -> Result<Vec<Held>> {
     rows.iter()
         .map(|r| {
             Ok(Held {
@@ -150,20 +157,10 @@ impl Store {
         let mut conn = self.inner.pool.conn().await?;
         let rows = conn
             .rows(
-                "SELECT at, amount FROM window_reservations WHERE budget = $1 AND principal = $2 \
-                 AND key_value = $3 AND at > $4 ORDER BY at",
+                LIVE,
                 args![&budget.id, principal, key, now.millis() - budget.window_ms],
             )
             .await?;
-        let held = rows
-            .iter()
-            .map(|r| {
-                Ok(Held {
-                    at: Timestamp::from_millis(r.i64("at")?),
-                    amount: r.i64("amount")?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(held)
+        held(&rows)
     }
 }

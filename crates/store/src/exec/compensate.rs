@@ -44,15 +44,8 @@ impl Executor {
             )
             .await?;
         let done = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
-        let mut next_seq = tx
-            .opt(
-                "SELECT COALESCE(MAX(seq), 0) AS last_seq FROM steps WHERE run_id = $1",
-                args![run_id],
-            )
-            .await?
-            .map(|r| r.i64("last_seq"))
-            .transpose()?
-            .unwrap_or(0);
+        // Each compensation is numbered after the run's last step.
+        let mut seq = crate::ledger::runs::next_seq(&mut tx, run_id).await? - 1;
         let mut todo = Vec::new();
         for s in &done {
             let Some(tool) = self.registry.tool(&s.tool) else {
@@ -116,10 +109,10 @@ impl Executor {
         }
         let mut calls = Vec::new();
         for (comp, comp_tool, inputs, s) in todo {
-            next_seq += 1;
+            seq += 1;
             let key = IdempotencyKey::for_step(
                 run_id,
-                next_seq as u32,
+                seq as u32,
                 &json!({"compensates": s.step_id, "inputs": inputs}),
             );
             let id = new_id();
@@ -129,7 +122,7 @@ impl Executor {
                 NewStep {
                     step_id: &id,
                     run_id,
-                    seq: next_seq,
+                    seq,
                     kind: StepKind::Compensation,
                     principal: &s.principal,
                     role: &s.role,
