@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
@@ -379,8 +379,11 @@ impl LiteConn {
             }
         }
         let width = st.column_count();
+        // A statement that returns no columns (most writes) shares one empty list: nothing is
+        // allocated or looked up for it.
+        static NO_COLUMNS: LazyLock<Arc<[String]>> = LazyLock::new(|| Arc::from(Vec::new()));
         let names = if width == 0 {
-            Arc::from(Vec::new())
+            NO_COLUMNS.clone()
         } else {
             self.names(sql, &st)
         };
