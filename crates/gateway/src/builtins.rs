@@ -174,7 +174,14 @@ async fn planned_call(
             .into_result());
     };
     let report = ex.execute_step(&step_id).await.map_err(internal)?;
-    let step = ex.store.step(&step_id).await.map_err(internal)?;
+    // Another worker may hold the step (serve's own worker ran it the moment it was
+    // approved): the retry waits for that attempt and answers with its outcome.
+    let within = ex.store.config().attempt_lease();
+    let step = ex
+        .store
+        .step_when_settled(&step_id, within)
+        .await
+        .map_err(internal)?;
     tracing::info!(principal = %call.principal, tool = %call.tool, step = %step_id, status = %report.status, replayed = report.replayed, "planned step executed");
     Ok(step_result(&step))
 }

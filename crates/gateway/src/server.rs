@@ -21,7 +21,7 @@ use serde_json::Value;
 use toolgate_core::registry::Tool as RegistryTool;
 use toolgate_core::why::{PurposeSource, Split, Why};
 use toolgate_core::{Effect, Registry};
-use toolgate_store::{DirectCall, Executor, Store};
+use toolgate_store::{CallStatus, DirectCall, Executor, Store};
 use tracing::Instrument;
 
 use crate::auth::Caller;
@@ -241,7 +241,7 @@ impl GatewayServer {
         }
         crate::pins::freshen(&self.state, caller, &call).await;
         let executor = crate::builtins::executor_for(&self.state, tool);
-        let result = executor.governed_call(call).await.map_err(|e| {
+        let unrecorded = |e: toolgate_store::StoreError| {
             tracing::error!(error = %e, "a governed call could not be recorded");
             ErrorData::internal_error(
                 format!(
@@ -249,7 +249,26 @@ impl GatewayServer {
                 ),
                 None,
             )
-        })?;
+        };
+        // Only a write holds an idempotency key another attempt can find running; a read's
+        // call is not kept for a second pass.
+        let again = registry
+            .tool(tool)
+            .is_some_and(|t| t.config.effect != Effect::Read)
+            .then(|| call.clone());
+        let mut result = executor.governed_call(call).await.map_err(unrecorded)?;
+        // A retry that found an earlier attempt of its operation still running (a client that
+        // retried after a reconnect): wait for that attempt, then go through the gate again,
+        // which replays its outcome (or retries it, if it failed in a way that may be retried).
+        if let (CallStatus::InProgress, Some(step), Some(call)) =
+            (result.status, result.step_id.as_deref(), again)
+        {
+            let within = executor.store.config().attempt_lease();
+            let settled = executor.store.step_when_settled(step, within).await;
+            if settled.is_ok_and(|s| s.status != toolgate_core::StepStatus::Running) {
+                result = executor.governed_call(call).await.map_err(unrecorded)?;
+            }
+        }
         let record = |span: &crate::otlp::CallSpan| {
             crate::otlp::record_call(tool, caller, &result, started_at, span)
         };

@@ -156,6 +156,77 @@ async fn a_listed_call_reaches_the_upstream_with_the_derived_idempotency_key() {
     h.shutdown().await;
 }
 
+/// A client that gave up on a slow write and retried it from a new connection (what an SDK
+/// does after a reconnect) gets the write's outcome once the first attempt finishes, not "in
+/// progress, ask later"; the write reaches the upstream once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_finds_its_write_running_waits_and_answers_with_its_outcome() {
+    let h = Harness::start_with(
+        vec![toolgate_fakes::FaultSpec {
+            kind: toolgate_fakes::FaultKind::Slow(std::time::Duration::from_millis(700)),
+            selector: toolgate_fakes::fault::Selector::Always,
+            tool: Some("draft_note".into()),
+        }],
+        None,
+    )
+    .await;
+    let (first, again) = (h.client(WORKER_KEY).await, h.client(WORKER_KEY).await);
+    let note = json!({"invoice_id": "INV-20260615", "kind": "query", "text": "Confirm the date."});
+    let meta = billing(
+        "ask the supplier to confirm the delivery date",
+        "run-retried",
+    );
+    let retry = async {
+        // The retry arrives while the first attempt is at the upstream.
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        call(&again, "note.draft", note.clone(), meta.clone()).await
+    };
+    let (a, b) = tokio::join!(
+        call(&first, "note.draft", note.clone(), meta.clone()),
+        retry
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_ne!(a.is_error, Some(true), "{a:?}");
+    assert_ne!(
+        b.is_error,
+        Some(true),
+        "the retry waited for the outcome: {b:?}"
+    );
+    let status =
+        |r: &rmcp::model::CallToolResult| r.structured_content.as_ref().unwrap()["status"].clone();
+    assert_eq!(status(&a), "drafted");
+    assert_eq!(status(&b), "drafted");
+    assert_eq!(h.records_for("draft_note").len(), 1, "written once");
+    // The audit shows what happened: the retry that found the call running, the call, the replay.
+    let audit = h.audit("test-worker").await;
+    let events: Vec<_> = audit
+        .iter()
+        .filter(|r| r["tool"] == "note.draft")
+        .map(|r| {
+            let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+            (
+                s(&r["why"]["decision"]),
+                s(&r["why"]["rule"]),
+                s(&r["outcome"]["status"]),
+            )
+        })
+        .collect();
+    let event =
+        |d: &str, rule: &str, status: &str| (d.to_string(), rule.to_string(), status.to_string());
+    assert_eq!(
+        events,
+        [
+            // In chain order: the retry found the key held while the first attempt ran ...
+            event("replay", "idempotency.in_progress", "running"),
+            // ... the first attempt finished, and the waiting retry replayed its outcome.
+            event("allow", "", "done"),
+            event("replay", "", "done"),
+        ],
+        "{audit:#?}"
+    );
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unlisted_tool_is_answered_exactly_like_an_unknown_one() {
     let h = Harness::start().await;

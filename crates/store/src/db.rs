@@ -129,7 +129,7 @@ impl Row {
             .iter()
             .position(|n| n == c)
             .and_then(|i| r.get(i))
-            .ok_or_else(|| StoreError::Corrupt(format!("no column {c:?} in a row of {names:?}")))
+            .ok_or_else(|| StoreError::Bug(format!("no column {c:?} in a row of {names:?}")))
     }
 
     fn lite_type(c: &str, v: &Value, want: &str) -> StoreError {

@@ -15,8 +15,31 @@ pub enum StoreError {
     /// A command that only reads found no store, or a schema it does not read, at the URL.
     #[error("{0}")]
     Schema(crate::db::SchemaProblem),
+    /// What the store holds does not read as what it writes: a row it needs is missing, or a
+    /// stored value does not parse.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// Recording a call's outcome and audit record failed (the cause says why: a full disk,
+    /// a lost database connection, ...). The call itself may have run.
+    #[error("recording the outcome failed: {0}")]
+    Recording(#[source] Box<StoreError>),
+    /// Making acknowledged writes durable (an fsync barrier) failed.
+    #[error("making {what} durable failed: {source}")]
+    NotDurable {
+        what: &'static str,
+        #[source]
+        source: std::sync::Arc<StoreError>,
+    },
+    /// A task the store handed work to panicked or was cancelled.
+    #[error("{what} failed: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A mistake in toolgate itself, not in the data or the environment.
+    #[error("internal error (a bug in toolgate, please report it): {0}")]
+    Bug(String),
     #[error("no {what} with id '{id}'")]
     NotFound { what: &'static str, id: String },
     #[error("tool '{0}' is not in the registry")]

@@ -310,7 +310,10 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| StoreError::Corrupt(format!("a blocking file task failed: {e}")))?
+        .map_err(|source| StoreError::Task {
+            what: "a blocking file task",
+            source,
+        })?
         .map_err(Into::into)
 }
 
@@ -364,12 +367,12 @@ impl LiteConn {
                     .strip_prefix(['$', '?'])
                     .and_then(|d| d.parse::<usize>().ok())
                     .ok_or_else(|| {
-                        StoreError::Corrupt(format!("placeholder {name} in `{sql}` is not $n"))
+                        StoreError::Bug(format!("placeholder {name} in `{sql}` is not $n"))
                     })?,
                 None => i,
             };
             let arg = args.get(n.wrapping_sub(1)).ok_or_else(|| {
-                StoreError::Corrupt(format!("`{sql}` wants ${n}; {} bound", args.len()))
+                StoreError::Bug(format!("`{sql}` wants ${n}; {} bound", args.len()))
             })?;
             match arg {
                 Arg::I(v) => st.raw_bind_parameter(i, v)?,
@@ -438,7 +441,10 @@ impl LiteTx {
                 (lc, r)
             })
             .await
-            .map_err(|e| StoreError::Corrupt(format!("the commit task failed: {e}")))?;
+            .map_err(|source| StoreError::Task {
+                what: "the commit task",
+                source,
+            })?;
             self.conn.lc = Some(lc);
             r
         } else {

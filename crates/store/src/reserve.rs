@@ -67,10 +67,12 @@ async fn run(pool: &Pool, jobs: Vec<ReserveJob>) {
             if settled && !durable && pool.is_fsyncd_sqlite() {
                 // Something was acknowledged in a transaction that was not fsync'd.
                 if let Err(e) = jobs[0].exec.store.sync_barrier().await {
+                    let e = std::sync::Arc::new(e);
                     for j in jobs {
-                        let _ = j.reply.send(Err(StoreError::Corrupt(format!(
-                            "making a refusal durable failed: {e}"
-                        ))));
+                        let _ = j.reply.send(Err(StoreError::NotDurable {
+                            what: "a refusal",
+                            source: e.clone(),
+                        }));
                     }
                     return;
                 }

@@ -59,6 +59,15 @@ pub struct StoreConfig {
     pub durability: Durability,
 }
 
+impl StoreConfig {
+    /// How long one attempt of a call can hold its step: its handler's timeout and two
+    /// seconds to record the outcome, never longer than a worker's lease. Past that, whoever
+    /// made the attempt is gone and recovery may settle it.
+    pub fn attempt_lease(&self) -> Duration {
+        self.lease.min(self.call_timeout + Duration::from_secs(2))
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
@@ -140,7 +149,7 @@ pub(crate) struct Settle {
 /// One caller's records: applied and acknowledged together.
 pub(crate) struct WriteJob {
     units: Vec<(Option<Settle>, AuditDraft)>,
-    reply: oneshot::Sender<std::result::Result<Vec<i64>, String>>,
+    reply: oneshot::Sender<Result<Vec<i64>>>,
 }
 
 macro_rules! step_cols {
@@ -347,7 +356,7 @@ impl Store {
                 args![principal, &fresh, now.millis(), now.millis() - idle_ms],
             )
             .await?
-            .ok_or_else(|| StoreError::Corrupt("the current-run upsert returned no row".into()))?
+            .ok_or_else(|| StoreError::Bug("the current-run upsert returned no row".into()))?
             .text("run_id")?;
         tx.commit().await?;
         self.inner
@@ -448,9 +457,7 @@ impl Store {
             .map_err(|_| StoreError::WriterGone)?;
         match rx.await {
             Ok(Ok(seqs)) => Ok(seqs),
-            Ok(Err(e)) => Err(StoreError::Corrupt(format!(
-                "recording the outcome failed: {e}"
-            ))),
+            Ok(Err(e)) => Err(StoreError::Recording(Box::new(e))),
             Err(_) => Err(StoreError::WriterGone),
         }
     }
@@ -590,6 +597,24 @@ impl Store {
                 id: step_id.to_string(),
             })?;
         step_from_row(&row)
+    }
+
+    /// The step once it is no longer running, read again with a growing pause
+    /// (10 ms up to 250 ms) for at most `within`; the last reading if it is still running
+    /// then. For a retry that found another attempt of its operation in progress, so it can
+    /// answer with that attempt's outcome instead of "ask later".
+    pub async fn step_when_settled(&self, step_id: &str, within: Duration) -> Result<Step> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let step = self.step(step_id).await?;
+            if step.status != StepStatus::Running || tokio::time::Instant::now() + pause > deadline
+            {
+                return Ok(step);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
     }
 
     /// The steps of a run in order (compensations after the steps they undo).
@@ -1620,15 +1645,12 @@ async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max:
             Err(batch_err) => {
                 tracing::warn!(error = %batch_err, n = jobs.len(), "group commit failed; retrying one by one");
                 for j in jobs {
-                    let mut res = Err(batch_err.to_string());
-                    for _ in 0..3 {
-                        match apply_batch(&pool, std::slice::from_ref(&j)).await {
-                            Ok(s) => {
-                                res = Ok(s);
-                                break;
-                            }
-                            Err(e) => res = Err(e.to_string()),
+                    let mut res = apply_batch(&pool, std::slice::from_ref(&j)).await;
+                    for _ in 1..3 {
+                        if res.is_ok() {
+                            break;
                         }
+                        res = apply_batch(&pool, std::slice::from_ref(&j)).await;
                     }
                     let _ = j.reply.send(res);
                 }

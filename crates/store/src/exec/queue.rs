@@ -149,7 +149,10 @@ impl Executor {
         }
         let mut units = Vec::new();
         while let Some(r) = set.join_next().await {
-            let c = r.map_err(|e| StoreError::Corrupt(format!("a call task panicked: {e}")))?;
+            let c = r.map_err(|source| StoreError::Task {
+                what: "a call task",
+                source,
+            })?;
             reports.push(StepReport {
                 step_id: c.p.step_id.clone(),
                 status: c.outcome.status,

@@ -216,15 +216,9 @@ impl Executor {
                 .map(|x| x.role().to_string())
                 .unwrap_or_default();
             Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
-            // A direct call cannot outlast its timeout: once that (and two seconds to record the
-            // outcome) has passed with the step still running, whoever made it is gone and
-            // recovery may settle it.
+            // A direct call cannot outlast its timeout (see `StoreConfig::attempt_lease`).
             let cfg = self.store.config();
-            let lease = now.millis()
-                + cfg
-                    .lease
-                    .min(cfg.call_timeout + Duration::from_secs(2))
-                    .as_millis() as i64;
+            let lease = now.millis() + cfg.attempt_lease().as_millis() as i64;
             let allowed = decision_json(decision);
             match existing {
                 Some((id, attempts)) => {
