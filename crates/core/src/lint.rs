@@ -7,6 +7,7 @@
 //! followed, with findings at the definition where the fix goes. Policies are checked at load
 //! (a rule that cannot work does not load); what Cedar only warns about is reported here.
 
+use crate::handler::Builtin;
 use serde_json::Value;
 
 use crate::config::{AcceptanceConfig, AnnotationsConfig, PrincipalConfig, ToolConfig};
@@ -73,14 +74,21 @@ pub fn schema_mentions(schema: &Value, name: &str) -> bool {
 /// other tools' inputs, and each step's inputs are validated against the named tool's own closed
 /// schema when the plan is submitted (a plan with a failing step is refused, naming it). These
 /// are the only exemptions; an author cannot declare one.
-pub const OPEN_BY_DESIGN: &[(&str, &str)] =
-    &[("plan.submit", ".properties.steps.items.properties.inputs")];
+pub const OPEN_BY_DESIGN: &[(Builtin, &str)] = &[(
+    Builtin::PlanSubmit,
+    ".properties.steps.items.properties.inputs",
+)];
+
+/// The built-in a tool's configuration names, if any (and if it is one).
+fn builtin_of(tool: &ToolConfig) -> Option<Builtin> {
+    tool.handler.builtin.as_deref().and_then(Builtin::from_name)
+}
 
 fn open_by_design(tool: &ToolConfig, path: &str) -> bool {
-    tool.handler.builtin.as_deref().is_some_and(|b| {
+    builtin_of(tool).is_some_and(|b| {
         OPEN_BY_DESIGN
             .iter()
-            .any(|(name, at)| *name == b && path.ends_with(at))
+            .any(|(open, at)| *open == b && path.ends_with(at))
     })
 }
 
@@ -310,10 +318,7 @@ pub fn lint_tool(
     }
     // The writing built-ins record only in toolgate's own store (a plan, a review), which no
     // compensating tool could undo better than aborting the run they belong to.
-    let records_only = matches!(
-        t.handler.builtin.as_deref(),
-        Some("plan.submit" | "step.approve" | "step.reject")
-    );
+    let records_only = builtin_of(t).is_some_and(Builtin::records_only);
     let compensated = t.compensate.is_some() || t.compensate_with.is_some();
     if t.effect == Effect::Write && !compensated && !is_compensation && !records_only {
         push(

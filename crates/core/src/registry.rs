@@ -2,6 +2,7 @@
 //! dangling references and duplicate names are errors naming the file, the path inside it and
 //! what would be right. Nothing downstream re-checks a string.
 
+use crate::handler::{Builtin, Handler};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -89,11 +90,29 @@ pub struct Tool {
     pub(crate) action: EntityUid,
     /// Its window budgets, checked (`window_budgets` in the file).
     pub windows: Vec<crate::budget::WindowBudget>,
+    /// The built-in it is, read from `handler.builtin` (see [`Tool::handler`]).
+    builtin: Option<Builtin>,
 }
 
 impl Tool {
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+    /// Who does its work. A loaded registry has checked that the tool names exactly one
+    /// upstream or one known built-in.
+    pub fn handler(&self) -> Handler<'_> {
+        let h = &self.config.handler;
+        match self.builtin {
+            Some(b) => Handler::Builtin(b),
+            None => Handler::Upstream {
+                server: h.upstream.as_deref().unwrap_or_default(),
+                tool: h.tool.as_deref().unwrap_or(&self.config.name),
+            },
+        }
+    }
+    /// The built-in it is, if it is one.
+    pub fn builtin(&self) -> Option<Builtin> {
+        self.builtin
     }
     pub fn is_listed_for(&self, role: &str) -> bool {
         self.config.roles.iter().any(|r| r == role)
@@ -139,16 +158,11 @@ pub struct Registry {
     credential_index: HashMap<String, usize>,
     pub policies: Policies,
     pub version: RegistryVersion,
-    /// Built-in tools the gateway implements itself.
-    pub builtins: Vec<String>,
 }
 
 /// Where the registry's reference page is: every key of every file, generated from these
 /// types (`docs/registry.md` in the repository).
 pub const REFERENCE: &str = "docs/registry.md (the registry reference)";
-
-/// The built-in tools (planner, reviewer and status).
-pub const BUILTINS: &[&str] = &["plan.submit", "step.approve", "step.reject", "run.status"];
 
 fn rel(dir: &Path, p: &Path) -> String {
     p.strip_prefix(dir).unwrap_or(p).display().to_string()
@@ -349,7 +363,7 @@ impl Registry {
                 );
                 continue;
             }
-            if BUILTINS.contains(&cfg.name.as_str()) && cfg.handler.builtin.is_none() {
+            if Builtin::from_name(&cfg.name).is_some() && cfg.handler.builtin.is_none() {
                 finding(
                     &file,
                     format!("{path}.name"),
@@ -373,6 +387,7 @@ impl Registry {
             };
             tool_index.insert(cfg.name.clone(), tools.len());
             tools.push(Tool {
+                builtin: cfg.handler.builtin.as_deref().and_then(Builtin::from_name),
                 resource: uid("Tool", &cfg.name),
                 action: uid("Action", &cfg.name),
                 config: cfg,
@@ -450,13 +465,16 @@ impl Registry {
                     }
                 }
                 (None, Some(b)) => {
-                    if !BUILTINS.contains(&b.as_str()) {
+                    if Builtin::from_name(b).is_none() {
                         finding(
                             &t.file,
                             format!("{path}.handler.builtin"),
                             "ref.dangling",
                             format!("'{b}' is not a built-in tool"),
-                            format!("built-ins are {BUILTINS:?}"),
+                            format!(
+                                "built-ins are {:?}",
+                                Builtin::ALL.map(Builtin::name)
+                            ),
                         );
                     }
                 }
@@ -743,11 +761,6 @@ impl Registry {
         if !findings.is_empty() {
             return Err(LoadError::Invalid(findings));
         }
-        let mut builtins: Vec<String> = tools
-            .iter()
-            .filter_map(|t| t.config.handler.builtin.clone())
-            .collect();
-        builtins.sort();
         Ok(Registry {
             dir: dir.to_path_buf(),
             gateway,
@@ -759,7 +772,6 @@ impl Registry {
             credential_index,
             policies: policies.expect("no findings means policies loaded"),
             version,
-            builtins,
         })
     }
 
@@ -811,6 +823,13 @@ impl Registry {
         })
     }
 
+    /// Whether `role` reviews planned steps (it lists `step.approve` or `step.reject`): such a
+    /// role works in other principals' plan runs.
+    pub fn reviews_plans(&self, role: &str) -> bool {
+        self.tools_for_role(role)
+            .any(|t| t.builtin().is_some_and(Builtin::is_review))
+    }
+
     /// Tools listed for a role, in declaration order: that role's whole world.
     pub fn tools_for_role<'a>(&'a self, role: &'a str) -> impl Iterator<Item = &'a Tool> + 'a {
         self.tools.iter().filter(move |t| t.is_listed_for(role))
@@ -831,7 +850,7 @@ impl Registry {
         self.role(p.role()).is_some_and(|r| r.plan_bound)
             && self
                 .tool(tool)
-                .is_some_and(|t| t.is_listed_for(p.role()) && t.config.handler.builtin.is_none())
+                .is_some_and(|t| t.is_listed_for(p.role()) && t.builtin().is_none())
     }
 }
 

@@ -24,7 +24,7 @@ use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::registry::{UNPLANNED, unplanned_reason};
-use toolgate_core::{CheckName, Clock, Registry, StepStatus};
+use toolgate_core::{Builtin, CheckName, Clock, Registry, StepStatus};
 use toolgate_store::{
     BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
     PlanSubmission, PlannedStep, ReviewVerdict, Store, StoreError, Target, assign_worker,
@@ -38,7 +38,7 @@ use crate::server::GatewayState;
 /// own handler in place of the upstreams.
 pub(crate) fn executor_for(state: &GatewayState, tool: &str) -> Executor {
     let ex = state.executor();
-    match builtin_of(&ex.registry, tool) {
+    match ex.registry.tool(tool).and_then(|t| t.builtin()) {
         Some(_) => Executor {
             handler: Arc::new(Builtins {
                 store: ex.store.clone(),
@@ -64,20 +64,15 @@ pub(crate) async fn intercept(
     let tool = reg
         .tool(&call.tool)
         .filter(|t| t.is_listed_for(principal.role()))?;
-    match builtin_of(&reg, &call.tool) {
-        Some("run.status") => return Some(run_status(&ex, &reg, call, tool).await),
-        Some("plan.submit") => return refuse_plan(&ex, &reg, call, tool).await,
+    match tool.builtin() {
+        Some(Builtin::RunStatus) => return Some(run_status(&ex, &reg, call, tool).await),
+        Some(Builtin::PlanSubmit) => return refuse_plan(&ex, &reg, call, tool).await,
         _ => {}
     }
     if !reg.is_plan_bound_call(&call.principal, &call.tool) {
         return None;
     }
     Some(planned_call(ex, &reg, call, run_named).await)
-}
-
-fn builtin_of<'r>(reg: &'r Registry, tool: &str) -> Option<&'r str> {
-    reg.tool(tool)
-        .and_then(|t| t.config.handler.builtin.as_deref())
 }
 
 fn internal(e: impl std::fmt::Display) -> ErrorData {
@@ -299,7 +294,7 @@ async fn refuse_plan(
         )
         .await;
     Some(recorded.map_err(internal).map(|seq| {
-        Refusal::new("plan.submit", "plan", rule, reason)
+        Refusal::new(Builtin::PlanSubmit.name(), "plan", rule, reason)
             .next(
                 "nothing was created; correct that step (or leave it out) and submit the plan \
                  again",
@@ -347,17 +342,20 @@ async fn run_status(
 ) -> Result<CallToolResult, ErrorData> {
     if let Err(errors) = tool.schema.validate(&call.inputs) {
         let detail: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-        return Ok(
-            Refusal::new("run.status", CheckName::Schema, "schema", detail.join("; "))
-                .next("call it with the `run_id` of one of your runs")
-                .into_result(),
-        );
+        return Ok(Refusal::new(
+            Builtin::RunStatus.name(),
+            CheckName::Schema,
+            "schema",
+            detail.join("; "),
+        )
+        .next("call it with the `run_id` of one of your runs")
+        .into_result());
     }
     let inputs: RunStatusInputs = match serde_json::from_value(call.inputs.clone()) {
         Ok(i) => i,
         Err(e) => {
             return Ok(Refusal::new(
-                "run.status",
+                Builtin::RunStatus.name(),
                 CheckName::Schema,
                 "schema",
                 format!("it takes {{run_id}}: {e}"),
@@ -368,7 +366,7 @@ async fn run_status(
     };
     let missing = || {
         Refusal::new(
-            "run.status",
+            Builtin::RunStatus.name(),
             "run",
             "run.unknown",
             format!("no run '{}' for '{}'", inputs.run_id, call.principal),
@@ -387,12 +385,7 @@ async fn run_status(
         .principal(&call.principal)
         .map(|p| p.role().to_string())
         .unwrap_or_default();
-    let reviewer = reg.tools_for_role(&role).any(|t| {
-        matches!(
-            t.config.handler.builtin.as_deref(),
-            Some("step.approve" | "step.reject")
-        )
-    });
+    let reviewer = reg.reviews_plans(&role);
     let involved =
         st.principal == call.principal || st.steps.iter().any(|s| s.principal == call.principal);
     if !(reviewer || involved) {
@@ -608,12 +601,18 @@ impl Handler for Builtins {
         meta: &'a CallMeta,
     ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
         Box::pin(async move {
-            match builtin_of(&self.registry, &target.tool) {
-                Some("plan.submit") => self.plan_submit(inputs, meta).await,
-                Some("step.approve") => self.review(inputs, meta, ReviewVerdict::Approved).await,
-                Some("step.reject") => self.review(inputs, meta, ReviewVerdict::Rejected).await,
-                other => Err(failed(format!(
-                    "'{}' has no built-in handler here ({other:?})",
+            let builtin = self.registry.tool(&target.tool).and_then(|t| t.builtin());
+            match builtin {
+                Some(Builtin::PlanSubmit) => self.plan_submit(inputs, meta).await,
+                Some(Builtin::StepApprove) => {
+                    self.review(inputs, meta, ReviewVerdict::Approved).await
+                }
+                Some(Builtin::StepReject) => {
+                    self.review(inputs, meta, ReviewVerdict::Rejected).await
+                }
+                // run.status is answered before the call reaches a handler.
+                Some(Builtin::RunStatus) | None => Err(failed(format!(
+                    "'{}' has no built-in handler here",
                     target.tool
                 ))),
             }

@@ -220,7 +220,10 @@ async fn preview(
         "tool": cfg.name,
         "version": cfg.version,
         "upstream": cfg.handler.upstream,
-        "upstream_tool": cfg.handler.tool.clone().unwrap_or_else(|| cfg.name.clone()),
+        "upstream_tool": match tool.handler() {
+            toolgate_core::Handler::Upstream { tool, .. } => Some(tool),
+            toolgate_core::Handler::Builtin(_) => None,
+        },
         "inputs": inputs,
     });
     let facts = json!({

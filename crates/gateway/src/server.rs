@@ -138,7 +138,7 @@ pub struct GatewayServer {
 /// irreversible → destructive; open world when an upstream system does the work.
 pub fn derive_annotations(tool: &RegistryTool) -> ToolAnnotations {
     let cfg = &tool.config;
-    let open = cfg.handler.upstream.is_some();
+    let open = tool.handler().is_upstream();
     let a = ToolAnnotations::new().open_world(open);
     match cfg.effect {
         Effect::Read => a.read_only(true),
@@ -310,7 +310,7 @@ impl GatewayServer {
                     .may_join_run(
                         &run,
                         &caller.principal,
-                        reviews_plans(&self.state.registry(), caller),
+                        self.state.registry().reviews_plans(&caller.role),
                     )
                     .await
                     .map_err(unrecorded)?;
@@ -331,17 +331,6 @@ impl GatewayServer {
             }
         }
     }
-}
-
-/// Whether the caller's role reviews planned steps (lists `step.approve` or `step.reject`):
-/// such a caller works in other principals' plan runs.
-pub(crate) fn reviews_plans(registry: &Registry, caller: &Caller) -> bool {
-    registry.tools_for_role(&caller.role).any(|t| {
-        matches!(
-            t.config.handler.builtin.as_deref(),
-            Some("step.approve" | "step.reject")
-        )
-    })
 }
 
 /// A call's arguments split into the tool's inputs and its purpose and reason (from `_meta`,

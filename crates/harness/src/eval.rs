@@ -227,7 +227,7 @@ fn planner_of(registry: &toolgate_core::Registry, fx: &Fixture) -> anyhow::Resul
         .find(|p| {
             registry
                 .tools_for_role(p.role())
-                .any(|t| t.config.handler.builtin.as_deref() == Some("plan.submit"))
+                .any(|t| t.builtin() == Some(toolgate_core::Builtin::PlanSubmit))
         })
         .map(|p| p.id().to_string())
         .context("a plan needs a planner: no principal's role lists plan.submit")
@@ -250,7 +250,7 @@ async fn plan_goal(
     let catalogue = registry
         .tools()
         .iter()
-        .filter(|t| t.config.handler.builtin.is_none())
+        .filter(|t| t.builtin().is_none())
         .map(|t| crate::planner::ToolSummary {
             name: t.name().to_string(),
             description: t.config.description.clone(),

@@ -158,7 +158,7 @@ pub fn check_step(registry: &Registry, step: &PlannedStep) -> std::result::Resul
     };
     let tool = registry
         .tool(&step.tool)
-        .filter(|t| t.config.handler.builtin.is_none())
+        .filter(|t| t.builtin().is_none())
         .ok_or_else(unknown)?;
     let principal = registry.principal(&step.principal).ok_or_else(unknown)?;
     if !tool.is_listed_for(principal.role()) {

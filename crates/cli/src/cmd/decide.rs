@@ -158,7 +158,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     // Offline, no upstream is reached: an upstream tool's pin is checked when `serve` reaches
     // it, before anything is forwarded; a built-in tool has nothing upstream to pin.
     let definition = match registry.tool(&input.tool) {
-        Some(t) if t.config.handler.upstream.is_some() => Definition::Unreached,
+        Some(t) if t.handler().is_upstream() => Definition::Unreached,
         _ => Definition::Local,
     };
     let req = CallRequest {
