@@ -26,7 +26,7 @@ use toolgate_contract::{
 };
 use toolgate_core::canon::sha256_tagged;
 use toolgate_core::{Clock, StepStatus, SystemClock};
-use toolgate_store::audit::{AuditOutcome, AuditWho, AuditWhy};
+use toolgate_store::audit::AuditWho;
 use toolgate_store::{AuditDecision, AuditDraft, DirectCall, Store};
 
 use crate::auth::Caller;
@@ -313,57 +313,24 @@ fn log_verdict(v: &PinVerdict) {
     tracing::info!(upstream = %v.server, served = v.allowed.len(), blocked = v.blocked.len(), removed = v.removed.len(), "checked against toolgate.lock");
 }
 
-fn gateway_who() -> AuditWho {
-    AuditWho {
-        principal: GATEWAY.into(),
-        role: "gateway".into(),
-        actor: Default::default(),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn event(
     tool: String,
     inputs: Value,
-    decision: AuditDecision,
+    kind: AuditDecision,
     rule: &str,
     reason: String,
     status: StepStatus,
     error: Option<String>,
     version: &str,
 ) -> AuditDraft {
-    AuditDraft {
-        ts: SystemClock.now(),
-        run_id: None,
-        step_id: None,
-        who: gateway_who(),
-        tool,
-        tool_version: None,
-        effect: None,
-        tier: None,
-        inputs,
-        redacted: Vec::new(),
-        idem_key: None,
-        why: AuditWhy {
-            purpose: None,
-            reason: Some(reason),
-            evidence: Vec::new(),
-            decision,
-            rule: Some(rule.into()),
-            checks: Vec::new(),
-            shadow: Vec::new(),
-        },
-        approval: None,
-        outcome: AuditOutcome {
-            status,
-            target_ref: None,
-            latency_ms: None,
-            latency_us: None,
-            governance_us: None,
-            error,
-        },
-        registry_version: version.to_string(),
-    }
+    let who = AuditWho::new(GATEWAY, "gateway");
+    let mut d = AuditDraft::event(SystemClock.now(), who, tool, kind, status, version);
+    d.inputs = inputs;
+    d.why.rule = Some(rule.into());
+    d.why.reason = Some(reason);
+    d.outcome.error = error;
+    d
 }
 
 /// The audit records of one verdict: what is served, and each block.

@@ -28,7 +28,7 @@ use toolgate_core::{
     Verdict,
 };
 use toolgate_store::StoreError;
-use toolgate_store::audit::{AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy};
+use toolgate_store::audit::{AuditDecision, AuditDraft, AuditWho};
 use toolgate_store::previews::Preview;
 
 use crate::auth::Caller;
@@ -328,49 +328,32 @@ async fn record(
     let run_id = server.run_for(caller, ctx.run_id.clone()).await?.ok();
     let store = &server.state().store;
     let (inputs, redacted) = store.config().redactor.redact(inputs, &tool.config.redact);
-    let draft = AuditDraft {
-        ts: SystemClock.now(),
-        run_id,
-        step_id: None,
-        who: AuditWho {
-            principal: caller.principal.clone(),
-            role: caller.role.clone(),
-            actor: ctx.actor,
-        },
-        tool: r.name,
-        tool_version: Some(tool.config.version.clone()),
-        effect: None,
-        tier: None,
-        inputs,
-        redacted,
-        idem_key: None,
-        why: AuditWhy {
-            purpose: ctx.purpose,
-            reason: ctx.reason,
-            evidence: ctx.evidence,
-            decision: r.kind,
-            rule: r.rule,
-            checks: r.decision.map(|d| d.checks.clone()).unwrap_or_default(),
-            shadow: r.decision.map(|d| d.shadow.clone()).unwrap_or_default(),
-        },
-        approval: None,
-        outcome: AuditOutcome {
-            status: if r.plan_id.is_some() {
-                StepStatus::Done
-            } else {
-                StepStatus::Refused
-            },
-            target_ref: r.plan_id,
-            latency_ms: None,
-            latency_us: None,
-            error: None,
-            governance_us: None,
-        },
-        registry_version: match r.decision {
-            Some(d) => d.registry_version.clone(),
-            None => server.state().registry().version.hash.clone(),
-        },
+    let status = if r.plan_id.is_some() {
+        StepStatus::Done
+    } else {
+        StepStatus::Refused
     };
+    let version = match r.decision {
+        Some(d) => d.registry_version.clone(),
+        None => server.state().registry().version.hash.clone(),
+    };
+    let who = AuditWho {
+        actor: ctx.actor,
+        ..AuditWho::new(&caller.principal, &caller.role)
+    };
+    let mut draft = AuditDraft::event(SystemClock.now(), who, r.name, r.kind, status, version);
+    draft.run_id = run_id;
+    draft.tool_version = Some(tool.config.version.clone());
+    (draft.inputs, draft.redacted) = (inputs, redacted);
+    draft.why.purpose = ctx.purpose;
+    draft.why.reason = ctx.reason;
+    draft.why.evidence = ctx.evidence;
+    draft.why.rule = r.rule;
+    if let Some(d) = r.decision {
+        draft.why.checks = d.checks.clone();
+        draft.why.shadow = d.shadow.clone();
+    }
+    draft.outcome.target_ref = r.plan_id;
     store
         .append_audit_grouped(draft)
         .await

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::lint::review;
 use toolgate_core::{Clock, LoadError, Registry, StepStatus, SystemClock, Timestamp};
-use toolgate_store::audit::{AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy};
+use toolgate_store::audit::{AuditDecision, AuditDraft, AuditWho};
 
 use crate::auth::Authenticator;
 use crate::server::GatewayState;
@@ -328,59 +328,38 @@ pub(crate) fn reload_draft(dir: &Path, r: &ReloadReport) -> AuditDraft {
     } else {
         &r.from
     };
-    AuditDraft {
-        ts: Timestamp::from_millis(r.at),
-        run_id: None,
-        step_id: None,
-        who: AuditWho {
-            principal: "toolgate".into(),
-            role: "gateway".into(),
-            actor: Default::default(),
-        },
-        tool: "registry.reload".into(),
-        tool_version: None,
-        effect: None,
-        tier: None,
-        inputs: json!({
-            "dir": dir.display().to_string(),
-            "trigger": r.trigger,
-            "from": r.from,
-            "to": r.to,
-        }),
-        redacted: Vec::new(),
-        idem_key: None,
-        why: AuditWhy {
-            purpose: None,
-            reason: Some(match r.outcome {
-                ReloadOutcome::Applied => {
-                    format!("registry {} replaced {}", serving.label, r.from.label)
-                }
-                _ => format!(
-                    "the folder failed validation; {} keeps serving",
-                    r.from.label
-                ),
-            }),
-            evidence: Vec::new(),
-            decision: AuditDecision::Reload,
-            rule: (!applied).then(|| "reload.invalid".to_string()),
-            checks: Vec::new(),
-            shadow: Vec::new(),
-        },
-        approval: None,
-        outcome: AuditOutcome {
-            status: if applied {
-                StepStatus::Done
-            } else {
-                StepStatus::Refused
-            },
-            target_ref: None,
-            latency_ms: None,
-            latency_us: None,
-            governance_us: None,
-            error: (!applied).then(|| r.errors.join("\n")),
-        },
-        registry_version: serving.hash.clone(),
-    }
+    let status = if applied {
+        StepStatus::Done
+    } else {
+        StepStatus::Refused
+    };
+    let ts = Timestamp::from_millis(r.at);
+    let mut d = AuditDraft::event(
+        ts,
+        AuditWho::toolgate(),
+        "registry.reload",
+        AuditDecision::Reload,
+        status,
+        serving.hash.clone(),
+    );
+    d.inputs = json!({
+        "dir": dir.display().to_string(),
+        "trigger": r.trigger,
+        "from": r.from,
+        "to": r.to,
+    });
+    d.why.reason = Some(match r.outcome {
+        ReloadOutcome::Applied => {
+            format!("registry {} replaced {}", serving.label, r.from.label)
+        }
+        _ => format!(
+            "the folder failed validation; {} keeps serving",
+            r.from.label
+        ),
+    });
+    d.why.rule = (!applied).then(|| "reload.invalid".to_string());
+    d.outcome.error = (!applied).then(|| r.errors.join("\n"));
+    d
 }
 
 /// Loads and validates the folder against the serving registry: the attempt's report and, when

@@ -143,6 +143,110 @@ pub struct AuditDraft {
     pub registry_version: String,
 }
 
+impl AuditWho {
+    /// `principal` acting as `role`, for no one else.
+    pub fn new(principal: impl Into<String>, role: impl Into<String>) -> Self {
+        AuditWho {
+            principal: principal.into(),
+            role: role.into(),
+            actor: Actor::default(),
+        }
+    }
+
+    /// toolgate itself: a reload of its registry, a check of an upstream's pins.
+    pub fn toolgate() -> Self {
+        AuditWho::new("toolgate", "gateway")
+    }
+
+    /// A principal of `registry` with the role it has there (none for a name it does not
+    /// know).
+    pub fn of(registry: &toolgate_core::Registry, principal: &str) -> Self {
+        let role = registry.principal(principal).map_or("", |p| p.role());
+        AuditWho::new(principal, role)
+    }
+}
+
+impl AuditOutcome {
+    /// An outcome that is only its status: no handler answered (a refusal, a rejection, an
+    /// event of toolgate's own).
+    pub fn of(status: StepStatus) -> Self {
+        AuditOutcome {
+            status,
+            target_ref: None,
+            latency_ms: None,
+            latency_us: None,
+            error: None,
+            governance_us: None,
+        }
+    }
+}
+
+impl AuditDraft {
+    /// What every kind of record starts from: `who` made an event of `kind` about `tool` at
+    /// `ts`, ending `status`, under `registry_version` — in no run, with no inputs, reason or
+    /// checks. Each kind's constructor (or its caller) fills in what its event has.
+    pub fn event(
+        ts: Timestamp,
+        who: AuditWho,
+        tool: impl Into<String>,
+        kind: AuditDecision,
+        status: StepStatus,
+        registry_version: impl Into<String>,
+    ) -> Self {
+        AuditDraft {
+            ts,
+            run_id: None,
+            step_id: None,
+            who,
+            tool: tool.into(),
+            tool_version: None,
+            effect: None,
+            tier: None,
+            inputs: Value::Null,
+            redacted: Vec::new(),
+            idem_key: None,
+            why: AuditWhy {
+                purpose: None,
+                reason: None,
+                evidence: Vec::new(),
+                decision: kind,
+                rule: None,
+                checks: Vec::new(),
+                shadow: Vec::new(),
+            },
+            approval: None,
+            outcome: AuditOutcome::of(status),
+            registry_version: registry_version.into(),
+        }
+    }
+
+    /// A person's rejection of a parked call or a planned step: `rule` says which
+    /// (`approval.rejected`, `review.rejected`), `note` is what they wrote, `error` what the
+    /// step was told. The step is refused.
+    pub fn rejection(
+        ts: Timestamp,
+        who: AuditWho,
+        tool: impl Into<String>,
+        rule: &str,
+        note: &str,
+        error: Option<String>,
+        registry_version: impl Into<String>,
+    ) -> Self {
+        let mut d = AuditDraft::event(
+            ts,
+            who,
+            tool,
+            AuditDecision::Rejected,
+            StepStatus::Refused,
+            registry_version,
+        );
+        d.why.rule = Some(rule.to_string());
+        d.why.reason = Some(note.to_string());
+        d.outcome.error = error;
+        d
+    }
+}
+
 /// A record in the chain: the draft, its position and the hash of its predecessor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditRecord {

@@ -8,10 +8,10 @@ use serde::Serialize;
 use serde_json::Value;
 use toolgate_core::{IdempotencyKey, InputHash, PrincipalKind, Registry, StepStatus, Timestamp};
 
-use crate::audit::{AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy};
+use crate::audit::{AuditDecision, AuditDraft, AuditWho};
 use crate::db::{Pool, Row, args};
 use crate::error::{Result, StoreError};
-use crate::model::{Actor, PlannedStep, Step, StepKind, StepOutcome};
+use crate::model::{PlannedStep, Step, StepKind, StepOutcome};
 use crate::store::{NewStep, Store, insert_step, new_id, step_cols, step_from_row, to_json};
 
 /// A plan as submitted, with every step's executing principal resolved (see [`assign_worker`]).
@@ -432,46 +432,22 @@ impl Store {
                     args![now.millis(), step_id],
                 )
                 .await?;
-                let role = registry
-                    .principal(reviewer)
-                    .map(|p| p.role().to_string())
-                    .unwrap_or_default();
-                let draft = AuditDraft {
-                    ts: now,
-                    run_id: Some(step.run_id.clone()),
-                    step_id: Some(step.step_id.clone()),
-                    who: AuditWho {
-                        principal: reviewer.to_string(),
-                        role,
-                        actor: Actor::default(),
-                    },
-                    tool: step.tool.clone(),
-                    tool_version: registry.tool(&step.tool).map(|t| t.config.version.clone()),
-                    effect: Some(step.effect),
-                    tier: Some(step.tier),
-                    inputs: Value::Null,
-                    redacted: Vec::new(),
-                    idem_key: Some(step.idem_key.to_string()),
-                    why: AuditWhy {
-                        purpose: step.purpose.clone(),
-                        reason: Some(note.to_string()),
-                        evidence: Vec::new(),
-                        decision: AuditDecision::Rejected,
-                        rule: Some("review.rejected".into()),
-                        checks: Vec::new(),
-                        shadow: Vec::new(),
-                    },
-                    approval: None,
-                    outcome: AuditOutcome {
-                        status: StepStatus::Refused,
-                        target_ref: None,
-                        latency_ms: None,
-                        latency_us: None,
-                        governance_us: None,
-                        error: outcome.error.clone(),
-                    },
-                    registry_version: registry.version.hash.clone(),
-                };
+                let mut draft = AuditDraft::rejection(
+                    now,
+                    AuditWho::of(registry, reviewer),
+                    step.tool.clone(),
+                    "review.rejected",
+                    note,
+                    outcome.error.clone(),
+                    registry.version.hash.clone(),
+                );
+                draft.run_id = Some(step.run_id.clone());
+                draft.step_id = Some(step.step_id.clone());
+                draft.tool_version = registry.tool(&step.tool).map(|t| t.config.version.clone());
+                draft.effect = Some(step.effect);
+                draft.tier = Some(step.tier);
+                draft.idem_key = Some(step.idem_key.to_string());
+                draft.why.purpose = step.purpose.clone();
                 crate::audit::append(&mut tx, vec![draft]).await?;
             }
         }
@@ -539,50 +515,27 @@ impl Store {
             Some(t) => self.config().redactor.redact(inputs, &t.config.redact),
             None => (inputs.clone(), Vec::new()),
         };
-        let draft = AuditDraft {
-            ts: now,
-            run_id: run_id.map(str::to_string),
-            step_id: None,
-            who: AuditWho {
-                principal: principal.to_string(),
-                role: registry
-                    .principal(principal)
-                    .map(|p| p.role().to_string())
-                    .unwrap_or_default(),
-                actor: Actor::default(),
-            },
-            tool: match t {
-                Some(_) => tool.to_string(),
-                None => {
-                    toolgate_core::clip::clip(tool, toolgate_core::clip::NAME_CHARS).into_owned()
-                }
-            },
-            tool_version: t.map(|t| t.config.version.clone()),
-            effect: t.map(|t| t.config.effect),
-            tier: t.map(|t| t.config.tier),
-            inputs,
-            redacted,
-            idem_key: None,
-            why: AuditWhy {
-                purpose: purpose.map(str::to_string),
-                reason: reason.map(str::to_string),
-                evidence: Vec::new(),
-                decision: AuditDecision::Deny,
-                rule: Some(rule.to_string()),
-                checks: Vec::new(),
-                shadow: Vec::new(),
-            },
-            approval: None,
-            outcome: AuditOutcome {
-                status: StepStatus::Refused,
-                target_ref: None,
-                latency_ms: None,
-                latency_us: None,
-                governance_us: None,
-                error: Some(detail.to_string()),
-            },
-            registry_version: registry.version.hash.clone(),
+        let tool = match t {
+            Some(_) => tool.to_string(),
+            None => toolgate_core::clip::clip(tool, toolgate_core::clip::NAME_CHARS).into_owned(),
         };
+        let mut draft = AuditDraft::event(
+            now,
+            AuditWho::of(registry, principal),
+            tool,
+            AuditDecision::Deny,
+            StepStatus::Refused,
+            registry.version.hash.clone(),
+        );
+        draft.run_id = run_id.map(str::to_string);
+        draft.tool_version = t.map(|t| t.config.version.clone());
+        draft.effect = t.map(|t| t.config.effect);
+        draft.tier = t.map(|t| t.config.tier);
+        (draft.inputs, draft.redacted) = (inputs, redacted);
+        draft.why.purpose = purpose.map(str::to_string);
+        draft.why.reason = reason.map(str::to_string);
+        draft.why.rule = Some(rule.to_string());
+        draft.outcome.error = Some(detail.to_string());
         Ok(self.append_audit(vec![draft]).await?[0])
     }
 

@@ -15,10 +15,7 @@ use toolgate_core::{
     Registry, StepStatus, Tier, Timestamp, canonical,
 };
 
-use crate::audit::{
-    self, AuditDecision, AuditDraft, AuditOutcome, AuditRecord, AuditWho, AuditWhy, ChainPoint,
-    ChainReport,
-};
+use crate::audit::{self, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
 use crate::db::{ConnectOptions, Migrations, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
@@ -899,49 +896,21 @@ impl Store {
                 args![to_json(&outcome), now.millis(), &subject],
             )
             .await?;
-        let role = registry
-            .principal(&principal)
-            .map(|p| p.role().to_string())
-            .unwrap_or_default();
-        let draft = AuditDraft {
-            ts: now,
-            run_id,
-            step_id: (parked > 0).then(|| subject.clone()),
-            who: AuditWho {
-                principal,
-                role,
-                actor: Actor::default(),
-            },
+        let mut draft = AuditDraft::rejection(
+            now,
+            AuditWho::of(registry, &principal),
             tool,
-            tool_version: None,
-            effect: None,
-            tier: None,
-            inputs: Value::Null,
-            redacted: Vec::new(),
-            idem_key: None,
-            why: AuditWhy {
-                purpose: None,
-                reason: Some(note.to_string()),
-                evidence: Vec::new(),
-                decision: AuditDecision::Rejected,
-                rule: Some("approval.rejected".into()),
-                checks: Vec::new(),
-                shadow: Vec::new(),
-            },
-            approval: Some(audit::AuditApproval {
-                approvers: vec![approver.to_string()],
-                token_fingerprints: Vec::new(),
-            }),
-            outcome: AuditOutcome {
-                status: StepStatus::Refused,
-                target_ref: None,
-                latency_ms: None,
-                latency_us: None,
-                governance_us: None,
-                error: outcome.error.clone(),
-            },
-            registry_version: registry.version.hash.clone(),
-        };
+            "approval.rejected",
+            note,
+            outcome.error.clone(),
+            registry.version.hash.clone(),
+        );
+        draft.run_id = run_id;
+        draft.step_id = (parked > 0).then(|| subject.clone());
+        draft.approval = Some(audit::AuditApproval {
+            approvers: vec![approver.to_string()],
+            token_fingerprints: Vec::new(),
+        });
         audit::append(&mut tx, vec![draft]).await?;
         tx.commit().await
     }

@@ -240,56 +240,33 @@ pub(crate) fn approval_record(
     use toolgate_core::canon::sha256_tagged;
     use toolgate_core::{Clock, StepStatus, SystemClock};
     use toolgate_store::AuditDecision;
-    use toolgate_store::audit::{AuditOutcome, AuditWho, AuditWhy};
+    use toolgate_store::audit::AuditWho;
     let version = format!("lock:{}", sha256_tagged(lock_text.as_bytes()));
-    toolgate_store::AuditDraft {
-        ts: SystemClock.now(),
-        run_id: None,
-        step_id: None,
-        who: AuditWho {
-            principal: approval.by.clone(),
-            role: "operator".into(),
-            actor: Default::default(),
-        },
-        tool: match (server, tool) {
-            (Some(server), Some(tool)) => format!("upstream:{server}/{tool}"),
-            (Some(server), None) => format!("upstream:{server}"),
-            _ => "upstream:*".into(),
-        },
-        tool_version: None,
-        effect: None,
-        tier: None,
-        inputs: serde_json::json!({
-            "server": server,
-            "tool": tool,
-            "pins": lines,
-            "approved_at": approval.at,
-            "lockfile": version,
-        }),
-        redacted: Vec::new(),
-        idem_key: None,
-        why: AuditWhy {
-            purpose: None,
-            reason: Some(format!(
-                "{} re-pinned {} definition(s) with `{command}`",
-                approval.by,
-                lines.len()
-            )),
-            evidence: Vec::new(),
-            decision: AuditDecision::LockApproval,
-            rule: Some("lock.approve".into()),
-            checks: Vec::new(),
-            shadow: Vec::new(),
-        },
-        approval: None,
-        outcome: AuditOutcome {
-            status: StepStatus::Done,
-            target_ref: None,
-            latency_ms: None,
-            latency_us: None,
-            governance_us: None,
-            error: None,
-        },
-        registry_version: version,
-    }
+    let target = match (server, tool) {
+        (Some(server), Some(tool)) => format!("upstream:{server}/{tool}"),
+        (Some(server), None) => format!("upstream:{server}"),
+        _ => "upstream:*".into(),
+    };
+    let mut d = toolgate_store::AuditDraft::event(
+        SystemClock.now(),
+        AuditWho::new(&approval.by, "operator"),
+        target,
+        AuditDecision::LockApproval,
+        StepStatus::Done,
+        version.clone(),
+    );
+    d.inputs = serde_json::json!({
+        "server": server,
+        "tool": tool,
+        "pins": lines,
+        "approved_at": approval.at,
+        "lockfile": version,
+    });
+    d.why.reason = Some(format!(
+        "{} re-pinned {} definition(s) with `{command}`",
+        approval.by,
+        lines.len()
+    ));
+    d.why.rule = Some("lock.approve".into());
+    d
 }

@@ -29,9 +29,7 @@ use toolgate_core::{
     Verdict, canonical, destination_lookups,
 };
 
-use crate::audit::{
-    self, AuditApproval, AuditDecision, AuditDraft, AuditOutcome, AuditWho, AuditWhy,
-};
+use crate::audit::{self, AuditApproval, AuditDecision, AuditDraft, AuditOutcome, AuditWho};
 use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};

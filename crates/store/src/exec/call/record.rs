@@ -69,56 +69,47 @@ impl Executor {
         } else {
             toolgate_core::clip::bounded_inputs(&inputs).into_owned()
         };
-        AuditDraft {
-            ts: now,
-            run_id: Some(p.run_id.clone()),
-            step_id: (!p.step_id.is_empty()).then(|| p.step_id.clone()),
-            who: AuditWho {
-                principal: p.principal.clone(),
-                role: reg
-                    .principal(&p.principal)
-                    .map(|x| x.role().to_string())
-                    .unwrap_or_default(),
-                actor: p.actor.clone(),
-            },
-            tool: match tool {
-                Some(_) => p.tool.clone(),
-                None => {
-                    toolgate_core::clip::clip(&p.tool, toolgate_core::clip::NAME_CHARS).into_owned()
-                }
-            },
-            tool_version: tool.map(|t| t.config.version.clone()),
-            effect: tool.map(|t| t.config.effect),
-            tier: tool.map(|t| t.config.tier),
-            inputs,
-            redacted,
-            idem_key: Some(p.idem_key.to_string()),
-            why: AuditWhy {
-                purpose: p.purpose.clone(),
-                reason: p.reason.clone(),
-                evidence: p.evidence.clone(),
-                decision: kind,
-                rule: decision
-                    .rule()
-                    .map(str::to_string)
-                    .or_else(|| outcome.rule.clone()),
-                checks: decision.checks.clone(),
-                shadow: decision.shadow.clone(),
-            },
-            approval: (!approvals.is_empty()).then(|| AuditApproval {
-                approvers: approvals.iter().map(|c| c.approver.clone()).collect(),
-                token_fingerprints: tokens.iter().map(|t| t.fingerprint()).collect(),
-            }),
-            outcome: AuditOutcome {
-                status: outcome.status,
-                target_ref: outcome.target_ref.clone(),
-                latency_ms: outcome.latency_ms,
-                latency_us: outcome.latency_us,
-                error: outcome.error.clone(),
-                governance_us: Some(p.governance_us.unwrap_or_else(|| p.elapsed_us())),
-            },
-            registry_version: decision.registry_version.clone(),
-        }
+        let name = match tool {
+            Some(_) => p.tool.clone(),
+            None => {
+                toolgate_core::clip::clip(&p.tool, toolgate_core::clip::NAME_CHARS).into_owned()
+            }
+        };
+        let who = AuditWho {
+            actor: p.actor.clone(),
+            ..AuditWho::of(reg, &p.principal)
+        };
+        let version = decision.registry_version.clone();
+        let mut d = AuditDraft::event(now, who, name, kind, outcome.status, version);
+        d.run_id = Some(p.run_id.clone());
+        d.step_id = (!p.step_id.is_empty()).then(|| p.step_id.clone());
+        d.tool_version = tool.map(|t| t.config.version.clone());
+        d.effect = tool.map(|t| t.config.effect);
+        d.tier = tool.map(|t| t.config.tier);
+        (d.inputs, d.redacted) = (inputs, redacted);
+        d.idem_key = Some(p.idem_key.to_string());
+        d.why.purpose = p.purpose.clone();
+        d.why.reason = p.reason.clone();
+        d.why.evidence = p.evidence.clone();
+        d.why.rule = decision
+            .rule()
+            .map(str::to_string)
+            .or_else(|| outcome.rule.clone());
+        d.why.checks = decision.checks.clone();
+        d.why.shadow = decision.shadow.clone();
+        d.approval = (!approvals.is_empty()).then(|| AuditApproval {
+            approvers: approvals.iter().map(|c| c.approver.clone()).collect(),
+            token_fingerprints: tokens.iter().map(|t| t.fingerprint()).collect(),
+        });
+        d.outcome = AuditOutcome {
+            target_ref: outcome.target_ref.clone(),
+            latency_ms: outcome.latency_ms,
+            latency_us: outcome.latency_us,
+            error: outcome.error.clone(),
+            governance_us: Some(p.governance_us.unwrap_or_else(|| p.elapsed_us())),
+            ..AuditOutcome::of(outcome.status)
+        };
+        d
     }
 
     pub(crate) fn system_draft(
