@@ -34,6 +34,7 @@ both_backends!(
     reads_run_again_and_a_key_past_its_retention_is_a_new_operation,
     a_retry_that_meets_its_unsettled_call_is_not_a_denial,
     a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a_new_one,
+    a_gated_read_runs_once_per_approval_and_a_spent_token_never_again,
 );
 
 fn direct(tool: &str, inputs: Value) -> DirectCall {
@@ -1228,4 +1229,57 @@ async fn a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a
         ApprovalStatus::Expired
     );
     assert_eq!(fake.count("payment.send"), 0);
+}
+
+/// A gated read is not replayed (it runs every time), so each run of it spends an approval:
+/// presented as a token or found by a plain retry, an approval runs it once, and the spent
+/// token presented again is refused by its nonce.
+async fn a_gated_read_runs_once_per_approval_and_a_spent_token_never_again(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor(&store, fake.clone(), clock());
+    let reg = registry();
+    let read = || direct("payment.statement", json!({"supplier_id": "SUP-0042"}));
+
+    let parked = ex.governed_call(read()).await.unwrap();
+    assert_eq!(parked.status, CallStatus::NeedsApproval, "{parked:?}");
+    let first = parked.approval_id.clone().unwrap();
+    let token = store
+        .approve(&reg, &keys(), &first, "alice", T0)
+        .await
+        .unwrap();
+
+    // Presented: it runs, once.
+    let mut with_token = read();
+    with_token.approvals = vec![token.clone()];
+    let ran = ex.governed_call(with_token).await.unwrap();
+    assert_eq!(ran.status, CallStatus::Done, "{ran:?}");
+    assert_eq!(fake.count("payment.statement"), 1);
+
+    // The same token again: its nonce is spent, so the read is gated again and nothing runs.
+    let mut again = read();
+    again.approvals = vec![token];
+    let refused = ex.governed_call(again).await.unwrap();
+    assert_eq!(refused.status, CallStatus::NeedsApproval, "{refused:?}");
+    let gate = refused.decision.check(CheckName::Gate);
+    assert!(gate.detail.contains("approval refused"), "{}", gate.detail);
+    assert_eq!(
+        fake.count("payment.statement"),
+        1,
+        "a spent token runs nothing"
+    );
+
+    // A plain retry after a person approves the open request runs it once more; the next plain
+    // retry finds that approval spent and waits for a person again.
+    let second = refused.approval_id.clone().unwrap();
+    store
+        .approve(&reg, &keys(), &second, "alice", T0)
+        .await
+        .unwrap();
+    let plain = ex.governed_call(read()).await.unwrap();
+    assert_eq!(plain.status, CallStatus::Done, "{plain:?}");
+    assert_eq!(fake.count("payment.statement"), 2);
+    let next = ex.governed_call(read()).await.unwrap();
+    assert_eq!(next.status, CallStatus::NeedsApproval, "{next:?}");
+    assert_eq!(fake.count("payment.statement"), 2);
 }

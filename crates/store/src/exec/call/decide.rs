@@ -1,23 +1,32 @@
 //! The decision: core's engine over the request and the ledgers' view. The engine is pure;
-//! the only read here is a person's earlier rejection of the same call, asked for only when
-//! the engine would gate it.
+//! the reads here are those only a gated call needs — the approvals people granted, and a
+//! person's earlier rejection of the same call — asked for only when the engine would gate
+//! it without them.
 
 use crate::exec::*;
 
 use super::LedgerView;
 
 impl Executor {
-    /// Decides `p` against `view`. A call that would be gated is decided again with a person's
-    /// rejection of this exact call, if there is one, so it is refused instead of parked again.
+    /// Decides `p` against `view`. A call that would be gated is decided again with the
+    /// approvals people granted for it (read into `view` the first time), and then, if still
+    /// gated, with a person's rejection of this exact call, if there is one, so it is refused
+    /// instead of parked again. Approvals change nothing but the gate check, so deciding
+    /// without them first gives the same decision for every call they could not pass.
     pub(crate) async fn decide(
         &self,
         tx: &mut Tx,
         p: &Pending,
-        view: &LedgerView,
+        view: &mut LedgerView,
         now: Timestamp,
     ) -> Result<Decision> {
-        let decision = self.decide_with(p, view, None, now);
-        if !matches!(decision.verdict, Verdict::NeedsApproval { .. }) {
+        let gated = |d: &Decision| matches!(d.verdict, Verdict::NeedsApproval { .. });
+        let mut decision = self.decide_with(p, view, None, now);
+        if gated(&decision) && !view.grants_read {
+            self.read_grants(tx, p, view).await?;
+            decision = self.decide_with(p, view, None, now);
+        }
+        if !gated(&decision) {
             return Ok(decision);
         }
         let input_hash = InputHash::of(&p.inputs);

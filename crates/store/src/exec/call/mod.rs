@@ -54,7 +54,7 @@ impl Executor {
         // race can repeat only while other calls keep taking and giving back what this one
         // needs; after a few rounds the call is given up as contended, nothing reserved.
         for _ in 0..RESERVE_ROUNDS {
-            let decision = self.decide(tx, &p, &view, now).await?;
+            let decision = self.decide(tx, &p, &mut view, now).await?;
             return match decision.verdict.clone() {
                 Verdict::Allow if view.key.state == IdempotencyState::Done => {
                     self.replay(tx, p, decision, view, now).await

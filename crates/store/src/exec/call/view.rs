@@ -15,10 +15,16 @@ pub(crate) struct LedgerView {
     pub(crate) key: KeyView,
     /// What an approval for this call binds to (see [`Executor::subject`]).
     pub(crate) subject: String,
-    /// The approvals the caller presented, then those people granted for `subject`.
+    /// The approvals the caller presented, then (once [`Self::grants_read`]) those people
+    /// granted for `subject`.
     pub(crate) tokens: Vec<ApprovalToken>,
-    /// The nonces of `tokens` already spent.
+    /// The nonces of `tokens` already spent (read with the grants).
     pub(crate) used_nonces: HashSet<String>,
+    /// Whether the grants and spent nonces have been read. Approvals change only the gate
+    /// check's outcome, so they are read only for a call the engine would gate without them
+    /// ([`Executor::read_grants`]): an ungated call that presents none reads nothing for them.
+    /// Presented tokens are read with their nonces at once.
+    pub(crate) grants_read: bool,
     /// How the handler serves the tool's definition now (the pin check's input).
     pub(crate) served: Served,
 }
@@ -46,22 +52,49 @@ impl Executor {
         let budgets = self.load_budgets(tx, p, &chain, now, cache).await?;
         let key = self.load_key(tx, p, now).await?;
         let subject = self.subject(p);
-        let tokens = self.load_approvals(tx, p, &subject).await?;
-        let nonces: Vec<String> = tokens
-            .iter()
-            .filter_map(|t| self.keys.open(t).ok().map(|c| c.nonce))
-            .collect();
-        let used_nonces = used_nonces(tx, &nonces).await?;
-        Ok(LedgerView {
+        let presented = !p.presented.is_empty();
+        let mut view = LedgerView {
             run,
             chain,
             budgets,
             key,
             subject,
-            tokens,
-            used_nonces,
+            tokens: std::mem::take(&mut p.presented),
+            used_nonces: HashSet::new(),
+            grants_read: false,
             served: self.handler.served(&self.target(&p.tool)),
-        })
+        };
+        if presented {
+            // A presented token must never be judged before its nonce is known to be unspent.
+            self.read_grants(tx, p, &mut view).await?;
+        }
+        Ok(view)
+    }
+
+    /// Adds to `view` the approvals people granted for its subject and which of all its
+    /// tokens' nonces are spent. A planned step on its first attempt cannot have been parked
+    /// yet, so has no grants.
+    pub(crate) async fn read_grants(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        view: &mut LedgerView,
+    ) -> Result<()> {
+        if p.kind == StepKind::Direct || p.attempts > 1 {
+            for t in crate::ledger::approvals::granted(tx, &view.subject).await? {
+                if !view.tokens.contains(&t) {
+                    view.tokens.push(t);
+                }
+            }
+        }
+        let nonces: Vec<String> = view
+            .tokens
+            .iter()
+            .filter_map(|t| self.keys.open(t).ok().map(|c| c.nonce))
+            .collect();
+        view.used_nonces = used_nonces(tx, &nonces).await?;
+        view.grants_read = true;
+        Ok(())
     }
 
     /// The run so far, as policies and rate limits see it: the steps before this one (a
@@ -156,25 +189,6 @@ impl Executor {
         };
         key.held = Some(h);
         Ok(key)
-    }
-
-    /// Approvals: what the caller presented, plus what people granted for this subject. A
-    /// planned step on its first attempt cannot have been parked yet, so has no grants.
-    async fn load_approvals(
-        &self,
-        tx: &mut Tx,
-        p: &mut Pending,
-        subject: &str,
-    ) -> Result<Vec<ApprovalToken>> {
-        let mut tokens = std::mem::take(&mut p.presented);
-        if p.kind == StepKind::Direct || p.attempts > 1 {
-            for t in crate::ledger::approvals::granted(tx, subject).await? {
-                if !tokens.contains(&t) {
-                    tokens.push(t);
-                }
-            }
-        }
-        Ok(tokens)
     }
 
     /// The record of `p`'s key, if it holds one. A completed key past its retention is
