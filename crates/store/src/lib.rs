@@ -22,6 +22,8 @@ pub mod plan;
 pub mod previews;
 mod reserve;
 pub mod sessions;
+#[cfg(test)]
+mod sql_words;
 mod store;
 mod tail;
 pub mod toggles;

@@ -1370,33 +1370,57 @@ pub(crate) async fn insert_step(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {
          compensates, lease_until, created_at, updated_at, decision) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
          $19, $20, $21, $21, $22)",
-        args![
-            s.step_id,
-            s.run_id,
-            s.seq,
-            s.kind.as_str(),
-            s.principal,
-            s.role,
-            s.tool,
-            s.effect.as_str(),
-            s.tier.as_str(),
-            s.purpose,
-            s.reason,
-            to_json(&s.evidence),
-            to_json(s.actor),
-            canonical(s.inputs),
-            InputHash::of(s.inputs).as_str(),
-            s.idem_key,
-            s.status.as_str(),
-            s.attempts,
-            s.compensates,
-            s.lease_until,
-            s.now.millis(),
-            s.decision
-        ],
+        step_args(&s),
     )
     .await?;
     Ok(())
+}
+
+/// Inserts `s` as its run's next step, numbered in the same statement (its `seq` is not
+/// used), and returns the number it took.
+pub(crate) async fn insert_next_step(tx: &mut Tx, s: NewStep<'_>) -> Result<i64> {
+    let mut args = step_args(&s);
+    args.remove(2); // the number is the statement's own
+    let row = tx
+        .opt(
+            "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
+             purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
+             compensates, lease_until, created_at, updated_at, decision) \
+             SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             $13, $14, $15, $16, $17, $18, $19, $20, $20, $21 \
+             FROM steps WHERE run_id = $2 RETURNING seq",
+            args,
+        )
+        .await?;
+    row.ok_or_else(|| StoreError::Bug("a step insert returned no row".into()))?
+        .i64("seq")
+}
+
+fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
+    args![
+        s.step_id,
+        s.run_id,
+        s.seq,
+        s.kind.as_str(),
+        s.principal,
+        s.role,
+        s.tool,
+        s.effect.as_str(),
+        s.tier.as_str(),
+        s.purpose,
+        s.reason,
+        to_json(&s.evidence),
+        to_json(s.actor),
+        canonical(s.inputs),
+        InputHash::of(s.inputs).as_str(),
+        s.idem_key,
+        s.status.as_str(),
+        s.attempts,
+        s.compensates,
+        s.lease_until,
+        s.now.millis(),
+        s.decision
+    ]
 }
 
 /// Applies one settlement inside a transaction (the audit record is appended by the caller).

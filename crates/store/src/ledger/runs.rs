@@ -23,14 +23,17 @@ fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
 /// The run `run_id` so far: its steps numbered below `before` (all of them for `None`),
 /// compensations left out, and the refusals of direct calls, which hold no step row (a refused
 /// direct call must not hold its idempotency key) and are counted in `run_refusals` as their
-/// audit records are appended.
+/// audit records are appended. One statement: both counts travel in one result.
 pub(crate) async fn history(tx: &mut Tx, run_id: &str, before: Option<i64>) -> Result<RunHistory> {
     let mut counted = Vec::new();
     for r in tx
         .rows(
             "SELECT tool, tier, status, COUNT(*) AS n FROM steps \
              WHERE run_id = $1 AND seq < $2 AND kind <> 'compensation' \
-             AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status",
+             AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status \
+             UNION ALL \
+             SELECT tool, tier, 'refused' AS status, COUNT(*) AS n FROM run_refusals \
+             WHERE run_id = $1 GROUP BY tool, tier",
             args![run_id, before.unwrap_or(i64::MAX)],
         )
         .await?
@@ -43,22 +46,6 @@ pub(crate) async fn history(tx: &mut Tx, run_id: &str, before: Option<i64>) -> R
                 tool: r.text("tool")?,
                 tier: parse_tier(&r.text("tier")?)?,
                 outcome,
-            },
-            n: r.i64("n")?,
-        });
-    }
-    for r in tx
-        .rows(
-            "SELECT tool, tier, COUNT(*) AS n FROM run_refusals WHERE run_id = $1 GROUP BY tool, tier",
-            args![run_id],
-        )
-        .await?
-    {
-        counted.push(PriorCalls {
-            call: PriorCall {
-                tool: r.text("tool")?,
-                tier: parse_tier(&r.text("tier")?)?,
-                outcome: PriorOutcome::Denied,
             },
             n: r.i64("n")?,
         });

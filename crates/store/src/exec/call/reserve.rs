@@ -237,15 +237,13 @@ impl Executor {
                     p.attempts = attempts + 1;
                 }
                 None => {
-                    let seq = crate::ledger::runs::next_seq(tx, &p.run_id).await?;
-                    p.seq = seq;
                     p.attempts = 1;
-                    insert_step(
+                    p.seq = insert_next_step(
                         tx,
                         NewStep {
                             step_id: &p.step_id,
                             run_id: &p.run_id,
-                            seq,
+                            seq: 0,
                             kind: StepKind::Direct,
                             principal: &p.principal,
                             role: &role,
