@@ -23,21 +23,29 @@ fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
 /// The run `run_id` so far: its steps numbered below `before` (all of them for `None`),
 /// compensations left out, and the refusals of direct calls, which hold no step row (a refused
 /// direct call must not hold its idempotency key) and are counted in `run_refusals` as their
-/// audit records are appended. One statement: both counts travel in one result.
-pub(crate) async fn history(tx: &mut Tx, run_id: &str, before: Option<i64>) -> Result<RunHistory> {
+/// audit records are appended. One statement: both counts travel in one result. Also
+/// whether any step row of the run was counted: then the run's row exists (a step references
+/// it, and runs are never deleted).
+pub(crate) async fn history(
+    tx: &mut Tx,
+    run_id: &str,
+    before: Option<i64>,
+) -> Result<(RunHistory, bool)> {
     let mut counted = Vec::new();
+    let mut has_steps = false;
     for r in tx
         .rows(
-            "SELECT tool, tier, status, COUNT(*) AS n FROM steps \
+            "SELECT 'step' AS src, tool, tier, status, COUNT(*) AS n FROM steps \
              WHERE run_id = $1 AND seq < $2 AND kind <> 'compensation' \
              AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status \
              UNION ALL \
-             SELECT tool, tier, 'refused' AS status, COUNT(*) AS n FROM run_refusals \
+             SELECT 'refusal' AS src, tool, tier, 'refused' AS status, COUNT(*) AS n FROM run_refusals \
              WHERE run_id = $1 GROUP BY tool, tier",
             args![run_id, before.unwrap_or(i64::MAX)],
         )
         .await?
     {
+        has_steps |= r.text("src")? == "step";
         let Some(outcome) = prior_outcome(parse_status(&r.text("status")?)?) else {
             continue;
         };
@@ -50,10 +58,11 @@ pub(crate) async fn history(tx: &mut Tx, run_id: &str, before: Option<i64>) -> R
             n: r.i64("n")?,
         });
     }
-    Ok(RunHistory {
+    let history = RunHistory {
         calls: Vec::new(),
         counted,
-    })
+    };
+    Ok((history, has_steps))
 }
 
 /// A refusal recorded in the audit chain that holds no step row.
@@ -161,7 +170,8 @@ mod tests {
             .collect();
         record_refusals(&mut tx, &refusals).await.unwrap();
 
-        let run = history(&mut tx, "r", None).await.unwrap();
+        let (run, has_steps) = history(&mut tx, "r", None).await.unwrap();
+        assert!(has_steps);
         assert!(run.calls.is_empty(), "no call is listed one by one");
         // done, refused, needs_approval steps and the stepless refusals: four kinds.
         assert_eq!(run.counted.len(), 4, "{:?}", run.counted);
@@ -171,8 +181,27 @@ mod tests {
             (40 + 10 + 3 + 7, 10 + 7, 40, 40)
         );
         // A planned step sees only the steps before it (and every stepless refusal).
-        let c = history(&mut tx, "r", Some(11)).await.unwrap().counts("pay");
+        let c = history(&mut tx, "r", Some(11))
+            .await
+            .unwrap()
+            .0
+            .counts("pay");
         assert_eq!((c.steps, c.denials, c.tool_calls), (10 + 7, 7, 10));
         assert_eq!(next_seq(&mut tx, "r").await.unwrap(), seq + 1);
+        // A run with only stepless refusals has no step to show that its row exists.
+        record_refusals(
+            &mut tx,
+            &[Refusal {
+                audit_seq: 1_000,
+                run_id: "only-refused".into(),
+                tool: "pay".into(),
+                tier: Tier::Spend,
+            }],
+        )
+        .await
+        .unwrap();
+        let (run, has_steps) = history(&mut tx, "only-refused", None).await.unwrap();
+        assert_eq!(run.counts("pay").denials, 1);
+        assert!(!has_steps);
     }
 }

@@ -49,16 +49,7 @@ impl Executor {
             .config
             .tier;
         let lost = self
-            .reserve(
-                tx,
-                &mut p,
-                &decision,
-                tier,
-                &view.chain,
-                &view.subject,
-                now,
-                cache,
-            )
+            .reserve(tx, &mut p, &decision, tier, &view, now, cache)
             .await?;
         match lost {
             None => Ok(Reservation::Made(Prepared::Call {
@@ -130,12 +121,15 @@ impl Executor {
         p: &mut Pending,
         decision: &Decision,
         tier: Tier,
-        chain: &[String],
-        subject: &str,
+        view: &LedgerView,
         now: Timestamp,
         cache: &mut BatchCache,
     ) -> Result<Option<Lost>> {
-        if let Some(lost) = self.reserve_key_and_step(tx, p, decision, now).await? {
+        let (chain, subject) = (&view.chain, view.subject.as_str());
+        if let Some(lost) = self
+            .reserve_key_and_step(tx, p, decision, view.run_exists, now)
+            .await?
+        {
             return Ok(Some(lost));
         }
         if let Some(lost) = self.reserve_budgets(tx, p, tier, chain, now, cache).await? {
@@ -153,6 +147,7 @@ impl Executor {
         tx: &mut Tx,
         p: &mut Pending,
         decision: &Decision,
+        run_exists: bool,
         now: Timestamp,
     ) -> Result<Option<Lost>> {
         let reg: &Registry = &self.registry;
@@ -215,7 +210,9 @@ impl Executor {
                 .principal(&p.principal)
                 .map(|x| x.role().to_string())
                 .unwrap_or_default();
-            Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
+            if !run_exists {
+                Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
+            }
             // A direct call cannot outlast its timeout (see `StoreConfig::attempt_lease`).
             let cfg = self.store.config();
             let lease = now.millis() + cfg.attempt_lease().as_millis() as i64;

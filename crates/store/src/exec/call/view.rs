@@ -8,6 +8,9 @@ use crate::exec::*;
 pub(crate) struct LedgerView {
     /// The run so far, as policies and rate limits count it.
     pub(crate) run: RunHistory,
+    /// Whether the run's row is known to exist: it has steps (runs are never deleted), so a
+    /// new step of it need not create it.
+    pub(crate) run_exists: bool,
     /// The principal and every ancestor it draws budget from, nearest first.
     pub(crate) chain: Vec<String>,
     /// Today's budget use along `chain`, and the tool's window budgets.
@@ -47,7 +50,7 @@ impl Executor {
         now: Timestamp,
         cache: &mut BatchCache,
     ) -> Result<LedgerView> {
-        let run = self.load_run(tx, p).await?;
+        let (run, run_exists) = self.load_run(tx, p).await?;
         let chain = self.budget_chain(p);
         let budgets = self.load_budgets(tx, p, &chain, now, cache).await?;
         let key = self.load_key(tx, p, now).await?;
@@ -55,6 +58,7 @@ impl Executor {
         let presented = !p.presented.is_empty();
         let mut view = LedgerView {
             run,
+            run_exists,
             chain,
             budgets,
             key,
@@ -99,8 +103,8 @@ impl Executor {
 
     /// The run so far, as policies and rate limits see it: the steps before this one (a
     /// direct call sees every step of its run), and the refusals of direct calls, which hold
-    /// no step row.
-    async fn load_run(&self, tx: &mut Tx, p: &Pending) -> Result<RunHistory> {
+    /// no step row; and whether the run has steps (so its row exists).
+    async fn load_run(&self, tx: &mut Tx, p: &Pending) -> Result<(RunHistory, bool)> {
         let before = match p.kind {
             StepKind::Direct => None,
             _ => Some(p.seq),
@@ -120,7 +124,9 @@ impl Executor {
             .unwrap_or_default()
     }
 
-    /// Today's budget use of everyone on `chain`, and the windows of the tool's window budgets.
+    /// Today's budget use of everyone on `chain` with a daily budget for the tool's tier (no
+    /// one else's counts: a read, or a principal without that budget, is never charged or
+    /// checked), and the windows of the tool's window budgets.
     pub(crate) async fn load_budgets(
         &self,
         tx: &mut Tx,
@@ -131,7 +137,15 @@ impl Executor {
     ) -> Result<BudgetView> {
         let day = now.utc_day();
         let mut budgets = BudgetView::default();
-        for id in chain {
+        let tier = self.registry.tool(&p.tool).map(|t| t.config.tier);
+        let limited = |id: &String| {
+            tier.is_some_and(|tier| {
+                self.registry
+                    .principal(id)
+                    .is_some_and(|pr| pr.budget(tier).is_some())
+            })
+        };
+        for id in chain.iter().filter(|id| limited(id)) {
             if !cache.budgets.contains_key(id) {
                 let used = crate::ledger::budgets::used_today(tx, id, day).await?;
                 cache.budgets.insert(id.clone(), used);
