@@ -864,6 +864,12 @@ async fn budgets_are_conserved_up_the_parent_chain(db: &TestDb) {
     assert_eq!(get("capped-lead"), 600);
     assert!(get("child-a") <= 400 && get("child-b") <= 400);
     assert_eq!(get("child-a") + get("child-b"), 600);
+    // Every done step charged what it reserved: no unit is left held by a step.
+    let held = store
+        .execute_raw("DELETE FROM budget_reservations")
+        .await
+        .unwrap();
+    assert_eq!(held, 0, "units still held by settled steps");
 }
 
 async fn abort_compensates_newest_first(db: &TestDb) {

@@ -39,11 +39,14 @@ impl Executor {
         let reg: &Registry = &self.registry;
         let tool = reg.tool(&p.tool);
         let effect = tool.map_or(Effect::Irreversible, |t| t.config.effect);
-        // A read-tier call reserved no daily budget (only its window budgets, which a done call
-        // keeps), so a done one has nothing to charge.
-        let charge = match tool.map(|t| t.config.tier) {
-            Some(Tier::Read) => BudgetAction::Hold,
-            _ => BudgetAction::Charge,
+        // A call reserved a daily budget only where someone on its chain has one for its tier
+        // (never for a read; its window budgets a done call keeps): otherwise a done one has
+        // nothing to charge. The same registry snapshot decided what was reserved.
+        let charged = tool.is_some_and(|t| self.budgeted(&p.principal, t.config.tier));
+        let charge = if charged {
+            BudgetAction::Charge
+        } else {
+            BudgetAction::Hold
         };
         let meta = CallMeta {
             idempotency_key: p.idem_key.clone(),

@@ -112,6 +112,20 @@ impl Executor {
         crate::ledger::runs::history(tx, &p.run_id, before).await
     }
 
+    /// Whether anyone on `principal`'s chain has a daily budget for `tier` (a read tier never
+    /// has one): whether a call of that tier reserves and charges one.
+    pub(crate) fn budgeted(&self, principal: &str, tier: Tier) -> bool {
+        self.registry.principal(principal).is_some_and(|pr| {
+            std::iter::once(pr)
+                .chain(
+                    pr.ancestors
+                        .iter()
+                        .filter_map(|a| self.registry.principal(a)),
+                )
+                .any(|p| p.budget(tier).is_some())
+        })
+    }
+
     /// The principal and every ancestor it draws from.
     fn budget_chain(&self, p: &Pending) -> Vec<String> {
         self.registry
