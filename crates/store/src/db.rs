@@ -365,13 +365,18 @@ impl Pool {
     }
 
     /// A write transaction whose commit survives the process being killed but is not
-    /// fsync'd (SQLite: WAL with `synchronous = NORMAL`). A later durable commit makes it
-    /// durable too, since the WAL is one append-only file. PostgreSQL decides at commit time
-    /// instead ([`Tx::relax_commit`]), so this is a plain `BEGIN` there.
+    /// fsync'd (SQLite: WAL with `synchronous = NORMAL`; PostgreSQL: `synchronous_commit`
+    /// off for this transaction, set in the same round trip as its `BEGIN`: it survives the
+    /// gateway being killed, not the database server losing power before its next flush). A
+    /// later durable commit makes it durable too, since the WAL is one append-only file.
+    /// [`Tx::unrelax`] takes it back before a commit that must be durable after all.
     pub async fn begin_relaxed(&self) -> Result<Tx> {
         Ok(match self {
             Pool::Sqlite(_, lite) => Tx::S(lite.begin(false).await?),
-            Pool::Postgres(p) => Tx::P(p.begin().await?),
+            Pool::Postgres(p) => Tx::P(
+                p.begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+                    .await?,
+            ),
         })
     }
 
@@ -581,12 +586,12 @@ impl LiteOf for LiteConn {
 }
 
 impl Tx {
-    /// PostgreSQL: this transaction's commit does not wait for the WAL flush (it survives
-    /// the gateway being killed, not the database server losing power before its next
-    /// flush). No effect on SQLite, where [`Pool::begin_relaxed`] chose already.
-    pub async fn relax_commit(&mut self) -> Result<()> {
+    /// PostgreSQL: a transaction begun [relaxed](Pool::begin_relaxed) commits as the store
+    /// is configured after all (waiting for the WAL flush unless `durability: process`). No
+    /// effect on SQLite, whose relaxed commits are made durable by a sync barrier instead.
+    pub async fn unrelax(&mut self) -> Result<()> {
         if self.is_pg() {
-            self.exec("SET LOCAL synchronous_commit = off", Vec::new())
+            self.exec("SET LOCAL synchronous_commit TO DEFAULT", Vec::new())
                 .await?;
         }
         Ok(())

@@ -120,8 +120,9 @@ async fn batch(
     }
     cache.flush(&mut tx).await?;
     let settled = out.iter().any(|p| matches!(p, Prepared::Settled { .. }));
-    if !durable && !settled {
-        tx.relax_commit().await?;
+    if !durable && settled {
+        // Something was acknowledged on the spot (a refusal, a replay, a parked call).
+        tx.unrelax().await?;
     }
     tx.commit().await?;
     Ok(out)
