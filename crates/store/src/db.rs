@@ -610,6 +610,47 @@ impl Tx {
 mod tests {
     use super::*;
 
+    /// A relaxed reservation on PostgreSQL does not wait for the WAL flush — set in the same
+    /// round trip as its `BEGIN` — and [`Tx::unrelax`] gives it back the store's setting; a
+    /// plain transaction keeps the store's setting throughout. Runs whenever
+    /// `TOOLGATE_TEST_DATABASE_URL` is set (under CI=true it must be), in a schema of its own.
+    #[tokio::test]
+    async fn a_relaxed_postgres_transaction_waits_for_no_flush_until_unrelaxed() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        let Ok(url) = std::env::var("TOOLGATE_TEST_DATABASE_URL") else {
+            assert!(!ci, "CI=true needs TOOLGATE_TEST_DATABASE_URL");
+            eprintln!("SKIPPED: TOOLGATE_TEST_DATABASE_URL is not set");
+            return;
+        };
+        let schema = format!("tg_unit_{}", uuid::Uuid::new_v4().simple());
+        let opts = ConnectOptions {
+            schema: Some(schema.clone()),
+            max_connections: 2,
+        };
+        let pool = Pool::connect(&url, &opts, Durability::Fsync, Migrations::Apply)
+            .await
+            .unwrap();
+        async fn setting(tx: &mut Tx) -> String {
+            let row = tx.opt("SHOW synchronous_commit", args![]).await.unwrap();
+            row.unwrap().text("synchronous_commit").unwrap()
+        }
+        let mut relaxed = pool.begin_relaxed().await.unwrap();
+        assert_eq!(setting(&mut relaxed).await, "off");
+        relaxed.unrelax().await.unwrap();
+        assert_eq!(setting(&mut relaxed).await, "on");
+        relaxed.commit().await.unwrap();
+        let mut plain = pool.begin().await.unwrap();
+        assert_eq!(setting(&mut plain).await, "on");
+        plain.commit().await.unwrap();
+        // The pooled connections are back at the session's setting.
+        let mut next = pool.begin().await.unwrap();
+        assert_eq!(setting(&mut next).await, "on");
+        next.commit().await.unwrap();
+        pool.execute_raw(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+    }
+
     /// Every `.sql` file of a backend's folder is a migration, in version order, with the SQL
     /// of the file as it is on disk (what sqlx checksums): a new file is never left out.
     #[test]
