@@ -35,9 +35,6 @@ use crate::server::GatewayState;
 /// The lockfile's name in the registry folder.
 pub const LOCKFILE: &str = "toolgate.lock";
 
-/// The principal pin records are written under.
-const GATEWAY: &str = "toolgate";
-
 /// The lockfile as the gateway holds it. Re-read when a check runs and its text changed, so a
 /// `toolgate lock approve` takes effect without a restart.
 pub struct Pins {
@@ -324,8 +321,14 @@ fn event(
     error: Option<String>,
     version: &str,
 ) -> AuditDraft {
-    let who = AuditWho::new(GATEWAY, "gateway");
-    let mut d = AuditDraft::event(SystemClock.now(), who, tool, kind, status, version);
+    let mut d = AuditDraft::event(
+        SystemClock.now(),
+        AuditWho::toolgate(),
+        tool,
+        kind,
+        status,
+        version,
+    );
     d.inputs = inputs;
     d.why.rule = Some(rule.into());
     d.why.reason = Some(reason);

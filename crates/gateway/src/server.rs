@@ -250,11 +250,11 @@ impl GatewayServer {
                 None,
             )
         };
-        // Only a write holds an idempotency key another attempt can find running; a read's
-        // call is not kept for a second pass.
+        // Only a call that replays holds an idempotency key another attempt can find running;
+        // any other call is not kept for a second pass.
         let again = registry
             .tool(tool)
-            .is_some_and(|t| t.config.effect != Effect::Read)
+            .is_some_and(toolgate_core::why::replays)
             .then(|| call.clone());
         let mut result = executor.governed_call(call).await.map_err(unrecorded)?;
         // A retry that found an earlier attempt of its operation still running (a client that

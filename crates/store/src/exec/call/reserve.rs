@@ -307,11 +307,7 @@ impl Executor {
             let day = now.utc_day();
             let mut limited: Vec<(&str, u32)> = chain
                 .iter()
-                .filter_map(|id| {
-                    reg.principal(id)
-                        .and_then(|pr| pr.budget(tier))
-                        .map(|l| (id.as_str(), l))
-                })
+                .filter_map(|id| self.daily_limit(id, tier).map(|l| (id.as_str(), l)))
                 .collect();
             limited.sort();
             if !crate::ledger::budgets::charge(tx, cache, &p.step_id, &limited, tier, day).await? {

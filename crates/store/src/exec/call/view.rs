@@ -112,17 +112,18 @@ impl Executor {
         crate::ledger::runs::history(tx, &p.run_id, before).await
     }
 
-    /// Whether anyone on `principal`'s chain has a daily budget for `tier` (a read tier never
-    /// has one): whether a call of that tier reserves and charges one.
+    /// `id`'s daily budget for `tier`, if it has one (a read tier never has one).
+    pub(crate) fn daily_limit(&self, id: &str, tier: Tier) -> Option<u32> {
+        self.registry.principal(id).and_then(|p| p.budget(tier))
+    }
+
+    /// Whether anyone on `principal`'s chain has a daily budget for `tier`: whether a call of
+    /// that tier reserves and charges one.
     pub(crate) fn budgeted(&self, principal: &str, tier: Tier) -> bool {
         self.registry.principal(principal).is_some_and(|pr| {
-            std::iter::once(pr)
-                .chain(
-                    pr.ancestors
-                        .iter()
-                        .filter_map(|a| self.registry.principal(a)),
-                )
-                .any(|p| p.budget(tier).is_some())
+            std::iter::once(principal)
+                .chain(pr.ancestors.iter().map(String::as_str))
+                .any(|id| self.daily_limit(id, tier).is_some())
         })
     }
 
@@ -152,14 +153,8 @@ impl Executor {
         let day = now.utc_day();
         let mut budgets = BudgetView::default();
         let tier = self.registry.tool(&p.tool).map(|t| t.config.tier);
-        let limited = |id: &String| {
-            tier.is_some_and(|tier| {
-                self.registry
-                    .principal(id)
-                    .is_some_and(|pr| pr.budget(tier).is_some())
-            })
-        };
-        for id in chain.iter().filter(|id| limited(id)) {
+        let limited = |id: &&String| tier.is_some_and(|t| self.daily_limit(id, t).is_some());
+        for id in chain.iter().filter(limited) {
             if !cache.budgets.contains_key(id) {
                 let used = crate::ledger::budgets::used_today(tx, id, day).await?;
                 cache.budgets.insert(id.clone(), used);
