@@ -702,6 +702,15 @@ pub struct HandlerConfig {
     pub builtin: Option<String>,
 }
 
+impl HandlerConfig {
+    /// The built-in `builtin:` names, if it names one toolgate has.
+    pub fn builtin_kind(&self) -> Option<crate::handler::Builtin> {
+        self.builtin
+            .as_deref()
+            .and_then(crate::handler::Builtin::from_name)
+    }
+}
+
 /// A constraint on an input that chooses where data or money goes, enforced against data.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -79,13 +79,8 @@ pub const OPEN_BY_DESIGN: &[(Builtin, &str)] = &[(
     ".properties.steps.items.properties.inputs",
 )];
 
-/// The built-in a tool's configuration names, if any (and if it is one).
-fn builtin_of(tool: &ToolConfig) -> Option<Builtin> {
-    tool.handler.builtin.as_deref().and_then(Builtin::from_name)
-}
-
 fn open_by_design(tool: &ToolConfig, path: &str) -> bool {
-    builtin_of(tool).is_some_and(|b| {
+    tool.handler.builtin_kind().is_some_and(|b| {
         OPEN_BY_DESIGN
             .iter()
             .any(|(open, at)| *open == b && path.ends_with(at))
@@ -318,7 +313,7 @@ pub fn lint_tool(
     }
     // The writing built-ins record only in toolgate's own store (a plan, a review), which no
     // compensating tool could undo better than aborting the run they belong to.
-    let records_only = builtin_of(t).is_some_and(Builtin::records_only);
+    let records_only = t.handler.builtin_kind().is_some_and(Builtin::records_only);
     let compensated = t.compensate.is_some() || t.compensate_with.is_some();
     if t.effect == Effect::Write && !compensated && !is_compensation && !records_only {
         push(

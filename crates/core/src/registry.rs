@@ -387,7 +387,7 @@ impl Registry {
             };
             tool_index.insert(cfg.name.clone(), tools.len());
             tools.push(Tool {
-                builtin: cfg.handler.builtin.as_deref().and_then(Builtin::from_name),
+                builtin: cfg.handler.builtin_kind(),
                 resource: uid("Tool", &cfg.name),
                 action: uid("Action", &cfg.name),
                 config: cfg,
