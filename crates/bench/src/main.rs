@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use toolgate_bench::crash::{CrashOptions, StoreKind, crash_table, run_crash};
 use toolgate_bench::fleet::{FleetOptions, run_fleet};
-use toolgate_bench::peers::{PeersOptions, run_peers, run_relay};
+use toolgate_bench::peers::{Hop, PeersOptions, run_peers, run_relay};
 use toolgate_bench::scale::{ScaleOptions, run_scale, scale_table};
 use toolgate_bench::storm::{StormOptions, run_storm, storm_table};
 use toolgate_bench::{RunOptions, run_faults, run_toggles, table, toggle_table};
@@ -120,6 +120,13 @@ enum Cmd {
         reads_only: bool,
         #[arg(long)]
         toolgate: Option<PathBuf>,
+        /// The paths to measure beside direct (which is always measured).
+        #[arg(long, value_enum, value_delimiter = ',', default_values_t = Hop::ALL)]
+        hops: Vec<Hop>,
+        /// Another `toolgate` binary, measured in the same rounds beside `--toolgate` on each
+        /// toolgate path chosen (a before/after comparison).
+        #[arg(long)]
+        baseline: Option<PathBuf>,
     },
     /// What one governed call costs PostgreSQL: `toolgate serve` on SQLite and on a PostgreSQL
     /// database the bench creates and drops, loaded by wrk with a read and a write tool;
@@ -294,6 +301,8 @@ async fn main() -> anyhow::Result<()> {
             implicit_runs,
             reads_only,
             toolgate,
+            hops,
+            baseline,
         } => {
             let toolgate = toolgate_or_beside(toolgate)?;
             let table = run_peers(&PeersOptions {
@@ -301,6 +310,8 @@ async fn main() -> anyhow::Result<()> {
                 rounds,
                 conc,
                 toolgate,
+                baseline,
+                hops,
                 implicit_runs,
                 writes: !reads_only,
             })

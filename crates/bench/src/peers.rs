@@ -55,22 +55,35 @@ pub struct PeersOptions {
     pub rounds: u32,
     pub conc: Vec<u32>,
     pub toolgate: PathBuf,
+    /// Another `toolgate` build measured beside `toolgate` in the same rounds (a before/after
+    /// comparison), with both durabilities.
+    pub baseline: Option<PathBuf>,
+    /// The paths to measure (direct is always measured: `added` is against it).
+    pub hops: Vec<Hop>,
     pub implicit_runs: bool,
     pub writes: bool,
 }
 
 /// A path a call takes to the upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hop {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Hop {
     Direct,
     Haproxy,
     Relay,
+    #[value(name = "toolgate-process")]
     ToolgateProcess,
+    #[value(name = "toolgate-fsync")]
     ToolgateFsync,
+    /// The `--baseline` build, durability process.
+    #[value(skip)]
+    BaselineProcess,
+    /// The `--baseline` build, durability fsync.
+    #[value(skip)]
+    BaselineFsync,
 }
 
 impl Hop {
-    const ALL: [Hop; 5] = [
+    pub const ALL: [Hop; 5] = [
         Hop::Direct,
         Hop::Haproxy,
         Hop::Relay,
@@ -85,12 +98,39 @@ impl Hop {
             Hop::Relay => "an rmcp relay that governs nothing",
             Hop::ToolgateProcess => "toolgate, durability process",
             Hop::ToolgateFsync => "toolgate, durability fsync (default)",
+            Hop::BaselineProcess => "baseline build, durability process",
+            Hop::BaselineFsync => "baseline build, durability fsync",
         }
     }
 
     fn governed(self) -> bool {
-        matches!(self, Hop::ToolgateProcess | Hop::ToolgateFsync)
+        !matches!(self, Hop::Direct | Hop::Haproxy | Hop::Relay)
     }
+
+    /// The store durability of a governed path.
+    fn durability(self) -> &'static str {
+        match self {
+            Hop::ToolgateProcess | Hop::BaselineProcess => "process",
+            _ => "fsync",
+        }
+    }
+}
+
+/// The paths `opts` measures, in the order each round takes them: direct first, then the
+/// chosen ones, each baseline path right after the same path of the build under test.
+fn hops(opts: &PeersOptions) -> Vec<Hop> {
+    let mut out = vec![Hop::Direct];
+    for &hop in Hop::ALL.iter().filter(|h| opts.hops.contains(h)) {
+        if hop != Hop::Direct {
+            out.push(hop);
+        }
+        match (hop, opts.baseline.is_some()) {
+            (Hop::ToolgateProcess, true) => out.push(Hop::BaselineProcess),
+            (Hop::ToolgateFsync, true) => out.push(Hop::BaselineFsync),
+            _ => {}
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +182,8 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
 
     let mut children: Vec<Child> = Vec::new();
     let mut endpoints = Vec::new();
-    for hop in Hop::ALL {
+    let paths = hops(opts);
+    for &hop in &paths {
         let (url, child) = match hop {
             Hop::Direct => (upstream.clone(), None),
             Hop::Haproxy => {
@@ -167,21 +208,29 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
                 wait_listening(addr).await?;
                 (url, Some(child))
             }
-            Hop::ToolgateProcess | Hop::ToolgateFsync => {
-                let durability = if hop == Hop::ToolgateProcess {
-                    "process"
-                } else {
-                    "fsync"
+            Hop::ToolgateProcess
+            | Hop::ToolgateFsync
+            | Hop::BaselineProcess
+            | Hop::BaselineFsync => {
+                let durability = hop.durability();
+                let (binary, build) = match hop {
+                    Hop::BaselineProcess | Hop::BaselineFsync => (
+                        opts.baseline
+                            .as_ref()
+                            .expect("a baseline path has a binary"),
+                        "baseline",
+                    ),
+                    _ => (&opts.toolgate, "toolgate"),
                 };
-                let dir = scratch.path().join(durability);
+                let dir = scratch.path().join(format!("{build}-{durability}"));
                 let store = json!({
                     "url": format!("sqlite://{}", dir.join("bench.db").display()),
                     "durability": durability,
                 });
                 registry(&dir, &upstream, store)?;
                 let addr = free_port()?;
-                let log = scratch.path().join(format!("toolgate-{durability}.log"));
-                let child = spawn_gateway(&opts.toolgate, &dir, addr, &log).await?;
+                let log = scratch.path().join(format!("{build}-{durability}.log"));
+                let child = spawn_gateway(binary, &dir, addr, &log).await?;
                 (format!("http://{addr}/mcp"), Some(child))
             }
         };
@@ -259,7 +308,7 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
         let _ = c.kill().await;
     }
     fake.stop.cancel();
-    Ok(table(opts, tools, &samples))
+    Ok(table(opts, &paths, tools, &samples))
 }
 
 pub(crate) fn which(tool: &str) -> bool {
@@ -569,7 +618,12 @@ pub(crate) fn group(n: i64) -> String {
     if n < 0 { format!("-{out}") } else { out }
 }
 
-fn table(opts: &PeersOptions, tools: &[Tool], samples: &[(Tool, Hop, u32, Sample)]) -> String {
+fn table(
+    opts: &PeersOptions,
+    paths: &[Hop],
+    tools: &[Tool],
+    samples: &[(Tool, Hop, u32, Sample)],
+) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -600,7 +654,7 @@ fn table(opts: &PeersOptions, tools: &[Tool], samples: &[(Tool, Hop, u32, Sample
             let _ = write!(t, "---:|---:|---:|---:|---:|");
         }
         let _ = writeln!(t, "---:|");
-        for hop in Hop::ALL {
+        for &hop in paths {
             let _ = write!(t, "| {} |", hop.label());
             let mut errors = 0;
             for &c in &opts.conc {

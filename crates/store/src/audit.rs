@@ -305,11 +305,11 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
         if let (None, Some(run_id), AuditDecision::Deny) =
             (&body.step_id, &body.run_id, body.why.decision)
         {
-            refusals.push(crate::ledger::runs::Refusal {
-                audit_seq: seq,
+            refusals.push(crate::ledger::runs::Stepless {
                 run_id: run_id.clone(),
                 tool: body.tool.clone(),
                 tier: body.tier.unwrap_or(Tier::Read),
+                status: StepStatus::Refused,
             });
         }
         let record = AuditRecord { seq, prev, body };
@@ -366,7 +366,7 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
             .await?;
         }
     }
-    crate::ledger::runs::record_refusals(tx, &refusals).await?;
+    crate::ledger::runs::tally(tx, &refusals).await?;
     tx.exec(
         "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
         args![seq, prev],

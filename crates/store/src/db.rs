@@ -515,19 +515,44 @@ pub(crate) enum Conn {
     P(PoolConnection<Postgres>),
 }
 
+/// A transaction or a connection, borrowed: what a statement that may run in either needs
+/// (a read made inside the deciding transaction, or on its own before any is begun).
+pub(crate) enum Db<'a> {
+    S(&'a mut LiteConn),
+    P(&'a mut sqlx::PgConnection),
+}
+
+impl Tx {
+    pub fn db(&mut self) -> Db<'_> {
+        match self {
+            Tx::S(t) => Db::S(t.conn()),
+            Tx::P(t) => Db::P(t),
+        }
+    }
+}
+
+impl Conn {
+    pub fn db(&mut self) -> Db<'_> {
+        match self {
+            Conn::S(c) => Db::S(c),
+            Conn::P(c) => Db::P(c),
+        }
+    }
+}
+
 macro_rules! impl_exec {
-    ($t:ident) => {
+    ($t:ty) => {
         #[allow(dead_code)]
         impl $t {
             pub fn is_pg(&self) -> bool {
-                matches!(self, $t::P(_))
+                matches!(self, Self::P(_))
             }
 
             /// Executes one statement, returning the rows it affected.
             pub async fn exec(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<u64> {
                 Ok(match self {
-                    $t::S(c) => c.lite().exec(sql, &args)?,
-                    $t::P(c) => bind_all!(sqlx::query(sql), args)
+                    Self::S(c) => c.lite().exec(sql, &args)?,
+                    Self::P(c) => bind_all!(sqlx::query(sql), args)
                         .execute(&mut **c)
                         .await?
                         .rows_affected(),
@@ -536,14 +561,14 @@ macro_rules! impl_exec {
 
             pub async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>> {
                 Ok(match self {
-                    $t::S(c) => {
+                    Self::S(c) => {
                         let r = c.lite().rows(sql, &args)?;
                         r.rows
                             .into_iter()
                             .map(|v| Row::S(r.names.clone(), v))
                             .collect()
                     }
-                    $t::P(c) => bind_all!(sqlx::query(sql), args)
+                    Self::P(c) => bind_all!(sqlx::query(sql), args)
                         .fetch_all(&mut **c)
                         .await?
                         .into_iter()
@@ -554,11 +579,11 @@ macro_rules! impl_exec {
 
             pub async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>> {
                 Ok(match self {
-                    $t::S(c) => {
+                    Self::S(c) => {
                         let r = c.lite().rows(sql, &args)?;
                         r.rows.into_iter().next().map(|v| Row::S(r.names, v))
                     }
-                    $t::P(c) => bind_all!(sqlx::query(sql), args)
+                    Self::P(c) => bind_all!(sqlx::query(sql), args)
                         .fetch_optional(&mut **c)
                         .await?
                         .map(Row::P),
@@ -569,6 +594,7 @@ macro_rules! impl_exec {
 }
 impl_exec!(Tx);
 impl_exec!(Conn);
+impl_exec!(Db<'_>);
 
 /// The SQLite connection under a transaction or a loaned connection.
 trait LiteOf {

@@ -110,6 +110,9 @@ pub(crate) struct Inner {
     /// Each principal's current run (calls that name none), and when this process last told
     /// the store it was used: the store is written at most once a minute per principal.
     current_runs: std::sync::Mutex<HashMap<String, (String, i64)>>,
+    /// Reads made without a reservation that are not recorded yet, per (run, tool): a call of
+    /// the same run decided meanwhile counts them (see `exec::call::read`).
+    pub(crate) unrecorded: std::sync::Mutex<HashMap<(String, String), i64>>,
 }
 
 /// What happens to the idempotency record when a call settles.
@@ -143,9 +146,28 @@ pub(crate) struct Settle {
     pub now: Timestamp,
 }
 
+/// A call recorded without a step row (a direct read made without a reservation): its run,
+/// made if it is new, and how the run counts it.
+#[derive(Debug, Clone)]
+pub(crate) struct SteplessCall {
+    pub principal: String,
+    pub purpose: Option<String>,
+    pub now: Timestamp,
+    pub tally: crate::ledger::runs::Stepless,
+}
+
+/// What a record changes in the ledgers besides the chain.
+#[derive(Debug, Clone)]
+pub(crate) enum Ledger {
+    /// A step's settlement.
+    Settle(Settle),
+    /// A call that holds no step row.
+    Stepless(SteplessCall),
+}
+
 /// One caller's records: applied and acknowledged together.
 pub(crate) struct WriteJob {
-    units: Vec<(Option<Settle>, AuditDraft)>,
+    units: Vec<(Option<Ledger>, AuditDraft)>,
     reply: oneshot::Sender<Result<Vec<i64>>>,
 }
 
@@ -308,6 +330,7 @@ impl Store {
                 reserver,
                 wal_ready,
                 current_runs: Default::default(),
+                unrecorded: Default::default(),
             }),
         })
     }
@@ -436,16 +459,16 @@ impl Store {
     /// is durable. Returns the audit sequence number.
     pub(crate) async fn commit_record(
         &self,
-        settle: Option<Settle>,
+        ledger: Option<Ledger>,
         audit: AuditDraft,
     ) -> Result<i64> {
-        Ok(self.commit_records(vec![(settle, audit)]).await?[0])
+        Ok(self.commit_records(vec![(ledger, audit)]).await?[0])
     }
 
     /// As [`Store::commit_record`] for several records, acknowledged together.
     pub(crate) async fn commit_records(
         &self,
-        units: Vec<(Option<Settle>, AuditDraft)>,
+        units: Vec<(Option<Ledger>, AuditDraft)>,
     ) -> Result<Vec<i64>> {
         let (reply, rx) = oneshot::channel();
         self.inner
@@ -1074,7 +1097,7 @@ impl Store {
         if !loose.is_empty() {
             let _ = writeln!(
                 s,
-                "  calls without a step row (refused or parked direct calls):"
+                "  calls without a step row (refused direct calls, reads made without a reservation):"
             );
             for rec in loose {
                 let _ = writeln!(s, "   {}", printable(&rec.body.tool));
@@ -1602,16 +1625,32 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
 
 async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
     let mut tx = pool.begin().await?;
-    let settles: Vec<&Settle> = jobs
-        .iter()
-        .flat_map(|j| j.units.iter().filter_map(|u| u.0.as_ref()))
-        .collect();
+    let mut settles: Vec<&Settle> = Vec::new();
+    let mut stepless: Vec<&SteplessCall> = Vec::new();
+    for unit in jobs.iter().flat_map(|j| &j.units) {
+        match &unit.0 {
+            Some(Ledger::Settle(s)) => settles.push(s),
+            Some(Ledger::Stepless(c)) => stepless.push(c),
+            None => {}
+        }
+    }
     apply_settles(&mut tx, &settles).await?;
+    for c in &stepless {
+        let run = &c.tally.run_id;
+        Store::ensure_run(&mut tx, run, &c.principal, c.purpose.as_deref(), c.now).await?;
+    }
+    // A read that failed is not counted (as a failed step is not); its record still is.
+    let tallies: Vec<_> = stepless
+        .iter()
+        .filter(|c| c.tally.status == StepStatus::Done)
+        .map(|c| c.tally.clone())
+        .collect();
+    crate::ledger::runs::tally(&mut tx, &tallies).await?;
     let drafts = jobs
         .iter()
         .flat_map(|j| j.units.iter().map(|u| u.1.clone()))
         .collect();
-    if settles.is_empty() && jobs.iter().all(|j| j.units.is_empty()) {
+    if settles.is_empty() && tallies.is_empty() && jobs.iter().all(|j| j.units.is_empty()) {
         // Only sync barriers: write something so the commit fsyncs the WAL.
         tx.exec("UPDATE sync_barrier SET n = n + 1 WHERE id = 1", args![])
             .await?;

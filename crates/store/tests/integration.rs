@@ -13,6 +13,7 @@ mod notify_outbox;
 mod plans;
 mod previews;
 mod sqlite_writers;
+mod stepless;
 mod suite;
 mod tail;
 mod versions;

@@ -964,21 +964,32 @@ async fn direct_calls_are_numbered_after_the_runs_steps(db: &TestDb) {
         .await
         .unwrap();
     assert_eq!(ex.drain().await.unwrap().len(), 2);
-    let read = |id: &str| DirectCall {
+    let write = |id: &str| DirectCall {
         run_id: run.clone(),
-        ..direct("ticket.read", json!({"ticket_id": id}))
+        ..direct("ticket.update", json!({"ticket_id": id, "status": "hold"}))
     };
-    let r = ex.governed_call(read("T-3")).await.unwrap();
+    let r = ex.governed_call(write("T-3")).await.unwrap();
     assert_eq!(r.status, CallStatus::Done, "{r:?}");
     // Arriving together, these are reserved in one transaction: each must see the one before.
     let calls = (4..10).map(|i| {
         let ex = ex.clone();
-        let call = read(&format!("T-{i}"));
+        let call = write(&format!("T-{i}"));
         tokio::spawn(async move { ex.governed_call(call).await.unwrap() })
     });
     for c in calls.collect::<Vec<_>>() {
         assert_eq!(c.await.unwrap().status, CallStatus::Done);
     }
+    // A read made without a reservation holds no step (so takes no number), and is counted.
+    let read = DirectCall {
+        run_id: run.clone(),
+        ..direct("ticket.read", json!({"ticket_id": "T-10"}))
+    };
+    let r = ex.governed_call(read).await.unwrap();
+    assert_eq!(
+        (r.status, r.step_id.as_deref()),
+        (CallStatus::Done, None),
+        "{r:?}"
+    );
     let seqs: Vec<i64> = store
         .steps(&run)
         .await
@@ -1085,7 +1096,9 @@ async fn reads_run_again_and_a_key_past_its_retention_is_a_new_operation(db: &Te
     let r1 = ex.governed_call(read()).await.unwrap();
     let r2 = ex.governed_call(read()).await.unwrap();
     assert_eq!((r1.status, r2.status), (CallStatus::Done, CallStatus::Done));
-    assert_ne!(r1.step_id, r2.step_id);
+    // Each asked, each recorded; neither reserved a step (there is nothing to replay).
+    assert_eq!((r1.step_id.as_deref(), r2.step_id.as_deref()), (None, None));
+    assert!(r2.audit_seq > r1.audit_seq, "{r1:?} {r2:?}");
     assert_eq!(fake.count("ticket.get"), 2);
 
     let update = || {

@@ -34,8 +34,8 @@ use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};
 use crate::store::{
-    BudgetAction, IdemAction, NewStep, Settle, Store, insert_next_step, insert_step, new_id,
-    step_cols, step_from_row, to_json, used_nonces,
+    BudgetAction, IdemAction, Ledger, NewStep, Settle, Store, insert_next_step, insert_step,
+    new_id, step_cols, step_from_row, to_json, used_nonces,
 };
 
 /// A boxed future, so [`Handler`] stays object-safe.

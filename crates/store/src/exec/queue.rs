@@ -159,7 +159,7 @@ impl Executor {
                 outcome: Some(c.outcome),
                 replayed: false,
             });
-            units.push((Some(c.settle), c.draft));
+            units.push((Some(Ledger::Settle(c.settle)), c.draft));
         }
         if !units.is_empty() {
             self.store.commit_records(units).await?;

@@ -128,7 +128,9 @@ impl Executor {
                 &outcome,
                 now,
             );
-            self.store.commit_record(Some(settle), draft).await?;
+            self.store
+                .commit_record(Some(Ledger::Settle(settle)), draft)
+                .await?;
             reports.push(StepReport {
                 step_id: s.step_id.clone(),
                 status: outcome.status,

@@ -5,7 +5,7 @@
 
 use toolgate_core::{PriorCall, PriorCalls, PriorOutcome, RunHistory, StepStatus, Tier};
 
-use crate::db::{Tx, args};
+use crate::db::{Db, Tx, args};
 use crate::error::Result;
 use crate::store::{parse_status, parse_tier};
 
@@ -21,27 +21,34 @@ fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
 }
 
 /// The run `run_id` so far: its steps numbered below `before` (all of them for `None`),
-/// compensations left out, and the refusals of direct calls, which hold no step row (a refused
-/// direct call must not hold its idempotency key) and are counted in `run_refusals` as their
-/// audit records are appended. One statement: both counts travel in one result. Also
-/// whether any step row of the run was counted: then the run's row exists (a step references
-/// it, and runs are never deleted).
+/// compensations left out, and the calls that hold no step row, counted in `run_tally` as
+/// their audit records are appended (refused direct calls; direct reads made without a
+/// reservation). A planned step (`before` set) sees the steps before it and every refusal of
+/// its run — a denial anywhere in a run counts against what it may do next — but not the
+/// stepless reads, which have no place in the plan's order (a direct call's step, numbered
+/// after the plan's, never counted for them either). One statement: every count travels in
+/// one result. Also whether any step row of the run was counted: then the run's row exists (a
+/// step references it, and runs are never deleted).
 pub(crate) async fn history(
-    tx: &mut Tx,
+    db: &mut Db<'_>,
     run_id: &str,
     before: Option<i64>,
 ) -> Result<(RunHistory, bool)> {
     let mut counted = Vec::new();
     let mut has_steps = false;
-    for r in tx
+    for r in db
         .rows(
             "SELECT 'step' AS src, tool, tier, status, COUNT(*) AS n FROM steps \
              WHERE run_id = $1 AND seq < $2 AND kind <> 'compensation' \
              AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status \
              UNION ALL \
-             SELECT 'refusal' AS src, tool, tier, 'refused' AS status, COUNT(*) AS n FROM run_refusals \
-             WHERE run_id = $1 GROUP BY tool, tier",
-            args![run_id, before.unwrap_or(i64::MAX)],
+             SELECT 'tally' AS src, tool, tier, status, n FROM run_tally \
+             WHERE run_id = $1 AND (status = 'refused' OR $3 = 1)",
+            args![
+                run_id,
+                before.unwrap_or(i64::MAX),
+                i64::from(before.is_none())
+            ],
         )
         .await?
     {
@@ -65,20 +72,23 @@ pub(crate) async fn history(
     Ok((history, has_steps))
 }
 
-/// A refusal recorded in the audit chain that holds no step row.
-pub(crate) struct Refusal {
-    pub audit_seq: i64,
+/// A call recorded in the audit chain that holds no step row: how its run counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stepless {
     pub run_id: String,
     pub tool: String,
     pub tier: Tier,
+    /// `Refused`, or `Done` for a read made without a reservation.
+    pub status: StepStatus,
 }
 
-/// Counts `refusals` with their runs; written with their audit records.
-pub(crate) async fn record_refusals(tx: &mut Tx, refusals: &[Refusal]) -> Result<()> {
-    for r in refusals {
+/// Counts `calls` with their runs; written with their audit records.
+pub(crate) async fn tally(tx: &mut Tx, calls: &[Stepless]) -> Result<()> {
+    for c in calls {
         tx.exec(
-            "INSERT INTO run_refusals (audit_seq, run_id, tool, tier) VALUES ($1, $2, $3, $4)",
-            args![r.audit_seq, &r.run_id, &r.tool, r.tier.as_str()],
+            "INSERT INTO run_tally (run_id, tool, tier, status, n) VALUES ($1, $2, $3, $4, 1) \
+             ON CONFLICT (run_id, tool, tier, status) DO UPDATE SET n = run_tally.n + 1",
+            args![&c.run_id, &c.tool, c.tier.as_str(), c.status.as_str()],
         )
         .await?;
     }
@@ -160,47 +170,58 @@ mod tests {
                 .unwrap();
             }
         }
-        let refusals: Vec<Refusal> = (0..7)
-            .map(|i| Refusal {
-                audit_seq: i,
-                run_id: "r".into(),
-                tool: "pay".into(),
-                tier: Tier::Spend,
-            })
-            .collect();
-        record_refusals(&mut tx, &refusals).await.unwrap();
+        let stepless = |tool: &str, tier, status| Stepless {
+            run_id: "r".into(),
+            tool: tool.into(),
+            tier,
+            status,
+        };
+        let refusals = vec![stepless("pay", Tier::Spend, StepStatus::Refused); 7];
+        tally(&mut tx, &refusals).await.unwrap();
+        let reads = vec![stepless("look", Tier::Read, StepStatus::Done); 25];
+        tally(&mut tx, &reads).await.unwrap();
+        // However many, a run's stepless calls of one tool and outcome are one row.
+        let rows = tx
+            .opt(
+                "SELECT COUNT(*) AS n FROM run_tally WHERE run_id = 'r'",
+                args![],
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows.i64("n").unwrap(), 2);
 
-        let (run, has_steps) = history(&mut tx, "r", None).await.unwrap();
+        let (run, has_steps) = history(&mut tx.db(), "r", None).await.unwrap();
         assert!(has_steps);
         assert!(run.calls.is_empty(), "no call is listed one by one");
-        // done, refused, needs_approval steps and the stepless refusals: four kinds.
-        assert_eq!(run.counted.len(), 4, "{:?}", run.counted);
+        // done, refused, needs_approval steps, the stepless refusals and reads: five kinds.
+        assert_eq!(run.counted.len(), 5, "{:?}", run.counted);
         let c = run.counts("pay");
         assert_eq!(
             (c.steps, c.denials, c.spend_steps, c.tool_calls),
-            (40 + 10 + 3 + 7, 10 + 7, 40, 40)
+            (40 + 10 + 3 + 7 + 25, 10 + 7, 40, 40)
         );
-        // A planned step sees only the steps before it (and every stepless refusal).
-        let c = history(&mut tx, "r", Some(11))
+        assert_eq!(run.counts("look").tool_calls, 25);
+        // A planned step sees only the steps before it and every stepless refusal, not the
+        // stepless reads (which have no place in the plan's order).
+        let c = history(&mut tx.db(), "r", Some(11))
             .await
             .unwrap()
             .0
             .counts("pay");
         assert_eq!((c.steps, c.denials, c.tool_calls), (10 + 7, 7, 10));
         assert_eq!(next_seq(&mut tx, "r").await.unwrap(), seq + 1);
-        // A run with only stepless refusals has no step to show that its row exists.
-        record_refusals(
+        // A run with only stepless calls has no step to show that its row exists.
+        tally(
             &mut tx,
-            &[Refusal {
-                audit_seq: 1_000,
-                run_id: "only-refused".into(),
-                tool: "pay".into(),
-                tier: Tier::Spend,
+            &[Stepless {
+                run_id: "only-stepless".into(),
+                ..stepless("pay", Tier::Spend, StepStatus::Refused)
             }],
         )
         .await
         .unwrap();
-        let (run, has_steps) = history(&mut tx, "only-refused", None).await.unwrap();
+        let (run, has_steps) = history(&mut tx.db(), "only-stepless", None).await.unwrap();
         assert_eq!(run.counts("pay").denials, 1);
         assert!(!has_steps);
     }

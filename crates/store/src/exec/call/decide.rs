@@ -38,7 +38,7 @@ impl Executor {
         )
     }
 
-    fn decide_with(
+    pub(super) fn decide_with(
         &self,
         p: &Pending,
         view: &LedgerView,

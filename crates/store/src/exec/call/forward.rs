@@ -24,7 +24,10 @@ impl Executor {
         approvals: Vec<ApprovalClaims>,
     ) -> Result<(CallStatus, StepOutcome, i64, Pending, Decision)> {
         let c = self.call_only(p, decision, tokens, approvals).await;
-        let seq = self.store.commit_record(Some(c.settle), c.draft).await?;
+        let seq = self
+            .store
+            .commit_record(Some(Ledger::Settle(c.settle)), c.draft)
+            .await?;
         Ok((c.status, c.outcome, seq, c.p, c.decision))
     }
 

@@ -15,18 +15,24 @@
 //!    and the outcome is classified by the tool's effect;
 //! 5. the outcome and its audit record ([`record`]) are committed together.
 //!
+//! A direct read that can neither happen twice nor use anything up skips the reservation
+//! ([`read`]): decided from its run's counts, forwarded, then recorded in one write.
+//!
 //! Each phase is one function with one job; the SQL they need lives in [`crate::ledger`].
 
 use super::*;
 
 mod decide;
 mod forward;
+mod read;
 mod record;
 mod reserve;
 mod settle;
 mod view;
 
 pub(crate) use view::LedgerView;
+
+use read::Unreserved;
 
 use reserve::Reservation;
 
@@ -137,6 +143,12 @@ impl Executor {
         };
         self.look_up_destinations(&mut p, &mut LookupCache::default())
             .await;
+        if self.unreserved(&p) {
+            p = match self.read_unreserved(p, now).await? {
+                Unreserved::Settled(result) => return Ok(result),
+                Unreserved::Reserve(p) => p,
+            };
+        }
         let prepared = self.store.reserve_direct(self.clone(), p, now).await?;
         match prepared {
             Prepared::Settled {

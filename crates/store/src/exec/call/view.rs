@@ -102,14 +102,20 @@ impl Executor {
     }
 
     /// The run so far, as policies and rate limits see it: the steps before this one (a
-    /// direct call sees every step of its run), and the refusals of direct calls, which hold
-    /// no step row; and whether the run has steps (so its row exists).
+    /// direct call sees every step of its run, and the reads this process has under way in
+    /// it), and the calls that hold no step row; and whether the run has steps (so its row
+    /// exists).
     async fn load_run(&self, tx: &mut Tx, p: &Pending) -> Result<(RunHistory, bool)> {
         let before = match p.kind {
             StepKind::Direct => None,
             _ => Some(p.seq),
         };
-        crate::ledger::runs::history(tx, &p.run_id, before).await
+        let (mut run, exists) =
+            crate::ledger::runs::history(&mut tx.db(), &p.run_id, before).await?;
+        if before.is_none() {
+            self.store.count_unrecorded(&p.run_id, None, &mut run);
+        }
+        Ok((run, exists))
     }
 
     /// `id`'s daily budget for `tier`, if it has one (a read tier never has one).

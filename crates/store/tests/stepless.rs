@@ -1,0 +1,162 @@
+//! Direct reads made without a reservation: no step row, one record, and still counted by the
+//! run they belong to — while they are under way (by the process that forwarded them) and once
+//! recorded (in the run's tally). The fixture's policy refuses a write in a run that has read
+//! anything, so a write's decision shows whether a read was counted.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::common::*;
+use serde_json::json;
+use toolgate_core::{Registry, StepStatus};
+use toolgate_store::{Actor, AuditDecision, CallStatus, DirectCall, Executor, StoreConfig};
+
+both_backends!(
+    a_read_under_way_counts_for_its_run_and_so_does_one_recorded,
+    a_failed_read_is_recorded_and_not_counted,
+    a_refused_read_is_counted_with_its_run,
+);
+
+fn run_count_registry() -> Arc<Registry> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/run-count-registry");
+    Arc::new(Registry::load(&dir).unwrap_or_else(|e| panic!("run-count fixture registry: {e}")))
+}
+
+fn call(tool: &str, run: &str, inputs: serde_json::Value) -> DirectCall {
+    DirectCall {
+        principal: "clerk".into(),
+        tool: tool.into(),
+        inputs,
+        run_id: run.into(),
+        purpose: Some("ops".into()),
+        reason: Some("keep the documents current".into()),
+        actor: Actor::default(),
+        ..DirectCall::default()
+    }
+}
+
+fn read(run: &str, doc: &str) -> DirectCall {
+    call("doc.read", run, json!({"doc_id": doc}))
+}
+
+fn write(run: &str, doc: &str) -> DirectCall {
+    call(
+        "doc.write",
+        run,
+        json!({"doc_id": doc, "title": "Q3 report"}),
+    )
+}
+
+fn executor_with(db_store: &toolgate_store::Store, fake: Arc<Recorder>) -> Executor {
+    Executor::new(
+        db_store.clone(),
+        run_count_registry(),
+        keys(),
+        fake,
+        clock(),
+    )
+}
+
+async fn a_read_under_way_counts_for_its_run_and_so_does_one_recorded(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let held = Arc::new(Recorder {
+        gate: Some(gate.clone()),
+        entered: Some(entered.clone()),
+        ..Recorder::default()
+    });
+    // Two executors on one store (the same process): one whose upstream holds every call.
+    let slow_ex = executor_with(&store, held);
+    let fake = Recorder::new();
+    let ex = executor_with(&store, fake.clone());
+
+    // A read held at the upstream: forwarded, not recorded yet.
+    let slow =
+        tokio::spawn(async move { slow_ex.governed_call(read("run-a", "D-1")).await.unwrap() });
+    entered.notified().await;
+    let meanwhile = ex.governed_call(write("run-a", "D-1")).await.unwrap();
+    assert_eq!(meanwhile.status, CallStatus::Refused, "{meanwhile:?}");
+    assert_eq!(meanwhile.decision.rule(), Some("no-write-after-a-read"));
+    // The same write in a run that has read nothing passes the same policy.
+    let elsewhere = ex.governed_call(write("run-b", "D-1")).await.unwrap();
+    assert_eq!(elsewhere.status, CallStatus::Done, "{elsewhere:?}");
+
+    gate.notify_one();
+    let done = slow.await.unwrap();
+    assert_eq!(done.status, CallStatus::Done, "{done:?}");
+    assert_eq!(
+        done.step_id, None,
+        "a read made without a reservation holds no step"
+    );
+    assert!(
+        store
+            .steps("run-a")
+            .await
+            .unwrap()
+            .iter()
+            .all(|s| s.tool != "doc.read"),
+        "no step row for the read"
+    );
+    // One record for it: allowed, in its run, naming the step id the upstream was sent.
+    let records = store.audit_records(None, Some("run-a")).await.unwrap();
+    let reads: Vec<_> = records
+        .iter()
+        .filter(|r| r.body.tool == "doc.read")
+        .collect();
+    assert_eq!(reads.len(), 1, "{records:?}");
+    let r = &reads[0].body;
+    assert_eq!(r.why.decision, AuditDecision::Allow);
+    assert_eq!(r.outcome.status, StepStatus::Done);
+    assert!(r.step_id.is_some());
+    assert_eq!(r.why.checks.len(), 12, "every check recorded");
+    assert_eq!(store.verify_chain().await.unwrap().broken, None);
+
+    // Recorded, it is counted from the store: another process (no read under way) refuses too.
+    let other = db.store(StoreConfig::default()).await;
+    let ex2 = executor_with(&other, Recorder::new());
+    let after = ex2.governed_call(write("run-a", "D-2")).await.unwrap();
+    assert_eq!(
+        after.decision.rule(),
+        Some("no-write-after-a-read"),
+        "{after:?}"
+    );
+    assert_eq!(
+        fake.count("doc.write"),
+        1,
+        "only the write in the run that read nothing"
+    );
+}
+
+async fn a_failed_read_is_recorded_and_not_counted(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    fake.set("doc.read", Mode::Fail);
+    let ex = executor_with(&store, fake.clone());
+    let failed = ex.governed_call(read("run-f", "D-1")).await.unwrap();
+    assert_eq!(failed.status, CallStatus::Failed, "{failed:?}");
+    let records = store.audit_records(None, Some("run-f")).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].body.outcome.status, StepStatus::Failed);
+    // As a failed step is not, a failed read is not counted: the write passes.
+    let w = ex.governed_call(write("run-f", "D-1")).await.unwrap();
+    assert_eq!(w.status, CallStatus::Done, "{w:?}");
+}
+
+async fn a_refused_read_is_counted_with_its_run(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor_with(&store, fake.clone());
+    // Refused by its schema: never sent, recorded, counted as a refusal of the run.
+    let refused = ex
+        .governed_call(call("doc.read", "run-r", json!({"doc_id": "../etc"})))
+        .await
+        .unwrap();
+    assert_eq!(refused.status, CallStatus::Refused, "{refused:?}");
+    assert_eq!(fake.count("doc.read"), 0);
+    let records = store.audit_records(None, Some("run-r")).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].body.why.decision, AuditDecision::Deny);
+    let w = ex.governed_call(write("run-r", "D-1")).await.unwrap();
+    assert_eq!(w.decision.rule(), Some("no-write-after-a-read"), "{w:?}");
+}
