@@ -55,6 +55,9 @@ kbd { border: 1px solid var(--line); border-radius: 3px; padding: 0 .3rem; font-
 main td, main th { overflow-wrap: anywhere; }
 main code { overflow-wrap: anywhere; word-break: break-word; }
 .scroll td, .scroll th, .scroll code { overflow-wrap: normal; word-break: normal; }
+.scroll table { font-size: 14px; }
+.scroll td, .scroll th { padding: .3rem .3rem; }
+.scroll td.bulk-why { white-space: normal; min-width: 6rem; }
 header { flex-wrap: wrap; }
 @media (max-width: 700px) { header { gap: .6rem; padding: .5rem .6rem; } .facts th { width: auto; } th, td { padding: .3rem .3rem; } }
 "#;
@@ -219,7 +222,7 @@ pub fn queue(
                     div.scroll { table {
                         thead { tr {
                             th { "Item" } th { "Tier" } th { "Time left" } th { "Waiting" } th { "Approvals" }
-                            @for f in g.fields.iter().filter(|f| shown_in_queue(f)) { th { (f) } }
+                            @for f in g.fields.iter().filter(|f| shown_in_queue(f, &g.fields)) { th { (f) } }
                             th { "Principal" } th { "Run" } th { "Bulk" }
                         } }
                         tbody {
@@ -232,14 +235,14 @@ pub fn queue(
                                     td { @if it.expired() { span.expired { "expired" } } @else { (duration_ms(it.time_left_ms)) } }
                                     td { (duration_ms(it.age_ms)) }
                                     td { (r.approved_by.len()) " of " (r.approvers_needed) }
-                                    @for f in g.fields.iter().filter(|f| shown_in_queue(f)) {
+                                    @for f in g.fields.iter().filter(|f| shown_in_queue(f, &g.fields)) {
                                         td.diff[g.varying.contains(f)] {
                                             @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&crate::fmt::cell(f, v, r.inputs.get("currency").and_then(Value::as_str)), 34)) } }
                                         }
                                     }
                                     td { (text(&r.principal)) }
                                     td { @if let Some(run) = &r.run_id { a href={(home(base)) "?run=" (query(run))} { (short(run)) } } }
-                                    td { @if let Some((_, why)) = kept_out.iter().find(|(id, _)| *id == r.approval_id) { span.kept-out.muted data-why=(why) { (why) } } }
+                                    td.bulk-why { @if let Some((_, why)) = kept_out.iter().find(|(id, _)| *id == r.approval_id) { span.kept-out.muted data-why=(why) { (why) } } }
                                 }
                             }
                         }
@@ -251,12 +254,15 @@ pub fn queue(
     )
 }
 
-/// Free-text fields are read on the item page, not compared in the queue.
-fn shown_in_queue(field: &str) -> bool {
-    !matches!(
+/// Free-text fields are read on the item page, not compared in the queue; a currency is
+/// shown with the amount it belongs to, not in a column of its own.
+fn shown_in_queue(field: &str, fields: &[String]) -> bool {
+    let free_text = matches!(
         field,
         "reason" | "justification" | "note" | "notes" | "description" | "body" | "message"
-    )
+    );
+    let with_amount = field == "currency" && fields.iter().any(|f| crate::fmt::is_amount(f));
+    !free_text && !with_amount
 }
 
 #[cfg(test)]
@@ -360,7 +366,7 @@ pub fn item(
                             @if let Some(e) = &f.error { tr.mismatch { td colspan="2" { "No facts: " (text(e)) } } }
                             @for x in &f.facts {
                                 tr id={"fact-" (x.label)} { th { (x.label) } td { code.value { (crate::fmt::cell(&x.label, &x.value, currency)) } @if x.masked { " " span.tag.masked { "masked" } }
-                                    @if let Some(since) = &x.since { " " span.since class=(if since.recent() { "since recent" } else { "since" }) { (since.text()) } } } }
+                                    @if let Some(since) = &x.since { " " span class=(if since.recent() { "since recent" } else { "since" }) { (since.text()) } } } }
                             }
                             @for m in &f.mismatches {
                                 tr.mismatch id={"mismatch-" (m.input)} { th { "MISMATCH" } td { code { (m.input) } " = " code { (crate::fmt::cell(&m.input, &m.sent, currency)) } " but " (m.label) " = " code { (crate::fmt::cell(&m.label, &m.found, currency)) } } }

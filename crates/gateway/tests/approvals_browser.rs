@@ -449,10 +449,14 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     let fits = "return document.documentElement.scrollWidth <= window.innerWidth && \
                 Array.prototype.every.call(document.querySelectorAll('.scroll'), \
                 function (e) { return e.scrollWidth <= e.clientWidth; })";
+    let widths = "return document.documentElement.scrollWidth + ' / ' + window.innerWidth + '; ' + \
+                  Array.prototype.map.call(document.querySelectorAll('.scroll'), \
+                  function (e) { return e.scrollWidth + ' in ' + e.clientWidth; }).join(', ')";
     assert_eq!(
         br.eval(fits).await,
         true,
-        "the queue scrolls sideways at 1280 px"
+        "the queue scrolls sideways at 1280 px: {}",
+        br.eval(widths).await
     );
     let amount = br
         .eval(
