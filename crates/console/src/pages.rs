@@ -489,7 +489,7 @@ pub fn item(
                 }
             }
             details { summary { "Canonical JSON (what is hashed and sent) · " code #input-hash { (r.input_hash) } }
-                pre #canonical { (v.canonical) } }
+                pre #canonical { (toolgate_core::clip::json_printable(&v.canonical)) } }
             h2 { "The run so far" }
             @if v.earlier.is_empty() { p.muted { "No earlier steps in this run." } }
             @else {
