@@ -397,3 +397,46 @@ pub async fn approve_run(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toolgate_core::{InputHash, Timestamp};
+
+    fn req(amount: f64, currency: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            approval_id: "a".into(),
+            subject: "a".into(),
+            run_id: None,
+            principal: "fin-worker".into(),
+            tool: "payment.schedule".into(),
+            tool_version: "1".into(),
+            input_hash: InputHash::from_stored("sha256:00"),
+            inputs: json!({"amount": amount, "currency": currency}),
+            reason: None,
+            evidence: vec![],
+            rule: "gate.always".into(),
+            approvers_needed: 1,
+            approved_by: vec![],
+            status: ApprovalStatus::Pending,
+            created_at: Timestamp::from_millis(0),
+            expires_at: Timestamp::from_millis(1),
+            decided_at: None,
+            decided_by: None,
+        }
+    }
+
+    #[test]
+    fn totals_are_never_summed_across_currencies() {
+        let mut totals = BTreeMap::new();
+        for r in [req(4180.0, "EUR"), req(300.0, "USD"), req(1000.0, "EUR")] {
+            add_amount(&mut totals, &r);
+        }
+        let offer = Offer {
+            members: vec![],
+            totals,
+        };
+        assert_eq!(offer.total_text(), "5,180.00 EUR + 300.00 USD");
+    }
+}

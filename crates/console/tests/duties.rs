@@ -178,3 +178,23 @@ async fn bulk_leaves_out_what_is_not_low_risk_and_says_why() {
         "{out:?}"
     );
 }
+
+/// A text of several lines (a note, an e-mail's body) reads as lines on the item page, not as
+/// one JSON string with `\n` escapes; what would act is still written out.
+#[tokio::test]
+async fn text_of_several_lines_reads_as_lines() {
+    let e = env().await;
+    let mut inputs = payment("SUP-0001", "INV-20260612", 12600.5, OLD_IBAN);
+    inputs["reason"] = json!("Three-way match against PO-77840.\nSecond line\u{202e} here.");
+    let p = park(&e, vec![step("payment.schedule", inputs, &[])]).await;
+    let mut h = signed_in(&e, ALICE_KEY).await;
+    let page = h.get(&format!("/item/{}", p.approval)).await.body;
+    let at = page.find("id=\"field-reason\"").expect("the reason row");
+    let row = &page[at..at + page[at..].find("</tr>").unwrap()];
+    assert!(row.contains("<pre class=\"text-value value\">"), "{row}");
+    assert!(
+        row.contains("Three-way match against PO-77840.\nSecond line\\u{202e} here."),
+        "{row}"
+    );
+    assert!(!row.contains('\u{202e}'), "{row}");
+}

@@ -288,6 +288,13 @@ async fn a_multibyte_run_id_and_an_escape_reason_through_serve_the_page_and_the_
         );
     }
     assert!(show.contains(&run), "show prints the run id whole");
+    // The decision facts, looked up through the finance example's invoice.search.
+    assert!(show.contains("Nordlicht Verpackung GmbH"), "{show}");
+    assert!(show.contains("4,180.00 EUR"), "{show}");
+    assert!(
+        show.contains("••••4931") && !show.contains("DE44500105175407324931"),
+        "{show}"
+    );
     assert!(show.contains("\\u{001b}[31mAPPROVED BY CFO"), "{show}");
     let mut serve = setup.serve;
     let _ = serve.kill().await;
