@@ -123,7 +123,7 @@ pub struct Facts {
 }
 
 impl Facts {
-    /// A fact that says "stop and look": a mismatch, a missing answer, or an account changed
+    /// A fact that says "look again before approving": a mismatch, a missing answer, or an account changed
     /// recently.
     pub fn warning(&self) -> Option<&'static str> {
         if self.error.is_some() {
