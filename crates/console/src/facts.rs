@@ -123,8 +123,8 @@ pub struct Facts {
 }
 
 impl Facts {
-    /// A fact that says "look again before approving": a mismatch, a missing answer, or an account changed
-    /// recently.
+    /// A fact that says "look again before approving": a mismatch, a missing answer, or an
+    /// account changed recently.
     pub fn warning(&self) -> Option<&'static str> {
         if self.error.is_some() {
             Some("decision facts missing")
