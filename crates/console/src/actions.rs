@@ -79,11 +79,33 @@ pub async fn approve(
     run_now: bool,
 ) -> Result<Approved, ConsoleError> {
     let step = approvable(exec, approval_id, approver, shown_hash).await?;
+    refuse_if_it_cannot_run(exec, approval_id).await?;
     let now = exec.clock.now();
     exec.store
         .approve(&exec.registry, &exec.keys, approval_id, approver, now)
         .await?;
     after_grant(exec, approval_id, step, run_now).await
+}
+
+/// Refuses (nothing approved) when the request's call, decided again now under the current
+/// registry and run state (a dry run of every check), would be refused once approved: an
+/// approver is never told "approved" for a call that cannot run. The page and the terminal
+/// both approve through [`approve`], which asks this first.
+pub async fn refuse_if_it_cannot_run(
+    exec: &Executor,
+    approval_id: &str,
+) -> Result<(), ConsoleError> {
+    let req = exec.store.approval(approval_id).await?;
+    if req.status != ApprovalStatus::Pending {
+        return Ok(());
+    }
+    match exec.dry_decide(&req).await?.refused_by() {
+        Some((rule, reason)) => Err(ConsoleError::WouldBeRefused {
+            rule: crate::fmt::text(rule),
+            reason: crate::fmt::text(reason),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Every condition for `approver` to approve `approval_id` shown as `shown_hash`, checked

@@ -1,8 +1,13 @@
 //! Bulk approval of like, low-risk items: one decision for a group a person has read as one,
 //! bound to the exact set of requests and input hashes shown, with the count and total, and a
-//! typed confirmation. Never offered for a new destination, a two-person item, one a reviewer
-//! flagged, a possible duplicate, restricted data, or a call that would be refused now; and the
-//! whole set is refused, nothing approved, if any member changed since it was shown.
+//! typed confirmation. "Low-risk" is enforced, not assumed: an item qualifies only below an
+//! amount and a risk score, and never when it is a new destination or a first-time payee, a
+//! two-person item, one a reviewer flagged, a possible duplicate, restricted data, one whose
+//! decision facts warn (a mismatch, an account changed recently, no answer), or a call that
+//! would be refused now; and the whole set is refused, nothing approved, if any member changed
+//! since it was shown.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 use toolgate_core::Sensitivity;
@@ -10,13 +15,22 @@ use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, ReviewVerdict, S
 
 use crate::actions::{self, Approved};
 use crate::error::ConsoleError;
+use crate::facts::Memo;
 
-/// A group's offer: the members (approval id, input hash) and their total amount.
+/// Amounts from this one up are decided one at a time, whatever the currency.
+pub const MAX_AMOUNT: f64 = 10_000.0;
+
+/// The highest risk score (see [`crate::queue::QueueItem::risk`]) a bulk item may have: a
+/// routine confidential payment of a few thousand; more sensitive data, a larger amount or a
+/// new destination lifts an item above it.
+pub const MAX_RISK: u32 = 7;
+
+/// A group's offer: the members (approval id, input hash) and their total per currency.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offer {
     pub members: Vec<(String, String)>,
-    pub total: f64,
-    pub currency: String,
+    /// Currency (empty when the calls name none) → total amount; never summed across.
+    pub totals: BTreeMap<String, f64>,
 }
 
 impl Offer {
@@ -32,17 +46,44 @@ impl Offer {
     pub fn phrase(&self) -> String {
         format!("approve {}", self.members.len())
     }
+    /// The totals as people read money: `20,900.00 EUR`, one per currency, joined by ` + `.
+    pub fn total_text(&self) -> String {
+        self.totals
+            .iter()
+            .map(|(c, x)| crate::fmt::money(*x, c))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
 }
 
-/// Why an item is kept out of a bulk approval, or `None` when it may be in one.
+/// Adds `req`'s amount to the total of its currency.
+fn add_amount(totals: &mut BTreeMap<String, f64>, req: &ApprovalRequest) {
+    let amount = req
+        .inputs
+        .get("amount")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let currency = req
+        .inputs
+        .get("currency")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    *totals.entry(currency).or_insert(0.0) += amount;
+}
+
+/// Why an item is kept out of a bulk approval, or `None` when it may be in one. `all` is every
+/// request the store keeps; `memo` holds the lookups already made for this page.
 pub async fn excluded(
     exec: &Executor,
     viewer: &str,
     req: &ApprovalRequest,
     all: &[ApprovalRequest],
+    memo: &mut Memo,
 ) -> Result<Option<&'static str>, ConsoleError> {
     let reg = &exec.registry;
-    if req.status != ApprovalStatus::Pending || exec.clock.now() >= req.expires_at {
+    let now = exec.clock.now();
+    if req.status != ApprovalStatus::Pending || now >= req.expires_at {
         return Ok(Some("not open"));
     }
     if !actions::may_decide(reg, viewer, req) {
@@ -57,9 +98,15 @@ pub async fn excluded(
     {
         return Ok(Some("restricted"));
     }
-    let (fields, _) = crate::item::compare(reg, req, all);
-    if fields.iter().any(|f| f.new_destination) {
+    let item = crate::queue::QueueItem::of(reg, req, all, now);
+    if item.amount.is_some_and(|a| a.abs() >= MAX_AMOUNT) {
+        return Ok(Some("amount above the bulk limit"));
+    }
+    if !item.new_destinations.is_empty() {
         return Ok(Some("new destination"));
+    }
+    if item.risk() > MAX_RISK {
+        return Ok(Some("too risky for bulk"));
     }
     if !crate::facts::duplicates(reg, req, all, exec.store.config().retention_ms()).is_empty() {
         return Ok(Some("possible duplicate"));
@@ -77,40 +124,51 @@ pub async fn excluded(
         Err(StoreError::NotFound { .. }) => {}
         Err(e) => return Err(e.into()),
     }
+    let facts = crate::facts::look_up_with(exec, req, all, memo).await;
+    if let Some(why) = facts.iter().find_map(crate::facts::Facts::warning) {
+        return Ok(Some(why));
+    }
+    let party = crate::item::party(req).or_else(|| facts.iter().find_map(|f| f.party.clone()));
+    if let Some(p) = &party
+        && crate::facts::first_time_party(exec, req, p, all, memo).await
+    {
+        return Ok(Some("first-time payee"));
+    }
     if exec.dry_decide(req).await?.refused_by().is_some() {
         return Ok(Some("would be refused"));
     }
     Ok(None)
 }
 
-/// The offer for one queue group, when at least two of its items qualify.
+/// One group's bulk offer, and why each item left out of it was: `(offer, [(approval id,
+/// reason)])`. There is an offer when at least two items qualify.
+pub type GroupOffer = (Option<Offer>, Vec<(String, &'static str)>);
+
+/// The offer for one queue group, when at least two of its items qualify, with the reason
+/// each other item is kept out.
 pub async fn offer(
     exec: &Executor,
     viewer: &str,
     group: &[ApprovalRequest],
     all: &[ApprovalRequest],
-) -> Result<Option<Offer>, ConsoleError> {
+    memo: &mut Memo,
+) -> Result<GroupOffer, ConsoleError> {
     let mut members = Vec::new();
-    let mut total = 0.0;
-    let mut currency = String::new();
+    let mut totals = BTreeMap::new();
+    let mut out = Vec::new();
     for r in group {
-        if excluded(exec, viewer, r, all).await?.is_none() {
-            members.push((r.approval_id.clone(), r.input_hash.to_string()));
-            total += r
-                .inputs
-                .get("amount")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
-            if let Some(c) = r.inputs.get("currency").and_then(Value::as_str) {
-                currency = c.to_string();
+        match excluded(exec, viewer, r, all, memo).await? {
+            None => {
+                members.push((r.approval_id.clone(), r.input_hash.to_string()));
+                add_amount(&mut totals, r);
             }
+            Some(why) => out.push((r.approval_id.clone(), why)),
         }
     }
-    Ok((members.len() >= 2).then_some(Offer {
-        members,
-        total,
-        currency,
-    }))
+    Ok((
+        (members.len() >= 2).then_some(Offer { members, totals }),
+        out,
+    ))
 }
 
 /// Approves the exact set shown, or nothing: every member must still be open, unchanged (the
@@ -135,6 +193,7 @@ pub async fn approve(
         )));
     }
     let all = exec.store.approvals(None).await?;
+    let mut memo = Memo::default();
     for (id, hash) in &members {
         let Some(req) = all.iter().find(|r| r.approval_id == *id) else {
             return Err(ConsoleError::BulkRefused(format!("{id} is not a request")));
@@ -145,7 +204,7 @@ pub async fn approve(
                 req.input_hash
             )));
         }
-        if let Some(why) = excluded(exec, viewer, req, &all).await? {
+        if let Some(why) = excluded(exec, viewer, req, &all, &mut memo).await? {
             return Err(ConsoleError::BulkRefused(format!(
                 "{id} can no longer be approved with the others ({why})"
             )));
@@ -337,4 +396,47 @@ pub async fn approve_run(
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toolgate_core::{InputHash, Timestamp};
+
+    fn req(amount: f64, currency: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            approval_id: "a".into(),
+            subject: "a".into(),
+            run_id: None,
+            principal: "fin-worker".into(),
+            tool: "payment.schedule".into(),
+            tool_version: "1".into(),
+            input_hash: InputHash::from_stored("sha256:00"),
+            inputs: json!({"amount": amount, "currency": currency}),
+            reason: None,
+            evidence: vec![],
+            rule: "gate.always".into(),
+            approvers_needed: 1,
+            approved_by: vec![],
+            status: ApprovalStatus::Pending,
+            created_at: Timestamp::from_millis(0),
+            expires_at: Timestamp::from_millis(1),
+            decided_at: None,
+            decided_by: None,
+        }
+    }
+
+    #[test]
+    fn totals_are_never_summed_across_currencies() {
+        let mut totals = BTreeMap::new();
+        for r in [req(4180.0, "EUR"), req(300.0, "USD"), req(1000.0, "EUR")] {
+            add_amount(&mut totals, &r);
+        }
+        let offer = Offer {
+            members: vec![],
+            totals,
+        };
+        assert_eq!(offer.total_text(), "5,180.00 EUR + 300.00 USD");
+    }
 }

@@ -117,6 +117,62 @@ pub struct Facts {
     pub mismatches: Vec<Mismatch>,
     /// The lookup gave no usable answer (the facts are missing, not "fine").
     pub error: Option<String>,
+    /// The party the call concerns: its own party input, or else the one the looked-up record
+    /// names (a payment of an invoice is to the invoice's supplier).
+    pub party: Option<(String, Value)>,
+}
+
+impl Facts {
+    /// A fact that says "look again before approving": a mismatch, a missing answer, or an
+    /// account changed recently.
+    pub fn warning(&self) -> Option<&'static str> {
+        if self.error.is_some() {
+            Some("decision facts missing")
+        } else if !self.mismatches.is_empty() {
+            Some("facts mismatch")
+        } else if self
+            .facts
+            .iter()
+            .any(|f| f.since.as_ref().is_some_and(Since::recent))
+        {
+            Some("account changed recently")
+        } else {
+            None
+        }
+    }
+}
+
+/// Lookup answers already fetched while building one page, by lookup tool and inputs: a queue
+/// of forty payments of one supplier asks the ERP once per invoice, not once per question.
+#[derive(Debug, Default)]
+pub struct Memo {
+    answers: std::collections::HashMap<(String, String), Result<Value, String>>,
+}
+
+impl Memo {
+    async fn answer(
+        &mut self,
+        exec: &Executor,
+        req: &ApprovalRequest,
+        l: &ContextLookup,
+    ) -> Result<Value, String> {
+        let mut inputs = serde_json::Map::new();
+        for f in &l.with {
+            if let Some(v) = req.inputs.get(f.as_str()) {
+                inputs.insert(f.clone(), v.clone());
+            }
+        }
+        let inputs = Value::Object(inputs);
+        let key = (l.tool.clone(), toolgate_core::canonical(&inputs));
+        if let Some(a) = self.answers.get(&key) {
+            return a.clone();
+        }
+        let a = exec
+            .look_up_for_approval(&req.principal, req.run_id.as_deref(), &l.tool, &inputs)
+            .await;
+        self.answers.insert(key, a.clone());
+        a
+    }
 }
 
 fn same(a: &Value, b: &Value) -> bool {
@@ -153,15 +209,16 @@ pub fn read(
             .tool(&l.tool)
             .is_some_and(|t| t.config.redact.iter().any(|r| r == field))
     };
-    let party = crate::item::party(req);
     let Some(rec) = record(answer, l) else {
         return Facts {
             tool: l.tool.clone(),
             facts: Vec::new(),
             mismatches: Vec::new(),
             error: Some(format!("{} found nothing for this call", l.tool)),
+            party: crate::item::party(req),
         };
     };
+    let party = crate::item::party(req).or_else(|| crate::item::party_of(rec));
     let facts: Vec<Fact> = l
         .show
         .iter()
@@ -204,6 +261,7 @@ pub fn read(
         facts,
         mismatches,
         error: None,
+        party,
     }
 }
 
@@ -214,22 +272,22 @@ pub async fn look_up(
     req: &ApprovalRequest,
     history: &[ApprovalRequest],
 ) -> Vec<Facts> {
+    look_up_with(exec, req, history, &mut Memo::default()).await
+}
+
+/// [`look_up`], asking the handler only for answers `memo` does not hold yet.
+pub async fn look_up_with(
+    exec: &Executor,
+    req: &ApprovalRequest,
+    history: &[ApprovalRequest],
+    memo: &mut Memo,
+) -> Vec<Facts> {
     let Some(tool) = exec.registry.tool(&req.tool) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for l in &tool.config.approval_context {
-        let mut inputs = serde_json::Map::new();
-        for f in &l.with {
-            if let Some(v) = req.inputs.get(f.as_str()) {
-                inputs.insert(f.clone(), v.clone());
-            }
-        }
-        let inputs = Value::Object(inputs);
-        match exec
-            .look_up_for_approval(&req.principal, req.run_id.as_deref(), &l.tool, &inputs)
-            .await
-        {
+        match memo.answer(exec, req, l).await {
             Ok(answer) => out.push(read(
                 &exec.registry,
                 req,
@@ -243,10 +301,60 @@ pub async fn look_up(
                 facts: Vec::new(),
                 mismatches: Vec::new(),
                 error: Some(e),
+                party: crate::item::party(req),
             }),
         }
     }
     out
+}
+
+/// How many approved calls of a tool are looked up, newest first, to find out whether a party
+/// was paid before; past that the payee counts as new (a wrong "new" costs one more look).
+const KNOWN_PARTY_SCAN: usize = 200;
+
+/// Whether `party` is new for `req`'s tool: no approved call of the tool went to it before.
+/// A call that names its party in its inputs is compared directly; one that does not (a
+/// payment names only its invoice) is compared through its own lookups' answer.
+pub async fn first_time_party(
+    exec: &Executor,
+    req: &ApprovalRequest,
+    party: &(String, Value),
+    history: &[ApprovalRequest],
+    memo: &mut Memo,
+) -> bool {
+    let mut earlier: Vec<&ApprovalRequest> = history
+        .iter()
+        .filter(|o| {
+            o.approval_id != req.approval_id
+                && o.tool == req.tool
+                && matches!(
+                    o.status,
+                    ApprovalStatus::Approved | ApprovalStatus::Consumed
+                )
+        })
+        .collect();
+    earlier.sort_by_key(|o| std::cmp::Reverse(o.created_at));
+    let lookups = exec
+        .registry
+        .tool(&req.tool)
+        .map(|t| t.config.approval_context.clone())
+        .unwrap_or_default();
+    for o in earlier.into_iter().take(KNOWN_PARTY_SCAN) {
+        if let Some(p) = crate::item::party(o) {
+            if p == *party {
+                return false;
+            }
+            continue;
+        }
+        for l in &lookups {
+            if let Ok(answer) = memo.answer(exec, o, l).await
+                && record(&answer, l).and_then(crate::item::party_of).as_ref() == Some(party)
+            {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Another request for the same operation (same tool, same identity values) in the retention

@@ -57,6 +57,45 @@ pub fn text(s: &str) -> String {
     toolgate_core::clip::printable(s).into_owned()
 }
 
+/// Text of several lines (an e-mail's body) as people read it: one entry per line, each shown
+/// as [`text`] shows it, so a line break reads as one and nothing else acts.
+pub fn lines(s: &str) -> Vec<String> {
+    s.split('\n').map(text).collect()
+}
+
+/// An amount as people write money: thousands separated, two decimals, then the currency
+/// (`12,600.50 EUR`; `-1,234.00` without one). A transposed or misplaced digit shows.
+pub fn money(x: f64, currency: &str) -> String {
+    let cents = (x.abs() * 100.0).round() as u64;
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let sign = if x < 0.0 && cents > 0 { "-" } else { "" };
+    format!("{sign}{grouped}.{:02} {}", cents % 100, text(currency))
+        .trim_end()
+        .to_string()
+}
+
+/// True when a field (its last dotted segment) holds an amount of money.
+pub fn is_amount(path: &str) -> bool {
+    let last = path.rsplit('.').next().unwrap_or(path);
+    last == "amount" || last.ends_with("_amount") || last == "total"
+}
+
+/// A value as people read it, money formatted when `path` names an amount and the value is a
+/// number (`currency` from the same record), otherwise as [`plain`] shows it.
+pub fn cell(path: &str, v: &Value, currency: Option<&str>) -> String {
+    match v.as_f64() {
+        Some(x) if is_amount(path) && v.is_number() => money(x, currency.unwrap_or_default()),
+        _ => plain(v),
+    }
+}
+
 /// The last twelve characters of an id (a run id is the caller's choice: counted in
 /// characters, never bytes, and shown as text people may safely see).
 pub fn short(id: &str) -> String {
@@ -81,5 +120,19 @@ mod tests {
         assert_eq!(duration_ms(2 * 3_600_000 + 5 * 60_000), "2 h 05 min");
         assert_eq!(duration_ms(3 * 86_400_000 + 4 * 3_600_000), "3 d 4 h");
         assert_eq!(duration_ms(-60_000), "-1 min");
+    }
+
+    #[test]
+    fn money_reads_with_separators_and_its_currency() {
+        assert_eq!(money(12600.5, "EUR"), "12,600.50 EUR");
+        assert_eq!(money(1234567.0, ""), "1,234,567.00");
+        assert_eq!(money(-980.0, "EUR"), "-980.00 EUR");
+        assert_eq!(money(4180.0, "EUR\u{202e}"), "4,180.00 EUR\\u{202e}");
+        let v = serde_json::json!(4810);
+        assert_eq!(cell("amount", &v, Some("EUR")), "4,810.00 EUR");
+        assert_eq!(
+            cell("invoice_id", &serde_json::json!("INV-1"), None),
+            "INV-1"
+        );
     }
 }

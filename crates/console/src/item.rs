@@ -192,9 +192,18 @@ fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
 
 /// The party field and value of a call (`supplier_id` = `SUP-0001`), when it names one.
 pub fn party(req: &ApprovalRequest) -> Option<(String, Value)> {
-    PARTY_FIELDS
-        .iter()
-        .find_map(|f| req.inputs.get(*f).map(|v| (f.to_string(), v.clone())))
+    party_of(&req.inputs)
+}
+
+/// The party field and value of a record (a call's inputs, or a looked-up record such as an
+/// invoice), when it names one.
+pub fn party_of(record: &Value) -> Option<(String, Value)> {
+    PARTY_FIELDS.iter().find_map(|f| {
+        record
+            .get(*f)
+            .filter(|v| !v.is_null())
+            .map(|v| (f.to_string(), v.clone()))
+    })
 }
 
 /// Compares `req` with the approved calls of the same kind among `all`.
@@ -240,8 +249,9 @@ pub fn compare(
                 .as_ref()
                 .and_then(|l| lookup(&l.inputs, &path).cloned());
             let changed = last.is_some() && previous.as_ref() != Some(&value);
+            // New also when nothing of the same kind was approved before: a first-time
+            // payee is the riskiest destination of all, not an unremarkable one.
             let new_destination = destination
-                && !same.is_empty()
                 && !same
                     .iter()
                     .any(|o| lookup(&o.inputs, &path) == Some(&value));
@@ -311,25 +321,81 @@ pub async fn load_for(
             .refused_by()
             .map(|(rule, reason)| (crate::fmt::text(rule), crate::fmt::text(reason)));
     }
-    if crate::mask::masks(&exec.registry, viewer, &v.request.tool) {
-        let tool = v.request.tool.clone();
+    mask_for(&exec.registry, viewer, &mut v);
+    Ok(v)
+}
+
+/// Masks what `viewer` may not read in clear: the fields above their sensitivity ceiling
+/// (inputs, the last approved call's, the duplicates'), decision facts of lookup tools above
+/// it, and every hidden value wherever else it appears (the reason, the evidence, the run so
+/// far, the canonical form).
+fn mask_for(registry: &Registry, viewer: &str, v: &mut ItemView) {
+    let tool = v.request.tool.clone();
+    let mut hidden = crate::mask::hidden_inputs(registry, viewer, &tool, &v.request.inputs);
+    if let Some(last) = &v.comparison.last {
+        hidden.extend(crate::mask::hidden_inputs(
+            registry,
+            viewer,
+            &tool,
+            &last.inputs,
+        ));
+    }
+    hidden.extend(crate::mask::facts(registry, viewer, &tool, &mut v.facts));
+    if crate::mask::masks(registry, viewer, &tool) {
         for f in &mut v.fields {
-            if crate::mask::is_redacted(&exec.registry, &tool, &f.path) {
+            if crate::mask::is_masked_field(registry, &tool, &f.path) {
                 f.value = crate::mask::value(&f.value);
                 f.previous = f.previous.as_ref().map(crate::mask::value);
                 f.masked = true;
             }
         }
-        v.request.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &v.request.inputs);
-        v.canonical = toolgate_core::canonical(&v.request.inputs);
+        v.request.inputs = crate::mask::inputs(registry, viewer, &tool, &v.request.inputs);
         if let Some(last) = &mut v.comparison.last {
-            last.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &last.inputs);
+            last.inputs = crate::mask::inputs(registry, viewer, &tool, &last.inputs);
         }
         for d in &mut v.duplicates {
-            d.inputs = crate::mask::inputs(&exec.registry, viewer, &tool, &d.inputs);
+            d.inputs = crate::mask::inputs(registry, viewer, &tool, &d.inputs);
         }
     }
-    Ok(v)
+    if hidden.is_empty() {
+        return;
+    }
+    let scrub = |t: &str| crate::mask::scrub(t, &hidden);
+    v.request.reason = v.request.reason.as_deref().map(scrub);
+    v.request.evidence = v.request.evidence.iter().map(|e| scrub(e)).collect();
+    for s in v.earlier.iter_mut().chain(v.already_done.as_mut()) {
+        s.evidence = s.evidence.iter().map(|e| scrub(e)).collect();
+        if let Some(o) = &mut s.outcome {
+            o.target_ref = o.target_ref.as_deref().map(scrub);
+            o.error = o.error.as_deref().map(scrub);
+        }
+    }
+    for f in &mut v.fields {
+        if let Value::String(t) = &f.value
+            && !f.masked
+        {
+            f.value = Value::String(scrub(t));
+        }
+    }
+    if let Some((_, reason)) = &mut v.would_refuse {
+        *reason = scrub(reason);
+    }
+    v.request.inputs = scrub_value(&v.request.inputs, &hidden);
+    v.canonical = toolgate_core::canonical(&v.request.inputs);
+}
+
+/// `v` with every hidden value scrubbed from its strings.
+fn scrub_value(v: &Value, hidden: &[String]) -> Value {
+    match v {
+        Value::String(s) => Value::String(crate::mask::scrub(s, hidden)),
+        Value::Array(a) => Value::Array(a.iter().map(|x| scrub_value(x, hidden)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (k.clone(), scrub_value(x, hidden)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// Loads one item for display.

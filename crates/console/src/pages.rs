@@ -55,6 +55,9 @@ kbd { border: 1px solid var(--line); border-radius: 3px; padding: 0 .3rem; font-
 main td, main th { overflow-wrap: anywhere; }
 main code { overflow-wrap: anywhere; word-break: break-word; }
 .scroll td, .scroll th, .scroll code { overflow-wrap: normal; word-break: normal; }
+.scroll table { font-size: 14px; }
+.scroll td, .scroll th { padding: .3rem .3rem; }
+.scroll td.bulk-why { white-space: normal; min-width: 6rem; }
 header { flex-wrap: wrap; }
 @media (max-width: 700px) { header { gap: .6rem; padding: .5rem .6rem; } .facts th { width: auto; } th, td { padding: .3rem .3rem; } }
 "#;
@@ -181,7 +184,7 @@ pub fn queue(
     base: &str,
     who: (&str, &str),
     groups: &[Group],
-    offers: &[Option<crate::bulk::Offer>],
+    offers: &[crate::bulk::GroupOffer],
     filter: &Filter,
     now_label: &str,
 ) -> Markup {
@@ -204,12 +207,13 @@ pub fn queue(
             @for (gi, g) in groups.iter().enumerate() {
                 section.group {
                     h2 { code { (g.tool) } " · gated by " code { (g.rule) } " (" (g.items.len()) ")" }
-                    @if let Some(Some(o)) = offers.get(gi) {
+                    @let kept_out = offers.get(gi).map(|o| o.1.as_slice()).unwrap_or_default();
+                    @if let Some((Some(o), _)) = offers.get(gi) {
                         form.bulk id={"bulk-" (gi)} method="post" action={(base) "/bulk"} data-count=(o.members.len()) {
                             input type="hidden" name="csrf" value=(who.1);
                             input type="hidden" name="set" value=(o.set());
                             strong { (o.members.len()) " of these " (g.items.len()) " may be approved as one" }
-                            " (total " span.bulk-total { (money_text(o.total, &o.currency)) } "; never new destinations, two-person, reviewer-flagged, possible duplicates or calls that would be refused). Type "
+                            " (total " span.bulk-total { (o.total_text()) } "; never new destinations or first-time payees, two-person, reviewer-flagged, possible duplicates, amounts from " (crate::fmt::money(crate::bulk::MAX_AMOUNT, "")) ", facts that warn, or calls that would be refused). Type "
                             code { (o.phrase()) } " to confirm: "
                             input.bulk-confirm type="text" name="confirm" autocomplete="off" required;
                             " " button.approve type="submit" { "Approve these " (o.members.len()) }
@@ -218,8 +222,8 @@ pub fn queue(
                     div.scroll { table {
                         thead { tr {
                             th { "Item" } th { "Tier" } th { "Time left" } th { "Waiting" } th { "Approvals" }
-                            @for f in g.fields.iter().filter(|f| shown_in_queue(f)) { th { (f) } }
-                            th { "Principal" } th { "Run" }
+                            @for f in g.fields.iter().filter(|f| shown_in_queue(f, &g.fields)) { th { (f) } }
+                            th { "Principal" } th { "Run" } th { "Bulk" }
                         } }
                         tbody {
                             @for it in &g.items {
@@ -231,13 +235,14 @@ pub fn queue(
                                     td { @if it.expired() { span.expired { "expired" } } @else { (duration_ms(it.time_left_ms)) } }
                                     td { (duration_ms(it.age_ms)) }
                                     td { (r.approved_by.len()) " of " (r.approvers_needed) }
-                                    @for f in g.fields.iter().filter(|f| shown_in_queue(f)) {
+                                    @for f in g.fields.iter().filter(|f| shown_in_queue(f, &g.fields)) {
                                         td.diff[g.varying.contains(f)] {
-                                            @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&plain(v), 34)) } }
+                                            @if let Some(v) = r.inputs.get(f.as_str()) { code { (clip(&crate::fmt::cell(f, v, r.inputs.get("currency").and_then(Value::as_str)), 34)) } }
                                         }
                                     }
                                     td { (text(&r.principal)) }
                                     td { @if let Some(run) = &r.run_id { a href={(home(base)) "?run=" (query(run))} { (short(run)) } } }
+                                    td.bulk-why { @if let Some((_, why)) = kept_out.iter().find(|(id, _)| *id == r.approval_id) { span.kept-out.muted data-why=(why) { (why) } } }
                                 }
                             }
                         }
@@ -249,28 +254,15 @@ pub fn queue(
     )
 }
 
-/// An amount as people write money, with its currency.
-fn money_text(x: f64, currency: &str) -> String {
-    let cents = (x.abs() * 100.0).round() as u64;
-    let whole = (cents / 100).to_string();
-    let mut grouped = String::new();
-    for (i, c) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    format!("{grouped}.{:02} {currency}", cents % 100)
-        .trim_end()
-        .to_string()
-}
-
-/// Free-text fields are read on the item page, not compared in the queue.
-fn shown_in_queue(field: &str) -> bool {
-    !matches!(
+/// Free-text fields are read on the item page, not compared in the queue; a currency is
+/// shown with the amount it belongs to, not in a column of its own.
+fn shown_in_queue(field: &str, fields: &[String]) -> bool {
+    let free_text = matches!(
         field,
         "reason" | "justification" | "note" | "notes" | "description" | "body" | "message"
-    )
+    );
+    let with_amount = field == "currency" && fields.iter().any(|f| crate::fmt::is_amount(f));
+    !free_text && !with_amount
 }
 
 #[cfg(test)]
@@ -348,6 +340,7 @@ pub fn item(
     let r = &v.request;
     let alerts = v.new_destinations();
     let already = r.approved_by.iter().any(|a| a == approver);
+    let currency = r.inputs.get("currency").and_then(Value::as_str);
     html! {
         (layout(base, "Item", Some(who), html! {
             @if let Some(l) = last {
@@ -372,11 +365,11 @@ pub fn item(
                         table.facts data-tool=(f.tool) { tbody {
                             @if let Some(e) = &f.error { tr.mismatch { td colspan="2" { "No facts: " (text(e)) } } }
                             @for x in &f.facts {
-                                tr id={"fact-" (x.label)} { th { (x.label) } td { code.value { (plain(&x.value)) } @if x.masked { " " span.tag { "masked" } }
-                                    @if let Some(since) = &x.since { " " span.since class=(if since.recent() { "since recent" } else { "since" }) { (since.text()) } } } }
+                                tr id={"fact-" (x.label)} { th { (x.label) } td { code.value { (crate::fmt::cell(&x.label, &x.value, currency)) } @if x.masked { " " span.tag.masked { "masked" } }
+                                    @if let Some(since) = &x.since { " " span class=(if since.recent() { "since recent" } else { "since" }) { (since.text()) } } } }
                             }
                             @for m in &f.mismatches {
-                                tr.mismatch id={"mismatch-" (m.input)} { th { "MISMATCH" } td { code { (m.input) } " = " code { (plain(&m.sent)) } " but " (m.label) " = " code { (plain(&m.found)) } } }
+                                tr.mismatch id={"mismatch-" (m.input)} { th { "MISMATCH" } td { code { (m.input) } " = " code { (crate::fmt::cell(&m.input, &m.sent, currency)) } " but " (m.label) " = " code { (crate::fmt::cell(&m.label, &m.found, currency)) } } }
                             }
                         } }
                     }
@@ -405,9 +398,15 @@ pub fn item(
                     @for f in &alerts {
                         code { (text(&f.path)) } " = " code.value { (plain(&f.value)) } " "
                     }
-                    "was not used by any of the "
-                    (v.comparison.count) " approved earlier "
-                    @if let Some((pf, pv)) = &v.comparison.party { "calls for " (pf) " " (plain(pv)) } @else { "calls of this tool" }
+                    @if v.comparison.count == 0 {
+                        "is a first: no earlier call "
+                        @if let Some((pf, pv)) = &v.comparison.party { "for " (pf) " " (plain(pv)) " " } @else { "of this kind " }
+                        "was approved"
+                    } @else {
+                        "was not used by any of the "
+                        (v.comparison.count) " approved earlier "
+                        @if let Some((pf, pv)) = &v.comparison.party { "calls for " (pf) " " (plain(pv)) } @else { "calls of this tool" }
+                    }
                     @if let Some(last) = &v.comparison.last {
                         @for f in &alerts {
                             @if let Some(prev) = &f.previous { " (last approved: " code { (plain(prev)) } ")" }
@@ -472,7 +471,10 @@ pub fn item(
                     @for f in &v.fields {
                         tr id={"field-" (f.path)} class=(row_class(f)) {
                             th { code { (text(&f.path)) } }
-                            td { code.value { (value(&f.value)) } }
+                            td { @match f.value.as_str().filter(|t| t.contains('\n')) {
+                                Some(t) => { pre.text-value.value { @for l in crate::fmt::lines(t) { (l) "\n" } } }
+                                None => { code.value { (value(&f.value)) } }
+                            } }
                             td { @if let Some(p) = &f.previous { code { (value(p)) } } }
                             td {
                                 @if let Some(money) = money(f, &v.request.inputs) { span.money { (money) } " " }
@@ -487,7 +489,7 @@ pub fn item(
                 }
             }
             details { summary { "Canonical JSON (what is hashed and sent) · " code #input-hash { (r.input_hash) } }
-                pre #canonical { (v.canonical) } }
+                pre #canonical { (toolgate_core::clip::json_printable(&v.canonical)) } }
             h2 { "The run so far" }
             @if v.earlier.is_empty() { p.muted { "No earlier steps in this run." } }
             @else {
@@ -542,27 +544,12 @@ pub fn item(
 /// An `amount` read as people write money (`= 12,600.50 EUR`), beside the exact value sent,
 /// so a misplaced decimal point is hard to miss.
 fn money(f: &crate::item::Field, inputs: &Value) -> Option<String> {
-    let last = f.path.rsplit('.').next()?;
-    if !(last == "amount" || last.ends_with("_amount")) {
+    if !crate::fmt::is_amount(&f.path) {
         return None;
     }
     let x = f.value.as_f64()?;
-    let cents = (x.abs() * 100.0).round() as u64;
-    let whole = (cents / 100).to_string();
-    let mut grouped = String::new();
-    for (i, c) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
     let currency = inputs.get("currency").and_then(Value::as_str).unwrap_or("");
-    let sign = if x < 0.0 { "-" } else { "" };
-    Some(
-        format!("= {sign}{grouped}.{:02} {currency}", cents % 100)
-            .trim_end()
-            .to_string(),
-    )
+    Some(format!("= {}", crate::fmt::money(x, currency)))
 }
 
 fn row_class(f: &crate::item::Field) -> &'static str {

@@ -72,6 +72,36 @@ pub struct Group {
 }
 
 impl QueueItem {
+    /// `r` as the queue shows it, judged against every request the store keeps (`all`: the
+    /// decided ones are the history new destinations are judged against).
+    pub fn of(
+        registry: &Registry,
+        r: &ApprovalRequest,
+        all: &[ApprovalRequest],
+        now: Timestamp,
+    ) -> QueueItem {
+        let tool = registry.tool(&r.tool);
+        let (fields, _) = crate::item::compare(registry, r, all);
+        QueueItem {
+            new_destinations: fields
+                .into_iter()
+                .filter(|f| f.new_destination)
+                .map(|f| f.path)
+                .collect(),
+            tier: tool.map(|t| t.config.tier).unwrap_or(Tier::Spend),
+            sensitivity: tool
+                .map(|t| t.config.sensitivity)
+                .unwrap_or(Sensitivity::Restricted),
+            effect: tool
+                .map(|t| t.config.effect)
+                .unwrap_or(Effect::Irreversible),
+            amount: r.inputs.get("amount").and_then(Value::as_f64),
+            time_left_ms: r.expires_at.millis() - now.millis(),
+            age_ms: now.millis() - r.created_at.millis(),
+            request: r.clone(),
+        }
+    }
+
     /// How much harm approving this wrongly could do, in points: the effect (spending,
     /// irreversible), the sensitivity of its data, the number of people its rule asks for (a
     /// rule that wants two was written for the calls that matter most), a destination nobody
@@ -161,31 +191,12 @@ fn build_inner(
         .iter()
         .filter(|r| r.status == ApprovalStatus::Pending && filter.keeps(r))
         .filter(|r| viewer.is_none_or(|v| crate::actions::may_decide(registry, v, r)))
-        .cloned()
-        .map(|mut r| {
-            let tool = registry.tool(&r.tool);
-            let (fields, _) = crate::item::compare(registry, &r, &requests);
+        .map(|r| {
+            let mut it = QueueItem::of(registry, r, &requests, now);
             if let Some(v) = viewer {
-                r.inputs = crate::mask::inputs(registry, v, &r.tool, &r.inputs);
+                it.request.inputs = crate::mask::inputs(registry, v, &r.tool, &r.inputs);
             }
-            QueueItem {
-                new_destinations: fields
-                    .into_iter()
-                    .filter(|f| f.new_destination)
-                    .map(|f| f.path)
-                    .collect(),
-                tier: tool.map(|t| t.config.tier).unwrap_or(Tier::Spend),
-                sensitivity: tool
-                    .map(|t| t.config.sensitivity)
-                    .unwrap_or(Sensitivity::Restricted),
-                effect: tool
-                    .map(|t| t.config.effect)
-                    .unwrap_or(Effect::Irreversible),
-                amount: r.inputs.get("amount").and_then(Value::as_f64),
-                time_left_ms: r.expires_at.millis() - now.millis(),
-                age_ms: now.millis() - r.created_at.millis(),
-                request: r,
-            }
+            it
         })
         .collect();
     items.sort_by(risk_order);

@@ -109,6 +109,56 @@ impl Gate {
     }
 }
 
+/// How one approval request counts at its gate: exactly one of approved, rejected (by a
+/// person), closed by a reviewer, closed without the people it needed, expired and open; and,
+/// of the approved and expired ones, whether the people's approval never ran. The report and
+/// `/metrics` both count through [`GateOutcome::of`], so their figures agree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GateOutcome {
+    pub approved: bool,
+    pub rejected: bool,
+    pub reviewer_closed: bool,
+    pub closed_without_people: bool,
+    pub expired: bool,
+    pub open: bool,
+    pub approved_not_run: bool,
+}
+
+impl GateOutcome {
+    /// `status` of a request that `by_people` (as many people approved as it needed),
+    /// `decided_by_person` (a person is named as having decided it), `any_grant` (someone
+    /// approved it), whose lease had `lapsed`, and whose step was `refused` when it ran.
+    pub fn of(
+        status: ApprovalStatus,
+        by_people: bool,
+        decided_by_person: bool,
+        any_grant: bool,
+        lapsed: bool,
+        refused: bool,
+    ) -> GateOutcome {
+        let mut o = GateOutcome::default();
+        match status {
+            ApprovalStatus::Approved | ApprovalStatus::Consumed if !by_people => {
+                o.closed_without_people = true;
+            }
+            ApprovalStatus::Rejected if !decided_by_person && !any_grant => {
+                o.reviewer_closed = true;
+            }
+            ApprovalStatus::Approved | ApprovalStatus::Consumed => {
+                o.approved = true;
+                o.approved_not_run = status == ApprovalStatus::Approved && (lapsed || refused);
+            }
+            ApprovalStatus::Rejected => o.rejected = true,
+            ApprovalStatus::Expired => {
+                o.expired = true;
+                o.approved_not_run = by_people;
+            }
+            ApprovalStatus::Pending => o.open = true,
+        }
+        o
+    }
+}
+
 /// Calls whose outcome was unknown (irreversible timeouts) and their reconciliation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Unknowns {
@@ -381,72 +431,63 @@ pub fn compute(
             .entry((key.0, key.1, week_start(a.created_at).millis()))
             .or_insert((0, 0));
         let by_people = a.approved_by.len() as i64 >= a.approvers_needed.max(1);
-        match a.status {
-            ApprovalStatus::Approved | ApprovalStatus::Consumed if !by_people => {
-                g.closed_without_people += 1;
+        // Approved and not consumed: it ran nowhere yet; refused at run time if its subject
+        // was decided since.
+        let refused = a.status == ApprovalStatus::Approved
+            && records.iter().any(|x| {
+                x.body.ts >= a.created_at
+                    && x.body.why.decision == AuditDecision::Deny
+                    && x.body.step_id.as_deref() == Some(a.subject.as_str())
+            });
+        let o = GateOutcome::of(
+            a.status,
+            by_people,
+            a.decided_by.is_some(),
+            !a.approved_by.is_empty(),
+            a.expires_at <= now,
+            refused,
+        );
+        g.closed_without_people += u64::from(o.closed_without_people);
+        g.reviewer_closed += u64::from(o.reviewer_closed);
+        g.approved_not_run += u64::from(o.approved_not_run);
+        g.expired += u64::from(o.expired);
+        g.open += u64::from(o.open);
+        if o.approved {
+            g.approved += 1;
+            week.0 += 1;
+            if let Some(at) = a.decided_at {
+                ages.push(at.millis() - a.created_at.millis());
+                continue;
             }
-            ApprovalStatus::Rejected if a.decided_by.is_none() && a.approved_by.is_empty() => {
-                g.reviewer_closed += 1;
+            let used = records.iter().find(|x| {
+                x.body.approval.is_some()
+                    && x.body.ts >= a.created_at
+                    && (x.body.step_id.as_deref() == Some(a.subject.as_str())
+                        || x.body.idem_key.as_deref() == Some(a.subject.as_str()))
+            });
+            if let Some(x) = used {
+                ages.push(x.body.ts.millis() - a.created_at.millis());
             }
-            ApprovalStatus::Approved | ApprovalStatus::Consumed => {
-                if a.status == ApprovalStatus::Approved && a.expires_at <= now {
-                    g.approved_not_run += 1;
-                } else if a.status == ApprovalStatus::Approved {
-                    // Approved and not consumed: it ran nowhere yet; refused at run time if
-                    // its subject was decided since.
-                    let refused = records.iter().any(|x| {
-                        x.body.ts >= a.created_at
-                            && x.body.why.decision == AuditDecision::Deny
-                            && x.body.step_id.as_deref() == Some(a.subject.as_str())
-                    });
-                    if refused {
-                        g.approved_not_run += 1;
-                    }
-                }
-                g.approved += 1;
-                week.0 += 1;
-                if let Some(at) = a.decided_at {
-                    ages.push(at.millis() - a.created_at.millis());
-                    continue;
-                }
-                let used = records.iter().find(|x| {
-                    x.body.approval.is_some()
-                        && x.body.ts >= a.created_at
-                        && (x.body.step_id.as_deref() == Some(a.subject.as_str())
-                            || x.body.idem_key.as_deref() == Some(a.subject.as_str()))
-                });
-                if let Some(x) = used {
-                    ages.push(x.body.ts.millis() - a.created_at.millis());
-                }
+        } else if o.rejected {
+            g.rejected += 1;
+            week.1 += 1;
+            if let Some(at) = a.decided_at {
+                ages.push(at.millis() - a.created_at.millis());
+                continue;
             }
-            ApprovalStatus::Rejected => {
-                g.rejected += 1;
-                week.1 += 1;
-                if let Some(at) = a.decided_at {
-                    ages.push(at.millis() - a.created_at.millis());
-                    continue;
-                }
-                let rejected = records.iter().find(|x| {
-                    x.body.why.decision == AuditDecision::Rejected
-                        && x.body.tool == a.tool
-                        && x.body.run_id == a.run_id
-                        && x.body.ts >= a.created_at
-                        && x.body
-                            .step_id
-                            .as_deref()
-                            .is_none_or(|s| s == a.subject.as_str())
-                });
-                if let Some(x) = rejected {
-                    ages.push(x.body.ts.millis() - a.created_at.millis());
-                }
+            let rejected = records.iter().find(|x| {
+                x.body.why.decision == AuditDecision::Rejected
+                    && x.body.tool == a.tool
+                    && x.body.run_id == a.run_id
+                    && x.body.ts >= a.created_at
+                    && x.body
+                        .step_id
+                        .as_deref()
+                        .is_none_or(|s| s == a.subject.as_str())
+            });
+            if let Some(x) = rejected {
+                ages.push(x.body.ts.millis() - a.created_at.millis());
             }
-            ApprovalStatus::Expired => {
-                g.expired += 1;
-                if by_people {
-                    g.approved_not_run += 1;
-                }
-            }
-            ApprovalStatus::Pending => g.open += 1,
         }
     }
     for ((tool, rule, start), (approved, rejected)) in weeks {

@@ -437,6 +437,7 @@ async fn queue_page(
             let raw = reqs.clone();
             let groups = queue::build_for(reqs, &exec.registry, now, &filter, &who.principal);
             let mut offers = Vec::with_capacity(groups.len());
+            let mut memo = crate::facts::Memo::default();
             for g in &groups {
                 let members: Vec<toolgate_store::ApprovalRequest> = g
                     .items
@@ -447,7 +448,7 @@ async fn queue_page(
                             .cloned()
                     })
                     .collect();
-                match crate::bulk::offer(exec, &who.principal, &members, &raw).await {
+                match crate::bulk::offer(exec, &who.principal, &members, &raw, &mut memo).await {
                     Ok(o) => offers.push(o),
                     Err(e) => return failure(&s, &who, e),
                 }
@@ -573,10 +574,7 @@ async fn approve(
 ) -> Response {
     let shown = f.input_hash.unwrap_or_default();
     let exec = &s.exec();
-    // Never approve what cannot run: the call is decided again, dry, first.
-    if let Err(e) = refuse_if_it_cannot_run(exec, &id, &who.principal).await {
-        return failure(&s, &who, e);
-    }
+    // Never approve what cannot run: `approve` decides the call again, dry, first.
     let result = actions::approve(
         exec,
         &id,
@@ -668,28 +666,6 @@ async fn approve(
             ),
         ),
         Err(e) => failure(&s, &who, e),
-    }
-}
-
-/// Refuses (nothing approved) when the request's call, decided again now, would be refused.
-async fn refuse_if_it_cannot_run(
-    exec: &Executor,
-    id: &str,
-    approver: &str,
-) -> Result<(), ConsoleError> {
-    let req = exec.store.approval(id).await?;
-    if !actions::may_decide(&exec.registry, approver, &req)
-        || req.status != toolgate_store::ApprovalStatus::Pending
-    {
-        // Refused, with its own words, by the approval itself.
-        return Ok(());
-    }
-    match exec.dry_decide(&req).await?.refused_by() {
-        Some((rule, reason)) => Err(ConsoleError::WouldBeRefused {
-            rule: crate::fmt::text(rule),
-            reason: crate::fmt::text(reason),
-        }),
-        None => Ok(()),
     }
 }
 

@@ -330,6 +330,22 @@ async fn a_two_person_tool_needs_two_different_approvers_and_names_the_first() {
 #[tokio::test]
 async fn the_queue_puts_larger_spend_first_groups_like_calls_and_filters() {
     let e = env().await;
+    // Both suppliers were paid to OLD_IBAN before (an account paid for the first time is a
+    // new destination, and outranks these).
+    e.history().await;
+    let known = park(
+        &e,
+        vec![step(
+            "payment.schedule",
+            payment("SUP-0002", "INV-20260502", 300.0, OLD_IBAN),
+            &[],
+        )],
+    )
+    .await;
+    let hash = e.store.approval(&known.approval).await.unwrap().input_hash;
+    toolgate_console::actions::approve(&e.exec, &known.approval, "bob", hash.as_str(), true)
+        .await
+        .unwrap();
     let small = park(
         &e,
         vec![step(

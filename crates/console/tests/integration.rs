@@ -5,6 +5,7 @@
 mod common;
 mod actions;
 mod browser;
+mod duties;
 mod hardening;
 mod http;
 mod metrics;

@@ -360,3 +360,118 @@ async fn a_scraper_asking_faster_than_the_interval_waits_for_the_next_page() {
         t.elapsed()
     );
 }
+
+/// The gate figures `/metrics` reports are the report's own: on the two-person tool, a model
+/// reviewer's closure, a person's rejection, a request consumed 3 ms after it was raised by
+/// nobody's approval, one approved and run, one approved and waiting, and one approved by both
+/// people that expired unused. r is 1 / 3 (one person's rejection, two approvals), not 2 / 5.
+#[tokio::test]
+async fn metrics_count_gates_as_the_report_does_reviewers_and_auto_consumed_apart() {
+    let e = env().await;
+    let now = e.clock_now().millis();
+    let (min, h) = (60_000, 3_600_000);
+    type Row<'a> = (&'a str, &'a str, &'a [(&'a str, i64)], Option<&'a str>);
+    let rows: &[Row] = &[
+        ("r1", "rejected", &[], None),
+        ("r2", "rejected", &[], Some("bob")),
+        ("r3", "consumed", &[], None),
+        (
+            "r4",
+            "consumed",
+            &[("alice", 10 * min), ("bob", 11 * min)],
+            None,
+        ),
+        (
+            "r5",
+            "approved",
+            &[("alice", 12 * min), ("bob", 13 * min)],
+            None,
+        ),
+        (
+            "r6",
+            "expired",
+            &[("alice", 14 * min), ("bob", 15 * min)],
+            None,
+        ),
+    ];
+    let start = now - 5 * h;
+    for (i, (id, status, grants, by)) in rows.iter().enumerate() {
+        let at = start + i as i64 * min;
+        e.store
+            .execute_raw(&format!(
+                "INSERT INTO approval_requests (approval_id, subject, run_id, principal, tool, \
+                 tool_version, input_hash, inputs, reason, evidence, rule, approvers_needed, \
+                 status, created_at, expires_at, decided_at, decided_by) VALUES ('{id}', 'sub-{id}', \
+                 'run-1', 'fin-worker', 'payment.urgent', '1.0.0', 'sha256:00', '{{}}', NULL, '[]', \
+                 'gate.always', 2, '{status}', {at}, {}, {}, {})",
+                if *status == "expired" { start + 3 * h } else { now + h },
+                at + 3,
+                by.map(|b| format!("'{b}'")).unwrap_or_else(|| "NULL".into())
+            ))
+            .await
+            .unwrap();
+        for (who, t) in grants.iter() {
+            e.store
+                .execute_raw(&format!(
+                    "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, \
+                     granted_at) VALUES ('{id}', '{who}', 't', 'f', 'n-{id}-{who}', {})",
+                    start + t
+                ))
+                .await
+                .unwrap();
+        }
+    }
+    let report = toolgate_console::report::gather(&e.store, &e.exec.registry, None, e.clock_now())
+        .await
+        .unwrap();
+    let g = report
+        .gates
+        .iter()
+        .find(|g| g.tool == "payment.urgent")
+        .unwrap();
+    let mut hh = Http::new(metrics_router(e.console_scraped("")));
+    let page = scrape(&mut hh).await;
+    let gate = "tool=\"payment.urgent\",rule=\"gate.always\"";
+    for (status, n) in [
+        ("approved", g.approved),
+        ("rejected", g.rejected),
+        ("reviewer_closed", g.reviewer_closed),
+        ("closed_without_people", g.closed_without_people),
+        ("expired", g.expired),
+        ("open", g.open),
+    ] {
+        let series = format!("toolgate_gate_requests_total{{{gate},status=\"{status}\"}}");
+        assert_eq!(value(&page, &series), Some(n as f64), "{series}\n{page}");
+    }
+    assert_eq!(
+        (
+            g.approved,
+            g.rejected,
+            g.reviewer_closed,
+            g.closed_without_people
+        ),
+        (2, 1, 1, 1)
+    );
+    assert_eq!(
+        value(
+            &page,
+            &format!("toolgate_gate_approved_not_run_total{{{gate}}}")
+        ),
+        Some(g.approved_not_run as f64)
+    );
+    assert_eq!(g.approved_not_run, 1);
+    // Printed to six digits: one person's rejection in three people's decisions, not 2 / 5.
+    let r = value(&page, &format!("toolgate_gate_rejection_rate{{{gate}}}")).unwrap();
+    assert!((r - 1.0 / 3.0).abs() < 1e-6, "{r}");
+    for (who, decision, n) in [
+        ("alice", "approved", 3.0),
+        ("bob", "approved", 3.0),
+        ("bob", "rejected", 1.0),
+        ("alice", "rejected", 0.0),
+    ] {
+        let series = format!(
+            "toolgate_approver_decisions_total{{approver=\"{who}\",decision=\"{decision}\"}}"
+        );
+        assert_eq!(value(&page, &series), Some(n), "{series}\n{page}");
+    }
+}

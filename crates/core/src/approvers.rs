@@ -226,13 +226,29 @@ impl Registry {
             .collect()
     }
 
-    /// The people behind a requester: itself, and the person it acts for (`on_behalf_of`).
+    /// The principals behind a requester, itself first: the person it acts for
+    /// (`on_behalf_of`), then each ancestor on its `parent` chain and the person that one acts
+    /// for. A child agent draws on its parent's budget and acts in its name, so whoever stands
+    /// behind the parent stands behind the child too.
     pub fn requesting_people<'a>(&'a self, requester: &'a str) -> Vec<&'a str> {
         let mut out = vec![requester];
-        if let Some(p) = self.principal(requester)
-            && let Some(person) = p.config.on_behalf_of.as_deref()
-        {
-            out.push(person);
+        let Some(p) = self.principal(requester) else {
+            return out;
+        };
+        let chain = std::iter::once(p).chain(
+            p.ancestors
+                .iter()
+                .filter_map(|a| self.principal(a.as_str())),
+        );
+        for q in chain {
+            if q.id() != requester && !out.contains(&q.id()) {
+                out.push(q.id());
+            }
+            if let Some(person) = q.config.on_behalf_of.as_deref()
+                && !out.contains(&person)
+            {
+                out.push(person);
+            }
         }
         out
     }
@@ -256,11 +272,7 @@ impl Registry {
         if approver == requester {
             return Err(Ineligible::Requester(approver.to_string()));
         }
-        if self
-            .principal(requester)
-            .and_then(|r| r.config.on_behalf_of.as_deref())
-            == Some(approver)
-        {
+        if self.requesting_people(requester).contains(&approver) {
             return Err(Ineligible::BehindAgent {
                 person: approver.to_string(),
                 agent: requester.to_string(),
@@ -584,7 +596,7 @@ pub fn lint(registry: &Registry) -> Vec<Finding> {
                     .principals()
                     .iter()
                     .filter(|r| {
-                        (r.id() == *person || r.config.on_behalf_of.as_deref() == Some(*person))
+                        registry.requesting_people(r.id()).contains(person)
                             && t.is_listed_for(r.role())
                     })
                     .map(|r| r.id())

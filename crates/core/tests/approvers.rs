@@ -268,3 +268,92 @@ fn approvers_must_be_declared_people_and_gates_real_rules() {
         }
     }
 }
+
+/// Agents on a `parent` chain: `ap-lead` (a planner, which cannot request payments) acts for
+/// bob, and its child `ap-sub` and grandchild `ap-subsub` request payments in its name.
+const CHAIN: &str = r#"
+  - id: ap-lead
+    kind: agent
+    role: planner
+    on_behalf_of: bob
+  - id: ap-sub
+    kind: agent
+    role: worker.finance
+    parent: ap-lead
+  - id: ap-subsub
+    kind: agent
+    role: worker.finance
+    parent: ap-sub
+  - id: fin-sub
+    kind: agent
+    role: worker.finance
+    parent: fin-worker
+"#;
+
+fn registry_with_chain() -> Registry {
+    registry_with(|dir| {
+        let p = dir.join("principals.yaml");
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, format!("{text}{CHAIN}")).unwrap();
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_person_behind_an_agents_parent_never_approves_its_child() {
+    let r = registry_with_chain();
+    // fin-worker acts for alice; fin-sub is its child: alice stands behind it too.
+    assert_eq!(
+        r.may_approve("alice", "fin-sub", "payment.schedule", "gate.always"),
+        Err(Ineligible::BehindAgent {
+            person: "alice".into(),
+            agent: "fin-sub".into()
+        })
+    );
+    // Two levels down, through an agent that acts for nobody itself.
+    for child in ["ap-sub", "ap-subsub"] {
+        assert_eq!(
+            r.may_approve("bob", child, "payment.schedule", "gate.always"),
+            Err(Ineligible::BehindAgent {
+                person: "bob".into(),
+                agent: child.into()
+            }),
+            "{child}"
+        );
+        // Another clerk, behind nothing on the chain, may.
+        assert_eq!(
+            r.may_approve("alice", child, "payment.schedule", "gate.always"),
+            Ok(())
+        );
+    }
+    assert_eq!(
+        r.requesting_people("ap-subsub"),
+        vec!["ap-subsub", "ap-sub", "ap-lead", "bob"]
+    );
+    assert_eq!(
+        r.may_approve("bob", "fin-sub", "payment.schedule", "gate.always"),
+        Ok(())
+    );
+}
+
+#[test]
+fn the_lint_follows_the_parent_chain() {
+    let r = registry_with_chain();
+    let findings = toolgate_core::lint::lint(&r);
+    // ap-lead (a planner) cannot request payments, but its child can, in its name: bob holds
+    // both duties for payment.schedule.
+    let bob: Vec<_> = findings
+        .iter()
+        .filter(|f| {
+            f.rule == "approval.self"
+                && f.message
+                    .contains("'bob' may approve payment.schedule under gate.always")
+        })
+        .collect();
+    assert_eq!(bob.len(), 1, "{findings:#?}");
+    assert!(
+        bob[0].message.contains("through 'ap-sub'"),
+        "{}",
+        bob[0].message
+    );
+}

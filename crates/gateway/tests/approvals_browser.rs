@@ -27,9 +27,13 @@ use toolgate_testkit::browser::{self, Browser};
 pub(crate) const WORKER_A: &str = "tg-test-sod-worker-a-0001";
 const WORKER_B: &str = "tg-test-sod-worker-b-0001";
 const ALICE: &str = "tg-test-sod-alice-0001";
-const BOB: &str = "tg-test-sod-bob-0001";
+pub(crate) const BOB_KEY: &str = "tg-test-sod-bob-0001";
+const BOB: &str = BOB_KEY;
 const SAM: &str = "tg-test-sod-sam-0001";
 const VERA: &str = "tg-test-sod-vera-0001";
+const WALT: &str = "tg-test-sod-walt-0001";
+/// An AP clerk whose grants reach internal data only.
+const CARL: &str = "tg-test-sod-carl-0001";
 pub(crate) const METRICS_TOKEN: &str = "toolgate-test-metrics-token-0123";
 pub(crate) const APPROVAL_KEY: &str = "toolgate-test-approval-key-0123456789abcdef";
 pub(crate) const REDACTION_KEY: &str = "toolgate-test-redaction-key-0123456789";
@@ -105,7 +109,7 @@ pub(crate) fn write_registry(dir: &Path, record: &Path, store: &Path) {
     };
     let clerk = "    grants:\n      - {scopes: [invoices:read, payments:read], purposes: [billing], max_tier: read, max_sensitivity: confidential}\n";
     let principals = format!(
-        "roles:\n  planner: {{}}\n  worker.comms: {{}}\n  reviewer: {{}}\n  reconciler: {{}}\n  worker.finance: {{description: \"finance agents (direct calls here)\"}}\n  ap.clerk: {{description: \"approve payments\", approver: true}}\n  supplier.admin: {{description: \"change supplier bank details\"}}\n  vendor.lead: {{description: \"approve IBAN changes\"}}\nprincipals:\n{}{}{}{}{}{}",
+        "roles:\n  planner: {{}}\n  worker.comms: {{}}\n  reviewer: {{}}\n  reconciler: {{}}\n  worker.finance: {{description: \"finance agents (direct calls here)\"}}\n  ap.clerk: {{description: \"approve payments\", approver: true}}\n  supplier.admin: {{description: \"change supplier bank details\"}}\n  vendor.lead: {{description: \"approve IBAN changes\"}}\nprincipals:\n{}{}{}{}{}{}{}{}",
         agent("worker-a", WORKER_A, "    on_behalf_of: alice\n"),
         agent("worker-b", WORKER_B, ""),
         person("alice", "ap.clerk", ALICE, clerk),
@@ -121,6 +125,18 @@ pub(crate) fn write_registry(dir: &Path, record: &Path, store: &Path) {
             "vendor.lead",
             VERA,
             "    grants:\n      - {scopes: [suppliers:read], purposes: [supplier_maintenance], max_tier: read, max_sensitivity: restricted}\n"
+        ),
+        person(
+            "walt",
+            "vendor.lead",
+            WALT,
+            "    grants:\n      - {scopes: [suppliers:read], purposes: [supplier_maintenance], max_tier: read, max_sensitivity: restricted}\n"
+        ),
+        person(
+            "carl",
+            "ap.clerk",
+            CARL,
+            "    grants:\n      - {scopes: [invoices:read], purposes: [billing], max_tier: read, max_sensitivity: internal}\n"
         ),
     );
     std::fs::write(dir.join("principals.yaml"), principals).unwrap();
@@ -377,6 +393,27 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
             .contains("ES7921000813610123456780")
     );
 
+    // carl approves payments, but his grants reach internal data only: the invoice lookup's
+    // answer (confidential) is masked whole for him, and no masked value is in the page's HTML.
+    br.sign_in(&base, CARL).await;
+    br.goto(&format!("{base}/item/{typo_id}")).await;
+    br.find("#fact-payee").await;
+    let html = br
+        .eval("return document.documentElement.outerHTML")
+        .await
+        .as_str()
+        .unwrap()
+        .to_string();
+    for secret in [
+        "Nordlicht Verpackung GmbH",
+        "DE44500105175407324931",
+        "4,180.00",
+    ] {
+        assert!(!html.contains(secret), "carl is shown {secret}");
+    }
+    assert!(br.text("#fact-payee .value").await.contains('•'));
+    assert!(br.count("#fact-payee .masked").await == 1);
+
     // alice is an AP clerk, but worker-a acts for her: only worker-b's request is hers.
     br.sign_in(&base, ALICE).await;
     br.goto(&base).await;
@@ -408,6 +445,46 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     br.goto(&base).await;
     br.find("h1").await;
     assert_eq!(br.count("a.item").await, 43);
+    // The queue fits 1280 px: no sideways scrolling, of the page or of a table.
+    let fits = "return document.documentElement.scrollWidth <= window.innerWidth && \
+                Array.prototype.every.call(document.querySelectorAll('.scroll'), \
+                function (e) { return e.scrollWidth <= e.clientWidth; })";
+    let widths = "return document.documentElement.scrollWidth + ' / ' + window.innerWidth + '; ' + \
+                  Array.prototype.map.call(document.querySelectorAll('.scroll'), \
+                  function (e) { return e.scrollWidth + ' in ' + e.clientWidth; }).join(', ')";
+    assert_eq!(
+        br.eval(fits).await,
+        true,
+        "the queue scrolls sideways at 1280 px: {}",
+        br.eval(widths).await
+    );
+    let amount = br
+        .eval(
+            "return Array.prototype.map.call(document.querySelectorAll('tbody td code'), \
+               function (c) { return c.textContent; }).join('|')",
+        )
+        .await;
+    assert!(
+        amount.as_str().unwrap_or_default().contains("4,180.00 EUR"),
+        "amounts are not formatted in the queue: {amount}"
+    );
+    // At phone width the page is no wider than the phone (a table scrolls inside its own
+    // box), and the first item's link is on screen.
+    br.phone(Some((390, 844))).await;
+    br.goto(&base).await;
+    br.find("a.item").await;
+    let page_fits = br
+        .eval("return document.documentElement.scrollWidth <= window.innerWidth")
+        .await;
+    assert_eq!(page_fits, true, "the queue is wider than a phone");
+    let link = br
+        .eval(
+            "var r = document.querySelector('a.item').getBoundingClientRect(); \
+               return r.left >= 0 && r.right <= window.innerWidth && r.width > 0",
+        )
+        .await;
+    assert_eq!(link, true, "the first item is not on screen at 390 px");
+    br.phone(None).await;
 
     // The transposed amount: decision facts on the first screen, the mismatch marked.
     br.goto(&format!("{base}/item/{typo_id}")).await;
@@ -416,7 +493,7 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
         "Nordlicht Verpackung GmbH"
     );
     assert_eq!(br.text("#fact-invoice_status .value").await, "approved");
-    assert_eq!(br.text("#fact-invoice_amount .value").await, "4180");
+    assert_eq!(br.text("#fact-invoice_amount .value").await, "4,180.00 EUR");
     let account = br.text("#fact-account .value").await;
     assert!(
         account.contains("••••4931") && !account.contains("DE4450"),
@@ -424,7 +501,7 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     );
     let mismatch = br.text("#mismatch-amount").await;
     assert!(
-        mismatch.contains("4810") && mismatch.contains("4180"),
+        mismatch.contains("4,810.00 EUR") && mismatch.contains("4,180.00 EUR"),
         "{mismatch}"
     );
     let top = br
@@ -490,19 +567,34 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     assert!(will.contains("no-spend-after-denial"), "{will}");
     assert_eq!(br.count("#approve").await, 0);
 
-    // Keyboard only: from the first item in risk order, `a` approves, `r` + note + Ctrl+Enter
-    // rejects (a duplicate, a mismatch, or a call that would be refused); each decision opens
-    // the next item.
+    // Keyboard only: in the queue `j` and `k` move between items and Enter opens one; on an
+    // item `a` approves, `r` + note + Ctrl+Enter rejects (a duplicate, a mismatch, or a call
+    // that would be refused); each decision opens the next item.
     br.goto(&base).await;
+    br.find("a.item").await;
     let first = br
         .eval("return document.querySelector('a.item').getAttribute('href')")
         .await;
-    br.goto(&format!(
-        "http://localhost:{port}{}",
-        first.as_str().unwrap()
-    ))
-    .await;
-    let mut loads = 1;
+    let started = Instant::now();
+    let keys_before = br.keys;
+    br.press(&["j"]).await;
+    br.press(&["j"]).await;
+    let focused = "return document.activeElement.getAttribute('href')";
+    let second = br
+        .eval("return document.querySelectorAll('a.item')[1].getAttribute('href')")
+        .await;
+    assert_eq!(br.eval(focused).await, second, "j moves to the next item");
+    br.press(&["k"]).await;
+    assert_eq!(br.eval(focused).await, first, "k moves back");
+    br.press(&["\u{E007}"]).await;
+    let opening = br.keys - keys_before;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !br.url_now().await.ends_with(first.as_str().unwrap()) {
+        assert!(Instant::now() < deadline, "Enter did not open the item");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = port;
+    let mut loads = 2;
     let (mut approved, mut rejected) = (0usize, 0usize);
     let (mut keys_approved, mut keys_rejected) = (0usize, 0usize);
     let mut rejected_ids = Vec::new();
@@ -557,13 +649,15 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     assert!(rejected_ids.contains(&typo_id) && rejected_ids.contains(&doomed_id));
     assert!(rejected_ids.contains(&dup_id));
     assert_eq!((approved, rejected), (39, 4), "{rejected_ids:?}");
+    let items = approved + rejected;
     eprintln!(
-        "MEASURED: {approved} approved with {} key(s) each, {rejected} rejected with {} interaction(s) each; {} page loads for {} items ({:.2} per item)",
-        keys_approved / approved.max(1),
-        keys_rejected / rejected.max(1),
+        "MEASURED: keyboard: {approved} approved with {:.2} interaction(s) each, {rejected} rejected with {:.2} each (r, the typed note, Ctrl+Enter); {} to open the first from the queue; {} page loads for {items} items ({:.2} per item); {:.2} s per item in the browser",
+        keys_approved as f64 / approved.max(1) as f64,
+        keys_rejected as f64 / rejected.max(1) as f64,
+        opening,
         loads,
-        approved + rejected,
-        loads as f64 / (approved + rejected) as f64
+        loads as f64 / items as f64,
+        started.elapsed().as_secs_f64() / items as f64
     );
 
     // The agent retries each approved call once: each runs once, by the fake's record.
@@ -613,11 +707,36 @@ async fn forty_parked_calls_cleared_by_keyboard_with_duties_facts_and_refusals_s
     serve.kill().await.ok();
 }
 
-/// Bulk approval of a group of like, low-risk payments: offered with the count and total,
-/// bound to the exact set shown; refused whole (nothing approved) once one member changed
-/// after it was shown; then, shown again and confirmed, each call runs once.
+/// The approval request id in a parked call's answer.
+fn approval_id(r: &rmcp::model::CallToolResult) -> String {
+    structured(r)["approval_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not parked: {r:?}"))
+        .to_string()
+}
+
+/// Waits until the browser is on a page other than `here`, and returns its address.
+async fn left(br: &Browser, here: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = br.url_now().await;
+        if now != here {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "still on {here}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Bulk approval on a queue of 41 payments parked through `toolgate serve`: offered only for
+/// the like, low-risk ones, with the count and the total; each item kept out says why (a
+/// duplicate, a mismatch with the invoice, an amount from the bulk limit, a first-time payee,
+/// a call that would be refused); a wrong confirmation and a group whose member changed after
+/// it was shown are refused whole, nothing approved; confirmed, each call runs once by the
+/// fake's record. Then the supplier's account is changed (two people approve): its payments
+/// show "changed today" in red and are decided one at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
+async fn bulk_approval_on_forty_keeps_out_what_is_not_low_risk_and_runs_each_call_once() {
     if !browser::available("the approvals browser test") {
         return;
     }
@@ -630,48 +749,136 @@ async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
         mcp,
         base,
     } = Setup::start().await;
+    let a = connect(&mcp, WORKER_A).await;
     let b = connect(&mcp, WORKER_B).await;
     let invoice = |n: usize| format!("INV-9{n:07}");
-    for n in 1..=6 {
-        call(
-            &b,
-            "payment.schedule",
-            payment(&invoice(n), 4180.0, GOOD),
-            meta(&format!("bulk-{n}")),
-        )
-        .await
-        .unwrap();
-    }
-    // A possible duplicate (invoice 6 again, in another run) is kept out of the group.
-    let a = connect(&mcp, WORKER_A).await;
-    call(
-        &a,
-        "payment.schedule",
-        payment(&invoice(6), 4180.0, GOOD),
-        meta("dup"),
-    )
-    .await
-    .unwrap();
+    let pay = |n: usize| payment(&invoice(n), 4180.0, GOOD);
     let store = Store::connect(
         &format!("sqlite://{}", store_path.display()),
         StoreConfig::default(),
     )
     .await
     .unwrap();
-    let br = Browser::start(1280, 800).await;
+    let mut br = Browser::start(1280, 800).await;
     br.sign_in(&base, BOB).await;
-    br.goto(&base).await;
-    let count = br
-        .eval("return document.querySelector('form.bulk').getAttribute('data-count')")
-        .await;
-    assert_eq!(
-        count, "5",
-        "invoices 1 to 5; 6 and its duplicate are kept out"
+
+    // History: one payment to Nordlicht (SUP-0001), approved by bob and run.
+    let first = approval_id(
+        &call(&b, "payment.schedule", pay(1), meta("bulk-1"))
+            .await
+            .unwrap(),
     );
-    let total = br.text("form.bulk .bulk-total").await;
-    assert_eq!(total, "20,900.00 EUR");
-    // Between showing and confirming, one member is decided elsewhere (the terminal's reject):
-    // the group is refused whole.
+    br.goto(&format!("{base}/item/{first}")).await;
+    br.click("#approve").await;
+    br.find("#result").await;
+    let r = call(&b, "payment.schedule", pay(1), meta("bulk-1"))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+
+    // The queue: 36 like payments (invoices 2 to 37) by worker-b ...
+    for n in 2..=37 {
+        let r = call(&b, "payment.schedule", pay(n), meta(&format!("bulk-{n}")))
+            .await
+            .unwrap();
+        assert_eq!(structured(&r)["status"], "needs_approval", "{r:?}");
+    }
+    // ... invoice 37 asked again by worker-a (both are possible duplicates) ...
+    let dup = approval_id(
+        &call(&a, "payment.schedule", pay(37), meta("dup"))
+            .await
+            .unwrap(),
+    );
+    // ... a transposed amount (the invoice says 4,180.00) ...
+    let typo = approval_id(
+        &call(
+            &b,
+            "payment.schedule",
+            payment(&invoice(99), 4810.0, GOOD),
+            meta("typo"),
+        )
+        .await
+        .unwrap(),
+    );
+    // ... Costa Verde's 12,600.00 freight invoice (from the bulk limit up) ...
+    let large = approval_id(
+        &call(
+            &b,
+            "payment.schedule",
+            payment(
+                "INV-20260612",
+                12600.0,
+                "Three-way match complete against PO-77840; freight June",
+            ),
+            meta("large"),
+        )
+        .await
+        .unwrap(),
+    );
+    // ... Fenland's invoice: nobody paid Fenland before ...
+    let new_payee = approval_id(
+        &call(
+            &b,
+            "payment.schedule",
+            payment(
+                "INV-20260615",
+                880.5,
+                "Three-way match complete against PO-77901; toner Q2",
+            ),
+            meta("fenland"),
+        )
+        .await
+        .unwrap(),
+    );
+    // ... and a payment whose run is then refused once: it would be refused now.
+    let doomed = approval_id(
+        &call(&b, "payment.schedule", pay(98), meta("doomed"))
+            .await
+            .unwrap(),
+    );
+    let refused = call(
+        &b,
+        "payment.schedule",
+        payment(&invoice(97), 4180.0, "Paying this one today as agreed"),
+        meta("doomed"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    let open = store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(
+        open.len(),
+        41,
+        "36 like, a duplicate, a typo, a large, a new payee, a doomed"
+    );
+
+    let loads_before = Instant::now();
+    br.goto(&base).await;
+    let count = br.attr("form.bulk", "data-count").await;
+    assert_eq!(
+        count, "35",
+        "invoices 2 to 36; 37 and its duplicate are kept out"
+    );
+    assert_eq!(br.text("form.bulk .bulk-total").await, "146,300.00 EUR");
+    let why = |id: &str| {
+        format!(
+            "var a = document.querySelector(\"a.item[href$='{id}']\"); \
+             var k = a && a.closest('tr').querySelector('.kept-out'); \
+             return k ? k.getAttribute('data-why') : null"
+        )
+    };
+    for (id, reason) in [
+        (&dup, "possible duplicate"),
+        (&typo, "facts mismatch"),
+        (&large, "amount above the bulk limit"),
+        (&new_payee, "first-time payee"),
+        (&doomed, "would be refused"),
+    ] {
+        assert_eq!(br.eval(&why(id)).await, reason, "{id}");
+    }
     let shown: Vec<(String, String)> = br
         .eval("return document.querySelector('form.bulk input[name=set]').value")
         .await
@@ -683,78 +890,93 @@ async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
             (id.to_string(), h.to_string())
         })
         .collect();
-    assert_eq!(shown.len(), 5);
-    let reg = toolgate_core::Registry::load(_tmp.path().join("finance")).unwrap();
-    store
-        .reject(
-            &reg,
-            &shown[0].0,
-            "alice",
-            "paid by cheque already",
-            toolgate_core::Timestamp::from_millis(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis() as i64,
-            ),
-        )
-        .await
-        .unwrap();
-    let id = br.find("form.bulk .bulk-confirm").await;
-    br.cmd(
-        reqwest::Method::POST,
-        &format!("/element/{id}/value"),
-        Some(json!({"text": "approve 5\u{E007}"})),
-    )
-    .await;
-    let refused = br.text("#error").await;
-    assert!(refused.contains("nothing was approved"), "{refused}");
-    for (id, _) in &shown[1..] {
+    assert_eq!(shown.len(), 35);
+    for kept in [&dup, &typo, &large, &new_payee, &doomed] {
         assert!(
-            store.approval(id).await.unwrap().approved_by.is_empty(),
-            "{id} was approved"
+            !shown.iter().any(|(id, _)| id == kept),
+            "{kept} is in the set"
         );
     }
-    // Shown again: four like calls; a wrong confirmation is refused, the right one approves
-    // exactly those four.
-    br.goto(&base).await;
-    let count = br
-        .eval("return document.querySelector('form.bulk').getAttribute('data-count')")
+    let unapproved = |ids: Vec<String>| {
+        let store = store.clone();
+        async move {
+            for id in ids {
+                assert!(
+                    store.approval(&id).await.unwrap().approved_by.is_empty(),
+                    "{id} was approved"
+                );
+            }
+        }
+    };
+    let ids: Vec<String> = shown.iter().map(|(id, _)| id.clone()).collect();
+
+    // A wrong confirmation is refused; nothing is approved.
+    br.type_into("form.bulk .bulk-confirm", "approve 34\u{E007}")
         .await;
-    assert_eq!(count, "4");
-    let id = br.find("form.bulk .bulk-confirm").await;
-    br.cmd(
-        reqwest::Method::POST,
-        &format!("/element/{id}/value"),
-        Some(json!({"text": "approve 4\u{E007}"})),
-    )
-    .await;
+    let refusal = br.text("#error").await;
+    assert!(
+        refusal.contains("nothing was approved") && refusal.contains("type 'approve 35'"),
+        "{refusal}"
+    );
+    unapproved(ids.clone()).await;
+
+    // Between showing and confirming, one member is decided elsewhere: refused whole.
+    br.goto(&base).await;
+    let reg = toolgate_core::Registry::load(_tmp.path().join("finance")).unwrap();
+    let now = toolgate_core::Timestamp::from_millis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+    );
+    store
+        .reject(&reg, &shown[0].0, "alice", "paid by cheque already", now)
+        .await
+        .unwrap();
+    br.type_into("form.bulk .bulk-confirm", "approve 35\u{E007}")
+        .await;
+    let refusal = br.text("#error").await;
+    assert!(refusal.contains("nothing was approved"), "{refusal}");
+    unapproved(ids[1..].to_vec()).await;
+
+    // Shown again: 34; typed and confirmed, exactly those 34 are approved.
+    let started = Instant::now();
+    let keys_before = br.keys;
+    br.goto(&base).await;
+    assert_eq!(br.attr("form.bulk", "data-count").await, "34");
+    let here = br.url_now().await;
+    br.find("form.bulk .bulk-confirm").await;
+    br.eval("document.querySelector('form.bulk .bulk-confirm').focus()")
+        .await;
+    br.type_text("approve 34").await;
+    br.press(&["\u{E007}"]).await;
+    left(&br, &here).await;
     let result = br.text("#result").await;
-    assert!(result.contains("Approved 4 calls as one"), "{result}");
-    for (id, _) in &shown[1..] {
+    assert!(result.contains("Approved 34 calls as one"), "{result}");
+    let bulk_keys = br.keys - keys_before;
+    eprintln!(
+        "MEASURED: bulk: 34 approved with {bulk_keys} interaction(s) (the typed phrase, Enter) and 2 page loads: {:.3} interactions and {:.3} page loads per item; {:.3} s per item ({:.1} s for the first queue page of 41 with its offer)",
+        bulk_keys as f64 / 34.0,
+        2.0 / 34.0,
+        started.elapsed().as_secs_f64() / 34.0,
+        loads_before.elapsed().as_secs_f64() - started.elapsed().as_secs_f64()
+    );
+    for id in &ids[1..] {
         assert_eq!(
             store.approval(id).await.unwrap().status,
             ApprovalStatus::Approved
         );
     }
-    // The agent retries each; each runs once; the rejected one and the duplicates never.
-    for n in 1..=6 {
-        call(
-            &b,
-            "payment.schedule",
-            payment(&invoice(n), 4180.0, GOOD),
-            meta(&format!("bulk-{n}")),
-        )
-        .await
-        .unwrap();
-        call(
-            &b,
-            "payment.schedule",
-            payment(&invoice(n), 4180.0, GOOD),
-            meta(&format!("bulk-{n}")),
-        )
-        .await
-        .unwrap();
+    for kept in [&dup, &typo, &large, &new_payee, &doomed] {
+        assert!(store.approval(kept).await.unwrap().approved_by.is_empty());
+    }
+    // The agent retries each, twice: each approved call runs once, the others never.
+    for n in 2..=37 {
+        for _ in 0..2 {
+            call(&b, "payment.schedule", pay(n), meta(&format!("bulk-{n}")))
+                .await
+                .unwrap();
+        }
     }
     let mut per_invoice = std::collections::BTreeMap::new();
     for r in read_records(&record)
@@ -771,8 +993,62 @@ async fn bulk_approval_runs_each_call_once_and_refuses_a_changed_group() {
             )
             .or_insert(0) += 1;
     }
-    assert_eq!(per_invoice.len(), 4, "{per_invoice:?}");
+    // Invoice 1 (the history), and 3 to 36 (2 was rejected, 37 is a duplicate pair).
+    assert_eq!(per_invoice.len(), 35, "{per_invoice:?}");
     assert!(per_invoice.values().all(|n| *n == 1), "{per_invoice:?}");
+    for n in [2, 37, 97, 98, 99] {
+        assert!(!per_invoice.contains_key(&invoice(n)), "{n} ran");
+    }
+
+    // Nordlicht's account changes: sam asks, vera and walt approve, sam's retry runs it.
+    let s = connect(&mcp, SAM).await;
+    let change = json!({"supplier_id": "SUP-0001", "iban": "DE89370400440532013000",
+                        "reason": "New bank letter received from Nordlicht on 2026-06-10"});
+    let change_meta = json!({"purpose": "supplier_maintenance", "run_id": "iban-nordlicht"});
+    let iban_id = approval_id(
+        &call(
+            &s,
+            "supplier.update_iban",
+            change.clone(),
+            change_meta.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    for key in [VERA, WALT] {
+        br.sign_in(&base, key).await;
+        br.goto(&format!("{base}/item/{iban_id}")).await;
+        br.click("#approve").await;
+        br.find("#result").await;
+    }
+    let r = call(&s, "supplier.update_iban", change, change_meta)
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    // Two new payments to Nordlicht: its account changed today, so no bulk offer.
+    let mut fresh = Vec::new();
+    for (n, run) in [(90, "fresh-1"), (91, "fresh-2")] {
+        fresh.push(approval_id(
+            &call(&b, "payment.schedule", pay(n), meta(run))
+                .await
+                .unwrap(),
+        ));
+    }
+    br.sign_in(&base, BOB).await;
+    br.goto(&base).await;
+    br.find("a.item").await;
+    assert_eq!(
+        br.count("form.bulk").await,
+        0,
+        "a changed account is offered in bulk"
+    );
+    for id in &fresh {
+        assert_eq!(br.eval(&why(id)).await, "account changed recently", "{id}");
+    }
+    br.goto(&format!("{base}/item/{}", fresh[0])).await;
+    let since = br.text("#fact-account .since").await;
+    assert!(since.contains("changed today"), "{since}");
+    assert_eq!(br.count("#fact-account .since.recent").await, 1);
     br.quit().await;
     serve.kill().await.ok();
 }

@@ -3,7 +3,8 @@
 //! payment's approvers gets exactly one post with the item's link, a webhook that fails twice
 //! gets it on the third attempt and only once, a webhook nobody answers at does not hold up
 //! the call and shows as retrying in `toolgate status` and `/metrics`, a webhook for other
-//! approvers gets nothing; the agent's hostile reason arrives as inert text.
+//! approvers gets nothing, a webhook for the gate's rule gets it and one for another rule
+//! does not; the agent's hostile reason arrives as inert text.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -95,7 +96,9 @@ async fn a_parked_call_is_announced_once_retried_and_never_held_up() {
              desk: {{url: \"http://127.0.0.1:{rport}/hook/desk\", roles: [ap.clerk]}}\n    \
              flaky: {{url: \"http://127.0.0.1:{rport}/hook/flaky\"}}\n    \
              dead: {{url: \"http://127.0.0.1:{dead}/hook/dead\"}}\n    \
-             vendors: {{url: \"http://127.0.0.1:{rport}/hook/vendors\", roles: [vendor.lead]}}\n\
+             vendors: {{url: \"http://127.0.0.1:{rport}/hook/vendors\", roles: [vendor.lead]}}\n    \
+             ruled: {{url: \"http://127.0.0.1:{rport}/hook/ruled\", rules: [gate.always]}}\n    \
+             large: {{url: \"http://127.0.0.1:{rport}/hook/large\", rules: [large-payment-needs-approval]}}\n\
              metrics:\n  token_env: TOOLGATE_METRICS_TOKEN\n"
         );
         let text = text.replace("approvals:\n  expiry_hours: 72\n", &hooks);
@@ -145,6 +148,15 @@ async fn a_parked_call_is_announced_once_retried_and_never_held_up() {
     assert!(
         rx.posts("vendors").is_empty(),
         "vendor leads do not approve payments"
+    );
+    // By gate rule: the hook for the tool's own gate gets the payment once; the hook for the
+    // large-payment rule, which did not gate it, gets nothing.
+    let ruled = rx.posts("ruled");
+    assert_eq!(ruled.len(), 1, "{ruled:?}");
+    assert_eq!(ruled[0]["approval_id"], structured(&r)["approval_id"]);
+    assert!(
+        rx.posts("large").is_empty(),
+        "a hook for another rule was told"
     );
 
     let post = &desk[0];

@@ -228,6 +228,7 @@ fn approve(dir: &Path, approval: &str) -> String {
     let show = toolgate()
         .args(["approvals", "show", approval, "-c"])
         .arg(dir)
+        .env("TOOLGATE_API_KEY", ALICE)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&show.stdout).into_owned();

@@ -498,7 +498,7 @@ pub async fn run(
     )?;
     writeln!(
         out,
-        "  the parked payment:     toolgate approvals list -c {}",
+        "  the parked payment:     toolgate approvals list --api-key tgdev_fin_alice -c {}",
         summary.finance_dir.display()
     )?;
     writeln!(

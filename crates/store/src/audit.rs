@@ -540,7 +540,11 @@ impl StoredRow {
 
 /// A column value as the fault message shows it.
 fn shown(v: Option<&str>) -> String {
-    v.map_or_else(|| "null".to_string(), |s| format!("'{s}'"))
+    // A stored value may be anything written into the table: shown, never obeyed.
+    v.map_or_else(
+        || "null".to_string(),
+        |s| format!("'{}'", toolgate_core::clip::printable(s)),
+    )
 }
 
 /// Checks one stored row against the link before it; returns the row's true hash.

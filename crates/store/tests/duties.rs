@@ -17,6 +17,7 @@ use toolgate_store::{
 
 both_backends!(
     the_person_behind_the_agent_does_not_count,
+    the_person_behind_an_agents_parent_does_not_count,
     a_requester_cannot_approve_or_reject_their_own_call,
     a_parked_payment_after_a_rejection_would_be_refused,
 );
@@ -38,6 +39,11 @@ fn copy_tree(from: &Path, to: &Path) {
 /// worker role (he may request payments), and `payment.priority` approved by the approver
 /// role or henry.
 fn duties_registry() -> Arc<Registry> {
+    duties_registry_with(|text| text)
+}
+
+/// [`duties_registry`] with principals.yaml changed by `edit` first.
+fn duties_registry_with(edit: impl FnOnce(String) -> String) -> Arc<Registry> {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("registry");
     copy_tree(
@@ -52,6 +58,7 @@ fn duties_registry() -> Arc<Registry> {
         1,
     );
     assert!(text.contains("on_behalf_of: alice"));
+    let text = edit(text);
     let text = format!(
         "{text}  - id: henry\n    kind: human\n    role: worker\n    grants:\n      - {{scopes: [payments:write], purposes: [ops], max_tier: spend, max_sensitivity: confidential}}\n    budgets: {{act: 100, spend: 100}}\n"
     );
@@ -131,6 +138,80 @@ async fn the_person_behind_the_agent_does_not_count(db: &TestDb) {
     assert_eq!(fake.count("payment.priority"), 1);
     let s = store.steps(&run).await.unwrap().remove(0);
     assert_eq!(s.approval.unwrap()["by"], json!(["bob", "henry"]));
+}
+
+/// `worker`'s parent `lead` acts for bob: bob stands behind `worker` too, and the store and
+/// the engine refuse his approval as they refuse alice's.
+async fn the_person_behind_an_agents_parent_does_not_count(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let reg = duties_registry_with(|text| {
+        let edited = text.replacen(
+            "  - id: lead\n    kind: agent\n    role: worker\n",
+            "  - id: lead\n    kind: agent\n    role: worker\n    on_behalf_of: bob\n",
+            1,
+        );
+        assert_ne!(edited, text, "the fixture's lead moved");
+        edited
+    });
+    let ex = exec_with(&store, reg.clone(), fake.clone());
+    store
+        .create_run(
+            &reg,
+            "worker",
+            Some("ops"),
+            &[planned("worker", "payment.priority", priority("INV-9"))],
+            T0,
+        )
+        .await
+        .unwrap();
+    let r = ex.run_batch(10).await.unwrap();
+    assert_eq!(r[0].status, StepStatus::NeedsApproval, "{r:?}");
+    let id = r[0].outcome.as_ref().unwrap().approval_id.clone().unwrap();
+    for (who, result) in [
+        (
+            "bob",
+            store
+                .approve(&reg, &keys(), &id, "bob", T0)
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "bob",
+            store.reject(&reg, &id, "bob", "not this one", T0).await,
+        ),
+        (
+            "alice",
+            store
+                .approve(&reg, &keys(), &id, "alice", T0)
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Err(StoreError::Ineligible { why, .. }) => assert_eq!(
+                *why,
+                Ineligible::BehindAgent {
+                    person: who.into(),
+                    agent: "worker".into()
+                }
+            ),
+            other => panic!("{who} decided a request of an agent acting for them: {other:?}"),
+        }
+    }
+    // henry may; one of the two people it needs.
+    store
+        .approve(&reg, &keys(), &id, "henry", T0)
+        .await
+        .unwrap();
+    let req = store.approval(&id).await.unwrap();
+    assert_eq!(req.approved_by, vec!["henry".to_string()]);
+    assert_eq!(req.status, toolgate_store::ApprovalStatus::Pending);
+    assert!(
+        ex.run_batch(10).await.unwrap().is_empty(),
+        "it ran on one approval"
+    );
+    assert_eq!(fake.count("payment.priority"), 0);
 }
 
 fn henry_call(invoice: &str) -> DirectCall {

@@ -48,7 +48,7 @@ async fn the_tail_pages_through_the_chain_and_gates_are_counted_in_the_database(
     let last = all.last().unwrap().seq;
     assert!(store.audit_after(last, 10).await.unwrap().is_empty());
 
-    let gates = store.gate_counts().await.unwrap();
+    let gates = store.gate_counts(T0).await.unwrap();
     assert_eq!(gates.len(), 1, "{gates:?}");
     let g = &gates[0];
     assert_eq!(

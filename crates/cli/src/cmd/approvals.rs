@@ -1,8 +1,12 @@
 //! `toolgate approvals list|show|approve|reject`: the approver's queue from the terminal, with
-//! the page's binding rules. An approver authenticates with their own API key
-//! (`TOOLGATE_API_KEY`); `approve` takes the input hash that `show` printed, so what is approved
-//! is exactly what was read. An approved planned step goes back to the queue, and the serving
-//! gateway's workers run it once.
+//! the page's rules. An approver authenticates with their own API key (`TOOLGATE_API_KEY`)
+//! for every subcommand: `list` and `show` show only the requests that person may decide, with
+//! data above their sensitivity ceiling masked; `show` decides the call again, dry, and looks
+//! up its decision facts through the registry's upstreams (read tools only: the terminal never
+//! runs a tool that changes anything); `approve` takes the input hash that `show` printed, so
+//! what is approved is exactly what was read, and refuses a call that would be refused now.
+//! An approved planned step goes back to the queue, and the serving gateway's workers run it
+//! once.
 
 use crate::exit::Exit;
 use std::io::Write;
@@ -13,9 +17,10 @@ use serde_json::Value;
 use toolgate_console::fmt::text;
 use toolgate_console::queue::{self, Filter};
 use toolgate_console::{ConsoleError, actions, item};
-use toolgate_core::{ApprovalKeys, Clock, Registry, SystemClock};
+use toolgate_core::{ApprovalKeys, Clock, Effect, Registry, SystemClock};
+use toolgate_gateway::Upstreams;
 use toolgate_store::{
-    BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, Store, Target,
+    BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, Served, Store, Target,
 };
 
 use crate::cmd::ConfigArg;
@@ -43,15 +48,22 @@ pub enum Sub {
         principal: Option<String>,
         #[arg(long)]
         run: Option<String>,
+        /// Your API key: the list holds only the requests you may decide.
+        #[arg(long, env = "TOOLGATE_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
     },
     /// One request: the inputs exactly as they will be sent, what changed since the last
     /// approved call of the same kind, the reason, rule and evidence. With --run: a run's
     /// parked steps, to approve as one.
     ///
+    /// Needs TOOLGATE_API_KEY (yours): you are shown only requests you may decide, with data
+    /// above your sensitivity ceiling masked. The call is decided again now (a dry run of every
+    /// check): a call that would be refused says so and by which rule. Decision facts are
+    /// looked up through the registry's read tools.
+    ///
     /// `show --run RUN_ID` lists every open request of the run in the order raised, each with
-    /// its input hash, decides them together as if you approved them all and they ran in order
-    /// (needs TOOLGATE_API_KEY: the decision is yours), and prints the exact `approve --run`
-    /// command, or why the run cannot be approved as one.
+    /// its input hash, decides them together as if you approved them all and they ran in order,
+    /// and prints the exact `approve --run` command, or why the run cannot be approved as one.
     #[command(verbatim_doc_comment)]
     Show {
         #[arg(required_unless_present = "run", conflicts_with = "run")]
@@ -59,7 +71,7 @@ pub enum Sub {
         /// A run id: show its parked steps as one decision.
         #[arg(long, value_name = "RUN_ID")]
         run: Option<String>,
-        /// Your API key (only with --run).
+        /// Your API key: only requests you may decide are shown, masked above your ceiling.
         #[arg(long, env = "TOOLGATE_API_KEY", hide_env_values = true)]
         api_key: Option<String>,
     },
@@ -103,21 +115,45 @@ pub enum Sub {
     },
 }
 
-/// The terminal never calls a tool: approved steps are run by the gateway's workers.
-struct NoCalls;
+/// The terminal never runs a tool that changes anything (approved steps are run by the
+/// gateway's workers); it asks read tools, through the registry's upstreams, for the decision
+/// facts and the dry decision's destination lookups.
+struct ReadsOnly {
+    registry: Arc<Registry>,
+    upstreams: Option<Arc<Upstreams>>,
+}
 
-impl Handler for NoCalls {
+impl Handler for ReadsOnly {
     fn call<'a>(
         &'a self,
-        _: &'a Target,
-        _: &'a Value,
-        _: &'a CallMeta,
+        target: &'a Target,
+        inputs: &'a Value,
+        meta: &'a CallMeta,
     ) -> BoxFuture<'a, Result<HandlerOutput, HandlerError>> {
-        Box::pin(async {
-            Err(HandlerError::Failed(
-                "the terminal does not run tools; the gateway does".into(),
-            ))
-        })
+        let read = self
+            .registry
+            .tool(&target.tool)
+            .is_some_and(|t| t.config.effect == Effect::Read);
+        match (&self.upstreams, read) {
+            (Some(u), true) => Handler::call(u.as_ref(), target, inputs, meta),
+            (None, true) => Box::pin(async {
+                Err(HandlerError::Failed(
+                    "no upstream is reachable from here (toolgate.lock could not be read)".into(),
+                ))
+            }),
+            (_, false) => Box::pin(async {
+                Err(HandlerError::Failed(
+                    "the terminal does not run tools that change anything; the gateway does".into(),
+                ))
+            }),
+        }
+    }
+
+    fn served(&self, target: &Target) -> Served {
+        match &self.upstreams {
+            Some(u) => u.served(target),
+            None => Served::Local,
+        }
     }
 }
 
@@ -128,14 +164,55 @@ fn approval_keys(registry: &Registry) -> anyhow::Result<ApprovalKeys> {
         .context("approving from the terminal signs a token the gateway verifies (or approve in the web page)")
 }
 
+#[cfg(test)]
 fn executor(registry: Registry, store: Store, keys: ApprovalKeys) -> Executor {
-    Executor::new(
-        store,
-        Arc::new(registry),
-        Arc::new(keys),
-        Arc::new(NoCalls),
-        Arc::new(SystemClock),
+    terminal(registry, store, keys).0
+}
+
+/// The terminal's executor: its handler asks read tools only (see [`ReadsOnly`]). The
+/// upstreams are returned to be closed when the command is done.
+fn terminal(
+    registry: Registry,
+    store: Store,
+    keys: ApprovalKeys,
+) -> (Executor, Option<Arc<Upstreams>>) {
+    let registry = Arc::new(registry);
+    let upstreams = toolgate_gateway::pins::Pins::load(&registry.dir)
+        .ok()
+        .map(|pins| {
+            Arc::new(Upstreams::new(
+                &registry.dir,
+                &registry.gateway.upstreams,
+                None,
+                Arc::new(pins),
+            ))
+        });
+    let handler = ReadsOnly {
+        registry: registry.clone(),
+        upstreams: upstreams.clone(),
+    };
+    (
+        Executor::new(
+            store,
+            registry,
+            Arc::new(keys),
+            Arc::new(handler),
+            Arc::new(SystemClock),
+        ),
+        upstreams,
     )
+}
+
+/// The person whose key was given, or what to do when none was.
+fn viewer(registry: &Registry, key: Option<&str>, what: &str) -> anyhow::Result<String> {
+    match key {
+        Some(k) => approver(registry, k),
+        None => bail!(
+            "{what} shows only the requests you may decide, masked above your sensitivity \
+             ceiling: set TOOLGATE_API_KEY to your own API key (or pass --api-key KEY); only \
+             people whose role may approve have one that works here"
+        ),
+    }
 }
 
 fn approver(registry: &Registry, key: &str) -> anyhow::Result<String> {
@@ -156,197 +233,240 @@ fn refused(out: &mut dyn Write, e: ConsoleError) -> anyhow::Result<Exit> {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
-    runtime()?.block_on(async {
-        let registry = args.config.load()?;
-        let store = open_existing(&registry, args.store.as_deref()).await?;
-        match &args.command {
-            Sub::List {
-                tool,
-                principal,
-                run,
-            } => {
-                let filter = Filter {
-                    tool: tool.clone(),
-                    principal: principal.clone(),
-                    run: run.clone(),
-                };
-                let now = SystemClock.now();
-                let reqs = store.approvals(None).await?;
-                let groups = queue::build(reqs, &registry, now, &filter);
-                if groups.is_empty() {
-                    writeln!(out, "nothing is waiting for a decision")?;
-                    return Ok(Exit::Success);
-                }
-                for g in &groups {
-                    writeln!(out, "{} · gated by {} ({})", g.tool, g.rule, g.items.len())?;
-                    let mut t = Table::new(&[
-                        "ID", "TIER", "PRINCIPAL", "RUN", "AMOUNT", "WAITING", "LEFT", "APPROVALS",
-                        "DIFFERS",
-                    ]);
-                    for it in &g.items {
-                        let r = &it.request;
-                        let differs: Vec<String> = g
-                            .varying
-                            .iter()
-                            .filter_map(|f| {
-                                r.inputs
-                                    .get(f.as_str())
-                                    .map(|v| format!("{f}={}", toolgate_console::fmt::plain(v)))
-                            })
-                            .collect();
-                        t.row(vec![
-                            r.approval_id.clone(),
-                            if it.new_destinations.is_empty() {
-                                it.tier.to_string()
-                            } else {
-                                format!("{} NEW {}", it.tier, it.new_destinations.join(","))
-                            },
-                            r.principal.clone(),
-                            r.run_id
-                                .as_deref()
-                                .map(toolgate_console::fmt::short)
-                                .unwrap_or_default(),
-                            it.amount.map(|a| a.to_string()).unwrap_or_default(),
-                            toolgate_console::fmt::duration_ms(it.age_ms),
-                            if it.expired() {
-                                "expired".into()
-                            } else {
-                                toolgate_console::fmt::duration_ms(it.time_left_ms)
-                            },
-                            format!("{}/{}", r.approved_by.len(), r.approvers_needed),
-                            differs.join(" "),
-                        ]);
-                    }
-                    t.write(out)?;
-                    writeln!(out)?;
-                }
-                Ok(Exit::Success)
+    runtime()?
+        .block_on(async {
+            let registry = args.config.load()?;
+            let store = open_existing(&registry, args.store.as_deref()).await?;
+            let (exit, upstreams) = command(args, registry, store, out).await;
+            if let Some(u) = upstreams {
+                u.close().await;
             }
-            Sub::Show {
-                run: Some(run),
-                api_key,
-                ..
-            } => {
-                let Some(key) = api_key else {
-                    bail!(
-                        "show --run decides the run's steps as you would approve them: set \
-                         TOOLGATE_API_KEY (or --api-key) to your key"
-                    );
-                };
-                let who = approver(&registry, key)?;
-                // Decided in a transaction that is rolled back: the throwaway key signs nothing kept.
-                let exec = executor(registry, store, ApprovalKeys::new("show", vec![0u8; 32]));
-                match toolgate_console::bulk::run_offer(&exec, &who, run).await {
-                    Ok(Some(offer)) => write_run(out, &exec, &offer).await,
-                    Ok(None) => {
-                        writeln!(
-                            out,
-                            "run {} has fewer than two parked steps open: decide them one by one \
-                             (`toolgate approvals list --run {}`)",
-                            text(run),
-                            text(run)
-                        )?;
-                        Ok(Exit::Refused)
-                    }
-                    Err(e) => refused(out, e),
-                }
-            }
-            Sub::Show { id, .. } => {
-                let id = id.as_deref().unwrap_or_default();
-                // Showing needs no key: an executor with a throwaway key only reads.
-                let exec = executor(registry, store, ApprovalKeys::new("show", vec![0u8; 32]));
-                let v = match item::load(&exec, id).await {
-                    Ok(v) => v,
-                    Err(e) => return refused(out, e),
-                };
-                write_item(out, &v)?;
-                Ok(Exit::Success)
-            }
-            Sub::Approve {
-                run: Some(run),
-                set,
-                api_key,
-                ..
-            } => {
-                let who = approver(&registry, api_key)?;
-                let keys = approval_keys(&registry)?;
-                let exec = executor(registry, store, keys);
-                let set = set.as_deref().unwrap_or_default();
-                match toolgate_console::bulk::approve_run(&exec, &who, run, set, false).await {
-                    Ok(done) => {
-                        writeln!(
-                            out,
-                            "approved by {who}: the {} parked steps of run {}, as one decision",
-                            done.len(),
-                            text(run)
-                        )?;
-                        for (id, a) in &done {
-                            writeln!(out, "  {id}: {}", approved_text(a))?;
-                        }
-                        Ok(Exit::Success)
-                    }
-                    Err(e) => refused(out, e),
-                }
-            }
-            Sub::Approve {
-                id,
-                input_hash,
-                api_key,
-                ..
-            } => {
-                let (id, input_hash) = (
-                    id.as_deref().unwrap_or_default(),
-                    input_hash.as_deref().unwrap_or_default(),
-                );
-                let who = approver(&registry, api_key)?;
-                let keys = approval_keys(&registry)?;
-                let exec = executor(registry, store, keys);
-                match actions::approve(&exec, id, &who, input_hash, false).await {
-                    Ok(actions::Approved::Waiting {
-                        approved_by,
-                        needed,
-                    }) => writeln!(
-                        out,
-                        "approved by {who}: {} of {needed} approvals (approved first by {}); \
-                         a different person must approve too",
-                        approved_by.len(),
-                        approved_by.first().cloned().unwrap_or_default()
-                    )?,
-                    Ok(actions::Approved::Queued { step_id }) => writeln!(
-                        out,
-                        "approved by {who}: step {step_id} is queued; a running `toolgate serve` \
-                         on this store executes it once (a `toolgate worker` does where serve \
-                         runs with --no-worker)"
-                    )?,
-                    Ok(actions::Approved::Ran(r)) => {
-                        writeln!(out, "approved by {who}: the step ran: {}", r.status)?
-                    }
-                    Ok(actions::Approved::DirectCall) => writeln!(
-                        out,
-                        "approved by {who}: the agent's retry of exactly this call now passes the gate once"
-                    )?,
-                    Err(e) => return refused(out, e),
-                }
-                Ok(Exit::Success)
-            }
-            Sub::Reject {
-                id,
-                reason,
-                api_key,
-            } => {
-                let who = approver(&registry, api_key)?;
-                let exec = executor(registry, store, ApprovalKeys::new("reject", vec![0u8; 32]));
-                match actions::reject(&exec, id, &who, reason).await {
-                    Ok(()) => {
-                        writeln!(out, "rejected by {who}: {}", reason.trim())?;
-                        Ok(Exit::Success)
-                    }
-                    Err(e) => refused(out, e),
-                }
-            }
+            exit
+        })
+        .context("approvals")
+}
+
+/// Runs one subcommand; returns the upstreams it opened, to close.
+async fn command(
+    args: &Args,
+    registry: Registry,
+    store: Store,
+    out: &mut dyn Write,
+) -> (anyhow::Result<Exit>, Option<Arc<Upstreams>>) {
+    // A throwaway key signs nothing kept: showing and rejecting issue no token.
+    let reads = || ApprovalKeys::new("show", vec![0u8; 32]);
+    match &args.command {
+        Sub::List {
+            tool,
+            principal,
+            run,
+            api_key,
+        } => {
+            let filter = Filter {
+                tool: tool.clone(),
+                principal: principal.clone(),
+                run: run.clone(),
+            };
+            (
+                list(&registry, &store, &filter, api_key.as_deref(), out).await,
+                None,
+            )
         }
-    })
-    .context("approvals")
+        Sub::Show {
+            run: Some(run),
+            api_key,
+            ..
+        } => {
+            let who = match viewer(&registry, api_key.as_deref(), "show --run") {
+                Ok(w) => w,
+                Err(e) => return (Err(e), None),
+            };
+            let (exec, upstreams) = terminal(registry, store, reads());
+            let exit = match toolgate_console::bulk::run_offer(&exec, &who, run).await {
+                Ok(Some(offer)) => write_run(out, &exec, &offer).await,
+                Ok(None) => writeln!(
+                    out,
+                    "run {} has fewer than two parked steps open that you may decide: decide \
+                     them one by one (`toolgate approvals list --run {}`)",
+                    text(run),
+                    shell_word(run)
+                )
+                .map(|_| Exit::Refused)
+                .map_err(Into::into),
+                Err(e) => refused(out, e),
+            };
+            (exit, upstreams)
+        }
+        Sub::Show { id, api_key, .. } => {
+            let who = match viewer(&registry, api_key.as_deref(), "show") {
+                Ok(w) => w,
+                Err(e) => return (Err(e), None),
+            };
+            let id = id.as_deref().unwrap_or_default();
+            let (exec, upstreams) = terminal(registry, store, reads());
+            let exit = match item::load_for(&exec, id, &who).await {
+                Ok(v) => write_item(out, &v).map(|_| Exit::Success),
+                Err(e) => refused(out, e),
+            };
+            (exit, upstreams)
+        }
+        Sub::Approve {
+            run: Some(run),
+            set,
+            api_key,
+            ..
+        } => {
+            let (who, keys) = match approver(&registry, api_key)
+                .and_then(|w| Ok((w, approval_keys(&registry)?)))
+            {
+                Ok(x) => x,
+                Err(e) => return (Err(e), None),
+            };
+            let (exec, upstreams) = terminal(registry, store, keys);
+            let set = set.as_deref().unwrap_or_default();
+            let exit = match toolgate_console::bulk::approve_run(&exec, &who, run, set, false).await
+            {
+                Ok(done) => (|| {
+                    writeln!(
+                        out,
+                        "approved by {who}: the {} parked steps of run {}, as one decision",
+                        done.len(),
+                        text(run)
+                    )?;
+                    for (id, a) in &done {
+                        writeln!(out, "  {id}: {}", approved_text(a))?;
+                    }
+                    Ok(Exit::Success)
+                })(),
+                Err(e) => refused(out, e),
+            };
+            (exit, upstreams)
+        }
+        Sub::Approve {
+            id,
+            input_hash,
+            api_key,
+            ..
+        } => {
+            let (id, input_hash) = (
+                id.as_deref().unwrap_or_default(),
+                input_hash.as_deref().unwrap_or_default(),
+            );
+            let (who, keys) = match approver(&registry, api_key)
+                .and_then(|w| Ok((w, approval_keys(&registry)?)))
+            {
+                Ok(x) => x,
+                Err(e) => return (Err(e), None),
+            };
+            let (exec, upstreams) = terminal(registry, store, keys);
+            // Decided again, dry, first: a call that would be refused is not approved.
+            let exit = match actions::approve(&exec, id, &who, input_hash, false).await {
+                Ok(a) => writeln!(out, "approved by {who}: {}", approved_text(&a))
+                    .map(|_| Exit::Success)
+                    .map_err(Into::into),
+                Err(e) => refused(out, e),
+            };
+            (exit, upstreams)
+        }
+        Sub::Reject {
+            id,
+            reason,
+            api_key,
+        } => {
+            let who = match approver(&registry, api_key) {
+                Ok(w) => w,
+                Err(e) => return (Err(e), None),
+            };
+            let (exec, upstreams) = terminal(registry, store, reads());
+            let exit = match actions::reject(&exec, id, &who, reason).await {
+                Ok(()) => writeln!(out, "rejected by {who}: {}", text(reason.trim()))
+                    .map(|_| Exit::Success)
+                    .map_err(Into::into),
+                Err(e) => refused(out, e),
+            };
+            (exit, upstreams)
+        }
+    }
+}
+
+/// `approvals list`: the queue the key's holder works, riskiest first, like calls together.
+async fn list(
+    registry: &Registry,
+    store: &Store,
+    filter: &Filter,
+    key: Option<&str>,
+    out: &mut dyn Write,
+) -> anyhow::Result<Exit> {
+    use toolgate_console::fmt::{duration_ms, money, short};
+    let who = viewer(registry, key, "list")?;
+    let now = SystemClock.now();
+    let reqs = store.approvals(None).await?;
+    let groups = queue::build_for(reqs, registry, now, filter, &who);
+    if groups.is_empty() {
+        writeln!(out, "nothing is waiting for a decision by {who}")?;
+        return Ok(Exit::Success);
+    }
+    for g in &groups {
+        writeln!(
+            out,
+            "{} · gated by {} ({})",
+            text(&g.tool),
+            text(&g.rule),
+            g.items.len()
+        )?;
+        let mut t = Table::new(&[
+            "ID",
+            "TIER",
+            "PRINCIPAL",
+            "RUN",
+            "AMOUNT",
+            "WAITING",
+            "LEFT",
+            "APPROVALS",
+            "DIFFERS",
+        ]);
+        for it in &g.items {
+            let r = &it.request;
+            let currency = r.inputs.get("currency").and_then(Value::as_str);
+            let differs: Vec<String> = g
+                .varying
+                .iter()
+                .filter_map(|f| {
+                    r.inputs.get(f.as_str()).map(|v| {
+                        format!(
+                            "{}={}",
+                            text(f),
+                            toolgate_console::fmt::cell(f, v, currency)
+                        )
+                    })
+                })
+                .collect();
+            t.row(vec![
+                r.approval_id.clone(),
+                if it.new_destinations.is_empty() {
+                    it.tier.to_string()
+                } else {
+                    format!("{} NEW {}", it.tier, text(&it.new_destinations.join(",")))
+                },
+                text(&r.principal),
+                r.run_id.as_deref().map(short).unwrap_or_default(),
+                it.amount
+                    .map(|a| money(a, currency.unwrap_or_default()))
+                    .unwrap_or_default(),
+                duration_ms(it.age_ms),
+                if it.expired() {
+                    "expired".into()
+                } else {
+                    duration_ms(it.time_left_ms)
+                },
+                format!("{}/{}", r.approved_by.len(), r.approvers_needed),
+                differs.join(" "),
+            ]);
+        }
+        t.write(out)?;
+        writeln!(out)?;
+    }
+    Ok(Exit::Success)
 }
 
 /// What one approval of a run led to, on one line.
@@ -443,19 +563,28 @@ fn shell_word(s: &str) -> String {
 }
 
 fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
-    use toolgate_console::fmt::{datetime, duration_ms, value};
+    use toolgate_console::fmt::{cell, datetime, duration_ms, lines, value};
     let r = &v.request;
+    let currency = r.inputs.get("currency").and_then(Value::as_str);
     let status = if v.expired() {
         "expired"
     } else {
         r.status.as_str()
     };
-    writeln!(out, "approval {}  {}  [{status}]", r.approval_id, r.tool)?;
+    writeln!(
+        out,
+        "approval {}  {}  [{status}]",
+        r.approval_id,
+        text(&r.tool)
+    )?;
     if let Some(t) = &v.tool {
         writeln!(
             out,
             "  effect {} · tier {} · sensitivity {} · version {}",
-            t.effect, t.tier, t.sensitivity, t.version
+            t.effect,
+            t.tier,
+            t.sensitivity,
+            text(&t.version)
         )?;
     }
     writeln!(
@@ -472,10 +601,10 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
     writeln!(
         out,
         "  principal {} · run {}",
-        r.principal,
+        text(&r.principal),
         text(r.run_id.as_deref().unwrap_or("-"))
     )?;
-    writeln!(out, "  gated by rule: {}", r.rule)?;
+    writeln!(out, "  gated by rule: {}", text(&r.rule))?;
     writeln!(
         out,
         "  reason: {}",
@@ -497,16 +626,31 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
         r.approvers_needed,
         r.approved_by
             .first()
-            .map(|a| format!(" (approved first by {a})"))
+            .map(|a| format!(" (approved first by {})", text(a)))
             .unwrap_or_default()
     )?;
+    if let Some((rule, reason)) = &v.would_refuse {
+        writeln!(
+            out,
+            "  !! WILL BE REFUSED by {rule} if approved: {reason}. Decided again just now under \
+             the current registry and this run's state; approving cannot make it run: reject it \
+             with a note"
+        )?;
+    }
     for f in v.new_destinations() {
         writeln!(
             out,
-            "  !! NEW DESTINATION: {} = {} was not used by any of the {} approved earlier calls of this kind{}",
+            "  !! NEW DESTINATION: {} = {} {}{}",
             text(&f.path),
             value(&f.value),
-            v.comparison.count,
+            if v.comparison.count == 0 {
+                "is a first: no earlier call of this kind was approved".to_string()
+            } else {
+                format!(
+                    "was not used by any of the {} approved earlier calls of this kind",
+                    v.comparison.count
+                )
+            },
             f.previous
                 .as_ref()
                 .map(|p| format!(" (last approved: {})", value(p)))
@@ -524,32 +668,87 @@ fn write_item(out: &mut dyn Write, v: &item::ItemView) -> anyhow::Result<()> {
             datetime(d.created_at)
         )?;
     }
+    if !v.facts.is_empty() {
+        writeln!(out, "\ndecision facts:")?;
+    }
+    for f in &v.facts {
+        if let Some(e) = &f.error {
+            writeln!(out, "  !! NO FACTS from {}: {}", text(&f.tool), text(e))?;
+        }
+        for x in &f.facts {
+            writeln!(
+                out,
+                "  {:<16} {}{}{}",
+                text(&x.label),
+                cell(&x.label, &x.value, currency),
+                if x.masked { "  [masked]" } else { "" },
+                x.since
+                    .as_ref()
+                    .map(|s| format!("  {}{}", if s.recent() { "!! " } else { "" }, s.text()))
+                    .unwrap_or_default()
+            )?;
+        }
+        for m in &f.mismatches {
+            writeln!(
+                out,
+                "  !! MISMATCH: {} = {} but {} = {}",
+                text(&m.input),
+                cell(&m.input, &m.sent, currency),
+                text(&m.label),
+                cell(&m.label, &m.found, currency)
+            )?;
+        }
+    }
     writeln!(out, "\ninputs, exactly as they will be sent:")?;
     let mut t = Table::new(&["FIELD", "VALUE", "LAST APPROVED", "NOTES"]);
+    let mut texts = Vec::new();
     for f in &v.fields {
         let mut notes = Vec::new();
+        if let Some(x) = f
+            .value
+            .as_f64()
+            .filter(|_| toolgate_console::fmt::is_amount(&f.path))
+        {
+            notes.push(format!(
+                "= {}",
+                toolgate_console::fmt::money(x, currency.unwrap_or_default())
+            ));
+        }
         if f.new_destination {
-            notes.push("NEW destination");
+            notes.push("NEW destination".into());
         } else if f.changed {
-            notes.push("changed");
+            notes.push("changed".into());
         }
         if f.redacted {
-            notes.push("redacted in the audit log");
+            notes.push("redacted in the audit log".into());
+        }
+        if f.masked {
+            notes.push("masked: above your sensitivity ceiling".into());
+        }
+        if let Some(s) = f.value.as_str().filter(|s| s.contains('\n')) {
+            texts.push((f.path.clone(), s.to_string()));
+            notes.push("several lines: read below".into());
         }
         t.row(vec![
-            f.path.clone(),
+            text(&f.path),
             value(&f.value),
             f.previous.as_ref().map(value).unwrap_or_default(),
             notes.join(", "),
         ]);
     }
     t.write(out)?;
+    for (path, s) in &texts {
+        writeln!(out, "\n{} as it reads:", text(path))?;
+        for l in lines(s) {
+            writeln!(out, "  | {l}")?;
+        }
+    }
     writeln!(out, "\ncanonical: {}", text(&v.canonical))?;
     writeln!(out, "input hash: {}", r.input_hash)?;
     if !v.earlier.is_empty() {
         writeln!(out, "\nthe run so far:")?;
         for s in &v.earlier {
-            writeln!(out, "  {} {} {}", s.seq, s.tool, s.status)?;
+            writeln!(out, "  {} {} {}", s.seq, text(&s.tool), s.status)?;
         }
     }
     if v.approvable() {
@@ -650,10 +849,14 @@ mod tests {
             tool: None,
             principal: None,
             run: None,
+            api_key: Some(ALICE_KEY.into()),
         };
         assert_eq!(run(&args(&url, list), &mut out).unwrap(), Exit::Success);
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains(&id) && text.contains("12600.5"), "{text}");
+        assert!(
+            text.contains(&id) && text.contains("12,600.50 EUR"),
+            "{text}"
+        );
 
         let mut out = Vec::new();
         assert_eq!(
@@ -663,7 +866,7 @@ mod tests {
                     Sub::Show {
                         id: Some(id.clone()),
                         run: None,
-                        api_key: None
+                        api_key: Some(ALICE_KEY.into())
                     }
                 ),
                 &mut out
@@ -845,6 +1048,7 @@ mod tests {
                     tool: None,
                     principal: None,
                     run: None,
+                    api_key: Some(ALICE_KEY.into()),
                 }),
             ),
             (
@@ -853,6 +1057,7 @@ mod tests {
                     tool: None,
                     principal: None,
                     run: Some(run_id.clone()),
+                    api_key: Some(ALICE_KEY.into()),
                 }),
             ),
             (
@@ -860,7 +1065,7 @@ mod tests {
                 print(Sub::Show {
                     id: Some(ids[0].clone()),
                     run: None,
-                    api_key: None,
+                    api_key: Some(ALICE_KEY.into()),
                 }),
             ),
             (
@@ -927,5 +1132,148 @@ mod tests {
             run_view.contains("toolgate approvals approve --run 'run-"),
             "{run_view}"
         );
+    }
+
+    /// A copy of the console's fixture registry, to change after something was parked.
+    fn registry_copy(dir: &std::path::Path) -> PathBuf {
+        let to = dir.join("registry");
+        let from = registry_dir();
+        std::fs::create_dir_all(to.join("tools")).unwrap();
+        for f in ["toolgate.yaml", "principals.yaml", "tools/payments.yaml"] {
+            std::fs::copy(from.join(f), to.join(f)).unwrap();
+        }
+        to
+    }
+
+    fn args_in(url: &str, dir: &std::path::Path, command: Sub) -> Args {
+        Args {
+            command,
+            config: ConfigArg {
+                dir: dir.to_path_buf(),
+            },
+            store: Some(url.to_string()),
+        }
+    }
+
+    #[test]
+    fn list_and_show_need_a_key_and_show_only_what_it_may_decide() {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, id, _) = parked(dir.path());
+        let list = |key: Option<&str>| Sub::List {
+            tool: None,
+            principal: None,
+            run: None,
+            api_key: key.map(str::to_string),
+        };
+        let show = |key: Option<&str>| Sub::Show {
+            id: Some(id.clone()),
+            run: None,
+            api_key: key.map(str::to_string),
+        };
+        for command in [list(None), show(None)] {
+            let e = run(&args(&url, command), &mut Vec::new()).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(
+                e.contains("set TOOLGATE_API_KEY to your own API key"),
+                "{e}"
+            );
+        }
+        // carol may not approve: her key shows nothing.
+        for command in [
+            list(Some("carol-console-key-0003")),
+            show(Some("carol-console-key-0003")),
+        ] {
+            assert!(run(&args(&url, command), &mut Vec::new()).is_err());
+        }
+        // dave is an AP clerk whose grants reach internal data: the IBAN is masked for him.
+        let mut out = Vec::new();
+        assert_eq!(
+            run(&args(&url, show(Some("dave-console-key-0005"))), &mut out).unwrap(),
+            Exit::Success
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("ES9121000418450200051332"), "{text}");
+        assert!(text.contains("••••1332"), "{text}");
+        assert!(
+            text.contains("masked: above your sensitivity ceiling"),
+            "{text}"
+        );
+        assert!(text.contains("= 12,600.50 EUR"), "{text}");
+        let mut out = Vec::new();
+        run(&args(&url, list(Some("dave-console-key-0005"))), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(&id), "{text}");
+        assert!(!text.contains("ES9121000418450200051332"), "{text}");
+    }
+
+    /// A parked payment whose principal's grant no longer reaches spending: `show` says it
+    /// will be refused and by which rule, and `approve` refuses it, nothing approved.
+    #[test]
+    fn a_call_that_would_be_refused_is_not_approved_from_the_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, id, step) = parked(dir.path());
+        let reg = registry_copy(dir.path());
+        let p = reg.join("principals.yaml");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lowered = text.replacen("max_tier: spend", "max_tier: act", 1);
+        assert_ne!(text, lowered);
+        std::fs::write(&p, lowered).unwrap();
+
+        let mut out = Vec::new();
+        let show = Sub::Show {
+            id: Some(id.clone()),
+            run: None,
+            api_key: Some(ALICE_KEY.into()),
+        };
+        assert_eq!(
+            run(&args_in(&url, &reg, show), &mut out).unwrap(),
+            Exit::Success
+        );
+        let shown = String::from_utf8(out).unwrap();
+        let line = shown
+            .lines()
+            .find(|l| l.contains("WILL BE REFUSED by "))
+            .unwrap_or_else(|| panic!("{shown}"));
+        let rule = line
+            .split("WILL BE REFUSED by ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(!shown.contains("to approve exactly this"), "{shown}");
+        let hash = shown
+            .lines()
+            .find_map(|l| l.strip_prefix("input hash: "))
+            .unwrap()
+            .to_string();
+
+        // SAFETY: only the tests of this module set this variable, to the same value.
+        unsafe { std::env::set_var("TOOLGATE_APPROVAL_KEY", "k".repeat(32)) };
+        let mut out = Vec::new();
+        let approve = Sub::Approve {
+            id: Some(id.clone()),
+            input_hash: Some(hash),
+            run: None,
+            set: None,
+            api_key: ALICE_KEY.into(),
+        };
+        assert_eq!(
+            run(&args_in(&url, &reg, approve), &mut out).unwrap(),
+            Exit::Refused
+        );
+        let said = String::from_utf8(out).unwrap();
+        assert!(
+            said.contains("nothing was approved")
+                && said.contains(&format!("would be refused by {rule}")),
+            "{said}"
+        );
+        assert_eq!(step_status(&url, &step), StepStatus::NeedsApproval);
+        runtime().unwrap().block_on(async {
+            let store = Store::connect(&url, StoreConfig::default()).await.unwrap();
+            assert!(store.approval(&id).await.unwrap().approved_by.is_empty());
+            store.close().await;
+        });
     }
 }

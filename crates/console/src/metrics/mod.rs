@@ -240,7 +240,8 @@ impl Metrics {
             .is_some_and(|(at, _)| at.elapsed() < self.opts.table_refresh);
         if !fresh {
             let tables = Tables {
-                gates: exec.store.gate_counts().await?,
+                gates: exec.store.gate_counts(exec.clock.now()).await?,
+                approvers: exec.store.decisions_per_approver().await?,
                 budgets: exec.store.budget_use(exec.clock.now()).await?,
                 notifications: exec.store.notify_summary().await?,
             };

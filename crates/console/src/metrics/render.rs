@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use toolgate_core::Registry;
-use toolgate_store::{ApprovalStatus, BudgetUse, GateCount, NotifySummary};
+use toolgate_store::{BudgetUse, GateCount, NotifySummary};
 
 use super::tally::{Histogram, OTHER, Tally, is_known_rule, tool_label};
-use crate::report::{float, labels};
+use crate::report::{GateOutcome, float, labels};
 
 /// What is read from the mutable tables (approval requests, today's budget counters).
 #[derive(Debug, Clone, Default)]
@@ -15,19 +15,34 @@ pub struct Tables {
     pub gates: Vec<GateCount>,
     pub budgets: Vec<BudgetUse>,
     pub notifications: Vec<NotifySummary>,
+    /// (person, approvals given, requests rejected).
+    pub approvers: Vec<(String, i64, i64)>,
 }
 
-/// The four states a gate's requests are reported in.
-fn gate_state(s: ApprovalStatus) -> &'static str {
-    match s {
-        ApprovalStatus::Approved | ApprovalStatus::Consumed => "approved",
-        ApprovalStatus::Rejected => "rejected",
-        ApprovalStatus::Expired => "expired",
-        ApprovalStatus::Pending => "open",
-    }
-}
+/// The states a gate's requests are reported in: each request is in exactly one, as the
+/// report counts it ([`GateOutcome::of`]).
+const GATE_STATES: [&str; 6] = [
+    "approved",
+    "rejected",
+    "reviewer_closed",
+    "closed_without_people",
+    "expired",
+    "open",
+];
 
-const GATE_STATES: [&str; 4] = ["approved", "rejected", "expired", "open"];
+fn state_of(o: &GateOutcome) -> usize {
+    [
+        o.approved,
+        o.rejected,
+        o.reviewer_closed,
+        o.closed_without_people,
+        o.expired,
+        o.open,
+    ]
+    .iter()
+    .position(|x| *x)
+    .unwrap_or(5)
+}
 
 struct Out(String);
 
@@ -64,8 +79,18 @@ impl Out {
     }
 }
 
-/// Per gate (tool label, rule label): requests per state, decided requests and their age sum.
-type Gates = BTreeMap<(String, String), ([i64; 4], i64, i64)>;
+/// One gate's figures: requests per state, approved but not run, people's decisions (approved
+/// or rejected with `decided_at` kept) and the sum of their ages at decision.
+#[derive(Default)]
+struct GateFigures {
+    states: [i64; 6],
+    approved_not_run: i64,
+    decided: i64,
+    age_ms: i64,
+}
+
+/// Per gate (tool label, rule label).
+type Gates = BTreeMap<(String, String), GateFigures>;
 
 fn gates(registry: &Registry, rows: &[GateCount]) -> Gates {
     let mut out = Gates::new();
@@ -76,14 +101,24 @@ fn gates(registry: &Registry, rows: &[GateCount]) -> Gates {
         } else {
             OTHER.to_string()
         };
-        let e = out.entry((tool, rule)).or_insert(([0; 4], 0, 0));
-        let i = GATE_STATES
-            .iter()
-            .position(|s| *s == gate_state(g.status))
-            .unwrap_or(3);
-        e.0[i] += g.requests;
-        e.1 += g.decided;
-        e.2 += g.age_ms_sum;
+        let o = GateOutcome::of(
+            g.status,
+            g.by_people,
+            g.decided_by_person,
+            g.any_grant,
+            g.lapsed,
+            g.step_refused,
+        );
+        let e = out.entry((tool, rule)).or_default();
+        e.states[state_of(&o)] += g.requests;
+        if o.approved_not_run {
+            e.approved_not_run += g.requests;
+        }
+        // Only people's decisions have an age at decision.
+        if o.approved || o.rejected {
+            e.decided += g.decided;
+            e.age_ms += g.age_ms_sum;
+        }
     }
     out
 }
@@ -124,10 +159,12 @@ pub fn render(registry: &Registry, t: &Tally, tables: &Tables) -> String {
     o.family(
         "toolgate_gate_requests_total",
         "counter",
-        "Approval requests by gate and status.",
+        "Approval requests by gate and outcome, as the report counts them: approved (by the people \
+         it needed), rejected (by a person), reviewer_closed (a model reviewer's step.reject), \
+         closed_without_people (consumed or approved without them), expired, open.",
     );
-    for ((tool, rule), (states, _, _)) in &gates {
-        for (state, n) in GATE_STATES.iter().zip(states) {
+    for ((tool, rule), f) in &gates {
+        for (state, n) in GATE_STATES.iter().zip(&f.states) {
             o.row(
                 "toolgate_gate_requests_total",
                 &labels(&[("tool", tool), ("rule", rule), ("status", state)]),
@@ -142,12 +179,12 @@ pub fn render(registry: &Registry, t: &Tally, tables: &Tables) -> String {
     );
     let rates: Vec<(String, f64)> = gates
         .iter()
-        .filter_map(|((tool, rule), (s, _, _))| {
-            let decided = s[0] + s[1];
+        .filter_map(|((tool, rule), f)| {
+            let decided = f.states[0] + f.states[1];
             (decided > 0).then(|| {
                 (
                     labels(&[("tool", tool), ("rule", rule)]),
-                    s[1] as f64 / decided as f64,
+                    f.states[1] as f64 / decided as f64,
                 )
             })
         })
@@ -169,13 +206,44 @@ pub fn render(registry: &Registry, t: &Tally, tables: &Tables) -> String {
         o.row("toolgate_gate_break_even_ratio", l, v);
     }
     o.family(
+        "toolgate_gate_approved_not_run_total",
+        "counter",
+        "Approval requests the people it needed approved, whose call never ran (refused when \
+         decided again, or the lease expired unused).",
+    );
+    for ((tool, rule), f) in &gates {
+        o.row(
+            "toolgate_gate_approved_not_run_total",
+            &labels(&[("tool", tool), ("rule", rule)]),
+            f.approved_not_run,
+        );
+    }
+    o.family(
+        "toolgate_approver_decisions_total",
+        "counter",
+        "People's decisions on approval requests, by person (principals of the registry) and \
+         decision; the report page has decisions per day and median seconds per decision.",
+    );
+    for (who, approved, rejected) in &tables.approvers {
+        if registry.principal(who).is_none() {
+            continue;
+        }
+        for (decision, n) in [("approved", approved), ("rejected", rejected)] {
+            o.row(
+                "toolgate_approver_decisions_total",
+                &labels(&[("approver", who), ("decision", decision)]),
+                n,
+            );
+        }
+    }
+    o.family(
         "toolgate_approval_age_seconds",
         "summary",
         "Age of approval requests at a person's decision (sum and count; the report page has percentiles).",
     );
     let (decided, age_ms) = gates
         .values()
-        .fold((0, 0), |(n, s), (_, d, a)| (n + d, s + a));
+        .fold((0, 0), |(n, s), f| (n + f.decided, s + f.age_ms));
     o.row(
         "toolgate_approval_age_seconds_sum",
         "",

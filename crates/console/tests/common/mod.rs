@@ -29,6 +29,8 @@ pub const ALICE_KEY: &str = "alice-console-key-0001";
 pub const BOB_KEY: &str = "bob-console-key-0002";
 /// A person without an approver role.
 pub const CAROL_KEY: &str = "carol-console-key-0003";
+/// An AP clerk whose sensitivity ceiling is `internal`.
+pub const DAVE_KEY: &str = "dave-console-key-0005";
 /// An agent.
 pub const WORKER_KEY: &str = "worker-console-key-0004";
 
