@@ -502,7 +502,7 @@ pub struct ToolConfig {
     /// Sums and counts of this tool's calls over a sliding window, per principal (and per key).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub window_budgets: Vec<WindowBudgetConfig>,
-    /// Preview, then commit (seed 002): the gateway lists `<name>.preview` (these inputs, does
+    /// Preview, then commit: the gateway lists `<name>.preview` (these inputs, does
     /// nothing, returns a plan id, its hash and expiry) and `<name>` taking only `plan_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(example = serde_json::json!({"expires_secs": 3600}))]

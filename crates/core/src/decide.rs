@@ -17,7 +17,7 @@ use crate::policy::{PolicyVerdict, RunCounts};
 use crate::registry::{Registry, Tool};
 use crate::token::{ApprovalClaims, ApprovalKeys, ApprovalToken, Expected};
 
-/// The checks, in the order DESIGN.md gives them.
+/// The checks, in the order the engine evaluates and records them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckName {
@@ -1375,7 +1375,7 @@ fn short_version(v: &str) -> &str {
     &hex[..hex.len().min(12)]
 }
 
-/// A list of names as the seeds print them: `['invoices:write', 'customers:read']`.
+/// A list of names as refusals print them: `['invoices:write', 'customers:read']`.
 fn quoted<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
     let inner: Vec<String> = names.into_iter().map(|n| format!("'{n}'")).collect();
     format!("[{}]", inner.join(", "))

@@ -1,4 +1,5 @@
-//! The built-in tools of the roles of seed 000 §04, and the binding of plan-bound roles.
+//! The built-in tools of the planner, worker and reviewer roles, and the binding of plan-bound
+//! roles.
 //!
 //! - `plan.submit` (planner): a plan as data — steps with tool, inputs, purpose, justification
 //!   and cited evidence — becomes a run whose steps wait for workers. It executes nothing.

@@ -1,5 +1,5 @@
-//! Preview, then commit (seed 002, "Give destructive tools a preview step"), for tools that
-//! declare `preview:` in the registry. Such a tool `T` is listed twice:
+//! Preview, then commit, for tools that declare `preview:` in the registry: a destructive call
+//! is shown exactly before it is made. Such a tool `T` is listed twice:
 //!
 //! - `T.preview` takes `T`'s inputs, does nothing, and answers with the full envelope (the
 //!   registry tool and version, the upstream and its tool, every input exactly as it will be

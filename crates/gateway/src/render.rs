@@ -1,6 +1,6 @@
 //! From the store's answer to what the model reads. A refusal the model can correct is a tool
 //! result with `isError: true` that names what fired, what would pass and the legitimate next
-//! move (seed 002: validation failures the model can read); a parked call says how to follow
+//! move (a validation failure the model can read and correct); a parked call says how to follow
 //! it; a replay returns the stored result. Only a tool that does not exist for the caller is a
 //! protocol error, worded exactly like a tool that does not exist at all.
 

@@ -1,4 +1,4 @@
-//! Plans made by preview calls (preview, then commit; seed 002): kept so that the commit call,
+//! Plans made by preview calls (preview, then commit): kept so that the commit call,
 //! which names only the plan id, runs exactly what was previewed.
 
 use serde_json::Value;

@@ -25,7 +25,7 @@ use crate::model::{
 };
 use crate::reserve::{self, ReserveJob};
 
-/// Tunables. Defaults follow DESIGN.md: 24 h idempotency retention, never shorter than the
+/// Tunables. Defaults: 24 h idempotency retention, never shorter than the
 /// 72 h approval expiry it must outlive.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
