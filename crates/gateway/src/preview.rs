@@ -17,19 +17,17 @@
 //! when the preview was refused.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use toolgate_core::registry::Tool as RegistryTool;
 use toolgate_core::{
-    CallRequest, CheckName, Clock, Decision, Engine, InputHash, Registry, StepStatus, SystemClock,
-    Verdict,
+    CallRequest, CheckName, Decision, InputHash, Registry, StepStatus, Timestamp, Verdict,
 };
-use toolgate_store::StoreError;
 use toolgate_store::audit::{AuditDecision, AuditDraft, AuditWho};
 use toolgate_store::previews::Preview;
+use toolgate_store::{Executor, StoreError};
 
 use crate::auth::Caller;
 use crate::meta::CallContext;
@@ -117,13 +115,6 @@ fn as_object(v: Value) -> JsonObject {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
 fn store_error(e: StoreError) -> ErrorData {
     ErrorData::internal_error(
         format!("toolgate could not read or keep the plan: {e}"),
@@ -153,9 +144,13 @@ async fn preview(
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let cfg = &tool.config;
+    // One snapshot of the registry and the executor for the whole preview, and the executor's
+    // clock for its decision, its expiry and its record, as for the call that commits it.
+    let executor = server.state().executor();
+    let now = executor.clock.now();
     let ctx = CallContext::from_meta(meta);
     let split = split_arguments(
-        &server.state().registry(),
+        &executor.registry,
         caller,
         tool.name(),
         arguments.unwrap_or_default(),
@@ -175,7 +170,7 @@ async fn preview(
         meta.insert("reason".into(), json!(r));
     }
     let meta = &meta;
-    let decision = static_decision(server, caller, tool, &inputs, &split);
+    let decision = static_decision(&executor, caller, tool, &inputs, &split, now);
     if let Some(refused) = static_refusal(tool, &decision) {
         let r = Recorded {
             name: format!("{}{SUFFIX}", tool.name()),
@@ -184,11 +179,11 @@ async fn preview(
             rule: decision.rule().map(str::to_string),
             plan_id: None,
         };
-        record(server, caller, tool, &inputs, meta, r).await?;
+        record(server, caller, tool, &inputs, meta, r, now).await?;
         return Ok(refused);
     }
     let hash = InputHash::of(&inputs);
-    let created_at = now_ms();
+    let created_at = now.millis();
     let expires_secs = cfg.preview.as_ref().map_or(0, |p| p.expires_secs);
     let plan = Preview {
         plan_id: format!("pln_{}", uuid::Uuid::now_v7().simple()),
@@ -214,7 +209,7 @@ async fn preview(
         rule: None,
         plan_id: Some(plan.plan_id.clone()),
     };
-    record(server, caller, tool, &inputs, meta, r).await?;
+    record(server, caller, tool, &inputs, meta, r, now).await?;
     tracing::info!(principal = %caller.principal, tool = %cfg.name, plan_id = %plan.plan_id, hash = %plan.input_hash, "preview");
     let envelope = json!({
         "tool": cfg.name,
@@ -254,17 +249,17 @@ async fn preview(
     Ok(r)
 }
 
-/// The preview's decision: the whole engine, of which only the checks that depend on nothing
-/// but the caller, the inputs and the `_meta` can refuse a preview (see [`static_refusal`]).
+/// The preview's decision: the executor's engine, of which only the checks that depend on
+/// nothing but the caller, the inputs and the `_meta` can refuse a preview (see
+/// [`static_refusal`]).
 fn static_decision(
-    server: &GatewayServer,
+    executor: &Executor,
     caller: &Caller,
     tool: &RegistryTool,
     inputs: &Value,
     split: &Split,
+    now: Timestamp,
 ) -> Decision {
-    let surface = server.state().surface();
-    let engine = Engine::new(&surface.registry, &surface.executor.keys);
     let req = CallRequest {
         purpose: split.why.purpose.as_deref(),
         reason: split.why.reason.as_deref(),
@@ -272,7 +267,7 @@ fn static_decision(
         argument_errors: &split.errors,
         ..CallRequest::new(&caller.principal, tool.name(), inputs)
     };
-    engine.decide(&req, SystemClock.now())
+    executor.engine().decide(&req, now)
 }
 
 /// A plan the commit would certainly refuse is not made: the checks that depend only on the
@@ -322,6 +317,7 @@ async fn record(
     inputs: &Value,
     meta: &JsonObject,
     r: Recorded<'_>,
+    now: Timestamp,
 ) -> Result<(), ErrorData> {
     let ctx = CallContext::from_meta(meta);
     // A run named that is not the caller's is not joined: the record names no run.
@@ -341,7 +337,7 @@ async fn record(
         actor: ctx.actor,
         ..AuditWho::new(&caller.principal, &caller.role)
     };
-    let mut draft = AuditDraft::event(SystemClock.now(), who, r.name, r.kind, status, version);
+    let mut draft = AuditDraft::event(now, who, r.name, r.kind, status, version);
     draft.run_id = run_id;
     draft.tool_version = Some(tool.config.version.clone());
     (draft.inputs, draft.redacted) = (inputs, redacted);
@@ -368,6 +364,7 @@ async fn committable(
     caller: &Caller,
     tool: &RegistryTool,
     args: &Value,
+    now: Timestamp,
 ) -> Result<Result<Preview, Refusal>, ErrorData> {
     let name = tool.name();
     let only_plan_id = args.as_object().filter(|a| a.len() == 1);
@@ -401,7 +398,7 @@ async fn committable(
         }
         Err(e) => return Err(store_error(e)),
     };
-    if now_ms() > plan.expires_at {
+    if now.millis() > plan.expires_at {
         return Ok(Err(Refusal::new(
             name,
             "preview",
@@ -436,7 +433,8 @@ async fn commit(
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let args = Value::Object(arguments.unwrap_or_default());
-    let plan = match committable(server, caller, tool, &args).await? {
+    let now = server.state().executor().clock.now();
+    let plan = match committable(server, caller, tool, &args, now).await? {
         Ok(plan) => plan,
         Err(refusal) => {
             let r = Recorded {
@@ -446,7 +444,7 @@ async fn commit(
                 rule: Some(refusal.rule().to_string()),
                 plan_id: None,
             };
-            record(server, caller, tool, &args, meta, r).await?;
+            record(server, caller, tool, &args, meta, r, now).await?;
             return Ok(refusal.into_result());
         }
     };
