@@ -20,14 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use rmcp::model::{ServerPeerInfo, Tool};
-use serde_json::{Value, json};
+use serde_json::json;
 use toolgate_contract::{
     ContractError, DefinitionHash, Lockfile, PinSet, PinVerdict, ServerIdentity,
 };
 use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Clock, StepStatus, SystemClock};
-use toolgate_store::audit::AuditWho;
-use toolgate_store::{AuditDecision, AuditDraft, DirectCall, Store};
+use toolgate_core::{Clock, SystemClock};
+use toolgate_store::{AuditDraft, DirectCall, Store};
 
 use crate::auth::Caller;
 use crate::server::GatewayState;
@@ -310,38 +309,13 @@ fn log_verdict(v: &PinVerdict) {
     tracing::info!(upstream = %v.server, served = v.allowed.len(), blocked = v.blocked.len(), removed = v.removed.len(), "checked against toolgate.lock");
 }
 
-#[allow(clippy::too_many_arguments)]
-fn event(
-    tool: String,
-    inputs: Value,
-    kind: AuditDecision,
-    rule: &str,
-    reason: String,
-    status: StepStatus,
-    error: Option<String>,
-    version: &str,
-) -> AuditDraft {
-    let mut d = AuditDraft::event(
-        SystemClock.now(),
-        AuditWho::toolgate(),
-        tool,
-        kind,
-        status,
-        version,
-    );
-    d.inputs = inputs;
-    d.why.rule = Some(rule.into());
-    d.why.reason = Some(reason);
-    d.outcome.error = error;
-    d
-}
-
 /// The audit records of one verdict: what is served, and each block.
 fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<AuditDraft> {
     let server = &v.server;
-    let mut out = Vec::new();
+    let now = SystemClock.now();
     if let Some(reason) = &v.server_blocked {
-        out.push(event(
+        return vec![AuditDraft::pin_block(
+            now,
             format!("upstream:{server}"),
             json!({
                 "server": server,
@@ -349,17 +323,15 @@ fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<A
                 "changes": v.server_changes,
                 "listed": v.blocked.iter().map(|b| &b.tool).collect::<Vec<_>>(),
             }),
-            AuditDecision::PinBlock,
             "pin.server_blocked",
             format!("upstream '{server}' serves nothing: {reason}"),
-            StepStatus::Refused,
-            Some(reason.clone()),
+            reason.clone(),
             version,
-        ));
-        return out;
+        )];
     }
     let served: BTreeMap<&String, &DefinitionHash> = v.allowed.iter().collect();
-    out.push(event(
+    let mut out = vec![AuditDraft::pin(
+        now,
         format!("upstream:{server}"),
         json!({
             "server": server,
@@ -367,20 +339,17 @@ fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<A
             "served": served,
             "removed": v.removed,
         }),
-        AuditDecision::Pin,
-        "pin.served",
         format!(
             "upstream '{server}': {} tool(s) served at their pinned definitions, {} blocked, {} removed",
             v.allowed.len(),
             v.blocked.len(),
             v.removed.len()
         ),
-        StepStatus::Done,
-        None,
         version,
-    ));
+    )];
     for b in &v.blocked {
-        out.push(event(
+        out.push(AuditDraft::pin_block(
+            now,
             format!("upstream:{server}/{}", b.tool),
             json!({
                 "server": server,
@@ -388,14 +357,12 @@ fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<A
                 "label": b.label,
                 "changes": b.change.changes(),
             }),
-            AuditDecision::PinBlock,
             "pin.tool_blocked",
             format!(
                 "'{}' on upstream '{server}' is blocked ({}): {}",
                 b.tool, b.label, b.reason
             ),
-            StepStatus::Refused,
-            Some(v.refusal(&b.tool)),
+            v.refusal(&b.tool),
             version,
         ));
     }
@@ -467,6 +434,7 @@ pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, String> {
 mod tests {
     use super::*;
     use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+    use serde_json::Value;
     use toolgate_contract::{Approval, ServerFacts, tool_value};
 
     fn info(name: &str) -> Arc<ServerPeerInfo> {

@@ -22,10 +22,8 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use toolgate_core::registry::Tool as RegistryTool;
-use toolgate_core::{
-    CallRequest, CheckName, Decision, InputHash, Registry, StepStatus, Timestamp, Verdict,
-};
-use toolgate_store::audit::{AuditDecision, AuditDraft, AuditWho};
+use toolgate_core::{CallRequest, CheckName, Decision, InputHash, Registry, Timestamp, Verdict};
+use toolgate_store::audit::{AuditCall, AuditDraft, AuditWho};
 use toolgate_store::previews::Preview;
 use toolgate_store::{Executor, StoreError};
 
@@ -172,13 +170,7 @@ async fn preview(
     let meta = &meta;
     let decision = static_decision(&executor, caller, tool, &inputs, &split, now);
     if let Some(refused) = static_refusal(tool, &decision) {
-        let r = Recorded {
-            name: format!("{}{SUFFIX}", tool.name()),
-            kind: AuditDecision::Deny,
-            decision: Some(&decision),
-            rule: decision.rule().map(str::to_string),
-            plan_id: None,
-        };
+        let r = Recorded::PreviewRefused(&decision);
         record(server, caller, tool, &inputs, meta, r, now).await?;
         return Ok(refused);
     }
@@ -202,12 +194,9 @@ async fn preview(
         .save_preview(&plan)
         .await
         .map_err(store_error)?;
-    let r = Recorded {
-        name: format!("{}{SUFFIX}", tool.name()),
-        kind: AuditDecision::Preview,
-        decision: Some(&decision),
-        rule: None,
-        plan_id: Some(plan.plan_id.clone()),
+    let r = Recorded::Plan {
+        decision: &decision,
+        plan_id: plan.plan_id.clone(),
     };
     record(server, caller, tool, &inputs, meta, r, now).await?;
     tracing::info!(principal = %caller.principal, tool = %cfg.name, plan_id = %plan.plan_id, hash = %plan.input_hash, "preview");
@@ -297,15 +286,16 @@ fn static_refusal(tool: &RegistryTool, decision: &Decision) -> Option<CallToolRe
 }
 
 /// What a preview or commit record says happened.
-struct Recorded<'a> {
-    /// `T.preview` or `T`.
-    name: String,
-    kind: AuditDecision,
-    /// The engine's decision, when it was asked (a preview).
-    decision: Option<&'a Decision>,
-    rule: Option<String>,
-    /// The plan made, for a preview that made one.
-    plan_id: Option<String>,
+enum Recorded<'a> {
+    /// `T.preview` made the plan `plan_id`, as the engine decided.
+    Plan {
+        decision: &'a Decision,
+        plan_id: String,
+    },
+    /// `T.preview` was refused by the engine's decision: no plan was made.
+    PreviewRefused(&'a Decision),
+    /// The commit `T` was refused by `rule` (no current plan of the caller's).
+    CommitRefused { rule: String },
 }
 
 /// Appends a preview's or a refused commit's audit record, durably, before the caller hears
@@ -324,32 +314,32 @@ async fn record(
     let run_id = server.run_for(caller, ctx.run_id.clone()).await?.ok();
     let store = &server.state().store;
     let (inputs, redacted) = store.config().redactor.redact(inputs, &tool.config.redact);
-    let status = if r.plan_id.is_some() {
-        StepStatus::Done
-    } else {
-        StepStatus::Refused
-    };
-    let version = match r.decision {
-        Some(d) => d.registry_version.clone(),
-        None => server.state().registry().version.hash.clone(),
+    let name = match r {
+        Recorded::Plan { .. } | Recorded::PreviewRefused(_) => format!("{}{SUFFIX}", tool.name()),
+        Recorded::CommitRefused { .. } => tool.name().to_string(),
     };
     let who = AuditWho {
         actor: ctx.actor,
         ..AuditWho::new(&caller.principal, &caller.role)
     };
-    let mut draft = AuditDraft::event(now, who, r.name, r.kind, status, version);
-    draft.run_id = run_id;
-    draft.tool_version = Some(tool.config.version.clone());
-    (draft.inputs, draft.redacted) = (inputs, redacted);
-    draft.why.purpose = ctx.purpose;
-    draft.why.reason = ctx.reason;
-    draft.why.evidence = ctx.evidence;
-    draft.why.rule = r.rule;
-    if let Some(d) = r.decision {
-        draft.why.checks = d.checks.clone();
-        draft.why.shadow = d.shadow.clone();
-    }
-    draft.outcome.target_ref = r.plan_id;
+    let call = AuditCall {
+        run_id,
+        tool_version: Some(tool.config.version.clone()),
+        inputs,
+        redacted,
+        purpose: ctx.purpose,
+        reason: ctx.reason,
+        evidence: ctx.evidence,
+        ..AuditCall::new(who, name, None)
+    };
+    let draft = match r {
+        Recorded::Plan { decision, plan_id } => AuditDraft::preview(now, call, decision, plan_id),
+        Recorded::PreviewRefused(decision) => AuditDraft::preview_refusal(now, call, decision),
+        Recorded::CommitRefused { rule } => {
+            let version = server.state().registry().version.hash.clone();
+            AuditDraft::refusal(now, call, rule, None, version)
+        }
+    };
     store
         .append_audit_grouped(draft)
         .await
@@ -437,12 +427,8 @@ async fn commit(
     let plan = match committable(server, caller, tool, &args, now).await? {
         Ok(plan) => plan,
         Err(refusal) => {
-            let r = Recorded {
-                name: tool.name().to_string(),
-                kind: AuditDecision::Deny,
-                decision: None,
-                rule: Some(refusal.rule().to_string()),
-                plan_id: None,
+            let r = Recorded::CommitRefused {
+                rule: refusal.rule().to_string(),
             };
             record(server, caller, tool, &args, meta, r, now).await?;
             return Ok(refusal.into_result());

@@ -31,8 +31,8 @@ mod window;
 pub mod worker;
 
 pub use audit::{
-    AuditColumn, AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainPoint, ChainReport,
-    LinkFault,
+    AuditCall, AuditColumn, AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainPoint,
+    ChainReport, LinkFault,
 };
 pub use checkpoint::{
     CheckpointCheck, CheckpointFault, CheckpointOutcome, CheckpointPublicKey, CheckpointRefusal,

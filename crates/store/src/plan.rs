@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use toolgate_core::{IdempotencyKey, InputHash, PrincipalKind, Registry, StepStatus, Timestamp};
 
-use crate::audit::{AuditDecision, AuditDraft, AuditWho};
+use crate::audit::{AuditCall, AuditDraft, AuditWho};
 use crate::db::{Pool, Row, args};
 use crate::error::{Result, StoreError};
 use crate::model::{PlannedStep, Step, StepKind, StepOutcome};
@@ -432,22 +432,25 @@ impl Store {
                     args![now.millis(), step_id],
                 )
                 .await?;
-                let mut draft = AuditDraft::rejection(
+                let declared = registry.tool(&step.tool);
+                let call = AuditCall {
+                    run_id: Some(step.run_id.clone()),
+                    step_id: Some(step.step_id.clone()),
+                    effect: Some(step.effect),
+                    tier: Some(step.tier),
+                    idem_key: Some(step.idem_key.to_string()),
+                    purpose: step.purpose.clone(),
+                    ..AuditCall::new(AuditWho::of(registry, reviewer), &step.tool, declared)
+                };
+                let draft = AuditDraft::rejection(
                     now,
-                    AuditWho::of(registry, reviewer),
-                    step.tool.clone(),
+                    call,
                     "review.rejected",
                     note,
                     outcome.error.clone(),
+                    None,
                     registry.version.hash.clone(),
                 );
-                draft.run_id = Some(step.run_id.clone());
-                draft.step_id = Some(step.step_id.clone());
-                draft.tool_version = registry.tool(&step.tool).map(|t| t.config.version.clone());
-                draft.effect = Some(step.effect);
-                draft.tier = Some(step.tier);
-                draft.idem_key = Some(step.idem_key.to_string());
-                draft.why.purpose = step.purpose.clone();
                 crate::audit::append(&mut tx, vec![draft]).await?;
             }
         }
@@ -519,23 +522,16 @@ impl Store {
             Some(_) => tool.to_string(),
             None => toolgate_core::clip::clip(tool, toolgate_core::clip::NAME_CHARS).into_owned(),
         };
-        let mut draft = AuditDraft::event(
-            now,
-            AuditWho::of(registry, principal),
-            tool,
-            AuditDecision::Deny,
-            StepStatus::Refused,
-            registry.version.hash.clone(),
-        );
-        draft.run_id = run_id.map(str::to_string);
-        draft.tool_version = t.map(|t| t.config.version.clone());
-        draft.effect = t.map(|t| t.config.effect);
-        draft.tier = t.map(|t| t.config.tier);
-        (draft.inputs, draft.redacted) = (inputs, redacted);
-        draft.why.purpose = purpose.map(str::to_string);
-        draft.why.reason = reason.map(str::to_string);
-        draft.why.rule = Some(rule.to_string());
-        draft.outcome.error = Some(detail.to_string());
+        let call = AuditCall {
+            run_id: run_id.map(str::to_string),
+            inputs,
+            redacted,
+            purpose: purpose.map(str::to_string),
+            reason: reason.map(str::to_string),
+            ..AuditCall::new(AuditWho::of(registry, principal), tool, t)
+        };
+        let version = registry.version.hash.clone();
+        let draft = AuditDraft::refusal(now, call, rule, Some(detail.to_string()), version);
         Ok(self.append_audit(vec![draft]).await?[0])
     }
 

@@ -15,7 +15,7 @@ use toolgate_core::{
     Registry, StepStatus, Tier, Timestamp, canonical,
 };
 
-use crate::audit::{self, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
+use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
 use crate::db::{ConnectOptions, Migrations, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
@@ -896,21 +896,24 @@ impl Store {
                 args![to_json(&outcome), now.millis(), &subject],
             )
             .await?;
-        let mut draft = AuditDraft::rejection(
+        let call = AuditCall {
+            run_id,
+            step_id: (parked > 0).then(|| subject.clone()),
+            ..AuditCall::new(AuditWho::of(registry, &principal), tool, None)
+        };
+        let rejected_by = audit::AuditApproval {
+            approvers: vec![approver.to_string()],
+            token_fingerprints: Vec::new(),
+        };
+        let draft = AuditDraft::rejection(
             now,
-            AuditWho::of(registry, &principal),
-            tool,
+            call,
             "approval.rejected",
             note,
             outcome.error.clone(),
+            Some(rejected_by),
             registry.version.hash.clone(),
         );
-        draft.run_id = run_id;
-        draft.step_id = (parked > 0).then(|| subject.clone());
-        draft.approval = Some(audit::AuditApproval {
-            approvers: vec![approver.to_string()],
-            token_fingerprints: Vec::new(),
-        });
         audit::append(&mut tx, vec![draft]).await?;
         tx.commit().await
     }

@@ -52,16 +52,7 @@ impl Executor {
              outcome was recorded"
                 .into(),
         );
-        let mut d = self.draft(
-            &Pending::from_step(s),
-            &decision,
-            AuditDecision::Allow,
-            &outcome,
-            &[],
-            &[],
-            now,
-        );
-        d.approval = s
+        let approval = s
             .approval
             .as_ref()
             .and_then(|a| a.get("by"))
@@ -74,7 +65,16 @@ impl Executor {
                     .collect(),
                 token_fingerprints: Vec::new(),
             });
-        d.outcome.governance_us = None;
+        let call = self.audit_call(&Pending::from_step(s), &decision);
+        let d = AuditDraft::call(
+            now,
+            AuditDecision::Allow,
+            call,
+            &decision,
+            approval,
+            &outcome,
+            None,
+        );
         Ok(Some(d))
     }
 
