@@ -242,7 +242,7 @@ pub async fn look_up(
                 tool: l.tool.clone(),
                 facts: Vec::new(),
                 mismatches: Vec::new(),
-                error: Some(e),
+                error: Some(e.to_string()),
             }),
         }
     }

@@ -235,7 +235,7 @@ async fn refuse_plan(
         let at = |rule: String, why: String| Some((i + 1, s.tool.clone(), rule, why));
         let worker = match assign_worker(reg, &call.principal, &s.tool, s.worker.as_deref()) {
             Ok(w) => w,
-            Err(why) => return at("plan.worker".into(), why),
+            Err(why) => return at("plan.worker".into(), why.to_string()),
         };
         let step = PlannedStep {
             tool: s.tool.clone(),

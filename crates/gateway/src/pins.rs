@@ -29,6 +29,7 @@ use toolgate_core::{Clock, SystemClock};
 use toolgate_store::{AuditDraft, DirectCall, Store};
 
 use crate::auth::Caller;
+use crate::error::GatewayError;
 use crate::server::GatewayState;
 
 /// The lockfile's name in the registry folder.
@@ -413,20 +414,24 @@ pub async fn freshen(state: &GatewayState, caller: &Caller, call: &DirectCall) {
 /// `toolgate.yaml` now reaches it, keeping every other pin (server name and version,
 /// instructions, tool definitions) as it was. For test environments that copy an example and
 /// serve its upstreams on loopback URLs; returns the servers moved.
-pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, String> {
+pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, GatewayError> {
     let path = dir.join(LOCKFILE);
     if !path.exists() {
         return Ok(Vec::new());
     }
-    let mut lock = Lockfile::read(&path).map_err(|e| e.to_string())?;
-    let sources = toolgate_core::registry::Sources::read(dir).map_err(|e| e.to_string())?;
+    let mut lock = Lockfile::read(&path).map_err(GatewayError::Lockfile)?;
+    let sources =
+        toolgate_core::registry::Sources::read(dir).map_err(|source| GatewayError::Registry {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     let mut moved = Vec::new();
     for (name, cfg) in &sources.gateway.upstreams {
         if lock.rehome(name, ServerIdentity::from_upstream(cfg)) {
             moved.push(name.clone());
         }
     }
-    lock.write(&path).map_err(|e| e.to_string())?;
+    lock.write(&path).map_err(GatewayError::Lockfile)?;
     Ok(moved)
 }
 

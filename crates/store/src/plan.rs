@@ -102,7 +102,7 @@ pub fn assign_worker(
     planner: &str,
     tool: &str,
     named: Option<&str>,
-) -> std::result::Result<String, String> {
+) -> Result<String> {
     let may_execute = |id: &str| may_execute(registry, planner, id);
     let lists = |id: &str| {
         registry
@@ -112,13 +112,15 @@ pub fn assign_worker(
     };
     if let Some(id) = named {
         if !may_execute(id) {
-            return Err(format!(
-                "'{id}' cannot execute planned steps: a step goes to the planner itself or to an \
-                 agent in a plan-bound role"
-            ));
+            return Err(StoreError::NotAWorker {
+                principal: id.to_string(),
+            });
         }
         if !lists(id) {
-            return Err(format!("unknown tool '{tool}' for '{id}'"));
+            return Err(StoreError::NotListedFor {
+                tool: tool.to_string(),
+                principal: id.to_string(),
+            });
         }
         return Ok(id.to_string());
     }
@@ -131,13 +133,13 @@ pub fn assign_worker(
     match bound.as_slice() {
         [one] => Ok(one.to_string()),
         [] if lists(planner) => Ok(planner.to_string()),
-        [] => Err(format!(
-            "unknown tool '{tool}': no plan-bound worker runs it"
-        )),
-        many => Err(format!(
-            "several workers run '{tool}' ({}); name one in the step's `worker`",
-            many.join(", ")
-        )),
+        [] => Err(StoreError::NoWorker {
+            tool: tool.to_string(),
+        }),
+        many => Err(StoreError::SeveralWorkers {
+            tool: tool.to_string(),
+            workers: many.iter().map(|w| w.to_string()).collect(),
+        }),
     }
 }
 

@@ -158,8 +158,11 @@ macro_rules! step_cols {
 }
 pub(crate) use step_cols;
 
-fn corrupt(what: &str, value: &str) -> StoreError {
-    StoreError::Corrupt(format!("{what} '{value}' is not one the store writes"))
+fn corrupt(what: &'static str, value: &str) -> StoreError {
+    StoreError::UnknownValue {
+        what,
+        value: value.to_string(),
+    }
 }
 
 pub(crate) fn parse_effect(s: &str) -> Result<Effect> {
@@ -185,7 +188,10 @@ pub(crate) fn parse_status(s: &str) -> Result<StepStatus> {
 }
 
 fn json(text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+    serde_json::from_str(text).map_err(|source| StoreError::Unparsable {
+        what: "stored JSON".into(),
+        source,
+    })
 }
 
 pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
@@ -213,8 +219,10 @@ pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
         outcome: r
             .opt_text("outcome")?
             .map(|t| {
-                serde_json::from_str(&t)
-                    .map_err(|e| StoreError::Corrupt(format!("stored outcome: {e}")))
+                serde_json::from_str(&t).map_err(|source| StoreError::Unparsable {
+                    what: "stored outcome".into(),
+                    source,
+                })
             })
             .transpose()?,
         compensates: r.opt_text("compensates")?,
@@ -990,8 +998,7 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let (seq, text) = (r.i64("seq")?, r.text("record")?);
-                let record: AuditRecord = serde_json::from_str(&text)
-                    .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
+                let record = audit_record(seq, &text)?;
                 selected_as_stored(
                     seq,
                     &record,
@@ -1020,8 +1027,7 @@ impl Store {
             .await?;
         for r in &rows {
             let (seq, text) = (r.i64("seq")?, r.text("record")?);
-            let record: AuditRecord = serde_json::from_str(&text)
-                .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
+            let record = audit_record(seq, &text)?;
             selected_as_stored(seq, &record, Some(principal), None)?;
             out.write_all(text.as_bytes())?;
             out.write_all(b"\n")?;
@@ -1210,6 +1216,14 @@ pub(crate) async fn grant(
         .await?;
     }
     Ok(token)
+}
+
+/// The stored text of audit record `seq`, parsed.
+pub(crate) fn audit_record(seq: i64, text: &str) -> Result<AuditRecord> {
+    serde_json::from_str(text).map_err(|source| StoreError::Unparsable {
+        what: format!("audit record {seq}"),
+        source,
+    })
 }
 
 /// A row selected by its `principal` or `run_id` column must say the same in its record (and

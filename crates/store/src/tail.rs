@@ -38,8 +38,7 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let (seq, text) = (r.i64("seq")?, r.text("record")?);
-                let record: AuditRecord = serde_json::from_str(&text)
-                    .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
+                let record = crate::store::audit_record(seq, &text)?;
                 // Selected by the column: it must say what the hashed record says.
                 if record.seq != seq {
                     return Err(StoreError::Corrupt(format!(

@@ -66,12 +66,11 @@ impl Executor {
                     tracing::error!(step = %s.step_id, "no previous values kept: a person must undo it");
                     continue;
                 };
-                let previous: Value = serde_json::from_str(&previous).map_err(|e| {
-                    StoreError::Corrupt(format!(
-                        "the previous values kept with step {} do not parse: {e}",
-                        s.step_id
-                    ))
-                })?;
+                let previous: Value =
+                    serde_json::from_str(&previous).map_err(|source| StoreError::Unparsable {
+                        what: format!("the previous values kept with step {}", s.step_id),
+                        source,
+                    })?;
                 let inputs = toolgate_core::config::CompensateWithConfig::compensation_inputs(
                     &s.inputs, &previous,
                 );
@@ -161,7 +160,7 @@ impl Executor {
             let started = Instant::now();
             let res = match system_inputs_fit(&self.registry, &comp, &inputs) {
                 // Never sent: recorded failed, for a person to undo by hand.
-                Err(why) => Err(HandlerError::Failed(why)),
+                Err(why) => Err(HandlerError::Failed(why.to_string())),
                 Ok(()) => match tokio::time::timeout(
                     self.store.config().call_timeout,
                     self.handler.call(&target, &inputs, &meta),

@@ -354,17 +354,16 @@ fn decision_json(d: &Decision) -> String {
 /// The schema check (3) for toolgate's own calls — destination lookups, reconciliation and
 /// compensation — whose inputs toolgate builds: inputs the tool would refuse are never sent.
 /// The other checks do not apply to them (see README, "Design notes").
-fn system_inputs_fit(registry: &Registry, tool: &str, inputs: &Value) -> Result<(), String> {
+fn system_inputs_fit(registry: &Registry, tool: &str, inputs: &Value) -> Result<()> {
     let Some(t) = registry.tool(tool) else {
-        return Err(format!("tool '{tool}' is not in the registry"));
+        return Err(StoreError::UnknownTool(tool.to_string()));
     };
-    t.schema.validate(inputs).map_err(|errors| {
-        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        format!(
-            "the inputs built for {tool} do not fit its schema: {}",
-            list.join("; ")
-        )
-    })
+    t.schema
+        .validate(inputs)
+        .map_err(|errors| StoreError::InputsUnfit {
+            tool: tool.to_string(),
+            errors,
+        })
 }
 
 impl Executor {

@@ -32,11 +32,9 @@ impl Executor {
             shadow: Vec<toolgate_core::ShadowRule>,
             registry_version: String,
         }
-        let kept: Kept = serde_json::from_str(&text).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "the decision kept with step {} does not parse: {e}",
-                s.step_id
-            ))
+        let kept: Kept = serde_json::from_str(&text).map_err(|source| StoreError::Unparsable {
+            what: format!("the decision kept with step {}", s.step_id),
+            source,
         })?;
         let decision = Decision {
             verdict: Verdict::Allow,
