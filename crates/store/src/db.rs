@@ -570,6 +570,28 @@ macro_rules! impl_exec {
 impl_exec!(Tx);
 impl_exec!(Conn);
 
+/// Reads in a transaction or on a loaned connection: what a ledger function that only reads
+/// takes, so the same read serves a caller's transaction and a plain read.
+pub(crate) trait Sql: Send {
+    async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>>;
+    async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>>;
+}
+
+macro_rules! impl_sql {
+    ($t:ident) => {
+        impl Sql for $t {
+            async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>> {
+                $t::rows(self, sql, args).await
+            }
+            async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>> {
+                $t::opt(self, sql, args).await
+            }
+        }
+    };
+}
+impl_sql!(Tx);
+impl_sql!(Conn);
+
 /// The SQLite connection under a transaction or a loaned connection.
 trait LiteOf {
     fn lite(&mut self) -> &mut LiteConn;

@@ -27,7 +27,6 @@ mod sql_words;
 mod store;
 mod tail;
 pub mod toggles;
-mod window;
 pub mod worker;
 
 pub use audit::{

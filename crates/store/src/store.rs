@@ -678,6 +678,20 @@ impl Store {
 
     // ---------------------------------------------------------------- approvals
 
+    /// What one window holds at `now`: the live reservations of `budget` for `principal` under
+    /// `key` (empty for a budget without a key), oldest first. Amounts are in units of
+    /// 1/10,000 for a sum, 1 per call for a count.
+    pub async fn window_use(
+        &self,
+        budget: &toolgate_core::WindowBudget,
+        principal: &str,
+        key: &str,
+        now: Timestamp,
+    ) -> Result<Vec<toolgate_core::Held>> {
+        let mut c = self.inner.pool.conn().await?;
+        crate::ledger::windows::live(&mut c, budget, principal, key, now).await
+    }
+
     /// Approval requests, newest first; `status` filters.
     pub async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<ApprovalRequest>> {
         let mut c = self.inner.pool.conn().await?;
@@ -1614,7 +1628,7 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
         args![step_id],
     )
     .await?;
-    crate::window::release(tx, step_id).await
+    crate::ledger::windows::release(tx, step_id).await
 }
 
 async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {

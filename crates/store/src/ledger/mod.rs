@@ -7,5 +7,8 @@
 pub(crate) mod approvals;
 pub(crate) mod budgets;
 pub(crate) mod keys;
+pub(crate) mod outbox;
 pub(crate) mod runs;
+pub(crate) mod sessions;
 pub(crate) mod steps;
+pub(crate) mod windows;

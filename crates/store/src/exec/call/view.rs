@@ -168,7 +168,7 @@ impl Executor {
             .tool(&p.tool)
             .filter(|t| !t.windows.is_empty())
         {
-            budgets.windows = crate::window::load(tx, t, chain, &p.inputs, now).await?;
+            budgets.windows = crate::ledger::windows::load(tx, t, chain, &p.inputs, now).await?;
         }
         Ok(budgets)
     }
