@@ -14,7 +14,7 @@ use serde_json::Value;
 use toolgate_core::canon::sha256_tagged;
 use toolgate_core::{Check, Decision, Effect, ShadowRule, StepStatus, Tier, Timestamp, canonical};
 
-use crate::db::{Conn, Row, Tx, args};
+use crate::db::{Conn, Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::{Actor, StepOutcome};
 
@@ -626,6 +626,49 @@ impl AuditRecord {
     pub fn canonical(&self) -> String {
         canonical(&serde_json::to_value(self).expect("audit records serialise"))
     }
+}
+
+/// A record as stored: its number and the canonical text the chain hashes.
+pub(crate) struct Stored {
+    pub seq: i64,
+    pub text: String,
+}
+
+/// The stored records whose `principal` column is `principal`, else whose `run_id` column is
+/// `run_id`, else every one, in chain order.
+pub(crate) async fn stored(
+    c: &mut impl Sql,
+    principal: Option<&str>,
+    run_id: Option<&str>,
+) -> Result<Vec<Stored>> {
+    let rows = match (principal, run_id) {
+        (Some(p), _) => {
+            c.rows(
+                "SELECT seq, record FROM audit WHERE principal = $1 ORDER BY seq",
+                args![p],
+            )
+            .await?
+        }
+        (None, Some(r)) => {
+            c.rows(
+                "SELECT seq, record FROM audit WHERE run_id = $1 ORDER BY seq",
+                args![r],
+            )
+            .await?
+        }
+        (None, None) => {
+            c.rows("SELECT seq, record FROM audit ORDER BY seq", args![])
+                .await?
+        }
+    };
+    rows.iter()
+        .map(|r| {
+            Ok(Stored {
+                seq: r.i64("seq")?,
+                text: r.text("record")?,
+            })
+        })
+        .collect()
 }
 
 /// One row of the `audit` table, ready to insert.

@@ -11,13 +11,7 @@ impl Executor {
     pub async fn abort_run(&self, run_id: &str, note: &str) -> Result<Vec<StepReport>> {
         let now = self.clock.now();
         let mut tx = self.store.begin().await?;
-        let n = tx
-            .exec(
-                "UPDATE runs SET status = 'aborted', updated_at = $1 WHERE run_id = $2",
-                args![now.millis(), run_id],
-            )
-            .await?;
-        if n == 0 {
+        if !runs::abort(&mut tx, run_id, now).await? {
             return Err(StoreError::NotFound {
                 what: "run",
                 id: run_id.to_string(),
@@ -26,26 +20,10 @@ impl Executor {
         let mut refused = StepOutcome::status(StepStatus::Refused);
         refused.rule = Some("run.aborted".into());
         refused.error = Some(format!("the run was aborted: {note}"));
-        tx.exec(
-            "UPDATE steps SET status = 'refused', outcome = $1, retry_at = NULL, updated_at = $2 \
-             WHERE run_id = $3 AND status IN ('pending', 'failed', 'needs_approval')",
-            args![to_json(&refused), now.millis(), run_id],
-        )
-        .await?;
-        let rows = tx
-            .rows(
-                concat!(
-                    "SELECT ",
-                    step_cols!(),
-                    " FROM steps WHERE run_id = $1 AND status = 'done' AND effect = 'write' \
-                     AND kind <> 'compensation' ORDER BY seq DESC"
-                ),
-                args![run_id],
-            )
-            .await?;
-        let done = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
+        steps::refuse_unrun_of_run(&mut tx, run_id, &refused, now).await?;
+        let done = steps::done_writes(&mut tx, run_id).await?;
         // Each compensation is numbered after the run's last step.
-        let mut seq = crate::ledger::runs::next_seq(&mut tx, run_id).await? - 1;
+        let mut seq = runs::next_seq(&mut tx, run_id).await? - 1;
         let mut todo = Vec::new();
         for s in &done {
             let Some(tool) = self.registry.tool(&s.tool) else {
@@ -53,16 +31,7 @@ impl Executor {
             };
             if tool.config.compensate_with.is_some() {
                 // The same tool, with the values read before the write set back.
-                let previous = tx
-                    .opt(
-                        "SELECT previous FROM steps WHERE step_id = $1",
-                        args![&s.step_id],
-                    )
-                    .await?
-                    .map(|r| r.opt_text("previous"))
-                    .transpose()?
-                    .flatten();
-                let Some(previous) = previous else {
+                let Some(previous) = steps::previous(&mut tx, &s.step_id).await? else {
                     tracing::error!(step = %s.step_id, "no previous values kept: a person must undo it");
                     continue;
                 };

@@ -206,11 +206,7 @@ impl Executor {
         let keep = async {
             let mut tx = self.store.begin().await?;
             if let Ok((prev, _)) = &res {
-                tx.exec(
-                    "UPDATE steps SET previous = $1 WHERE step_id = $2",
-                    args![to_json(prev), &p.step_id],
-                )
-                .await?;
+                steps::keep_previous(&mut tx, &p.step_id, prev).await?;
             }
             audit::append(&mut tx, vec![d]).await?;
             tx.commit().await

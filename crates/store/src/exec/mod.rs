@@ -11,7 +11,8 @@
 //!   about by key, and undoing an aborted run.
 //! - `dry`: a parked call decided again without doing anything, for the approval page.
 //!
-//! None of these write SQL for the ledgers they use; that is [`crate::ledger`]'s.
+//! Apart from the call's reservation phase, none of these write SQL: the ledgers they use are
+//! [`crate::ledger`]'s.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -34,10 +35,11 @@ use crate::audit::{
 };
 use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
+use crate::ledger::{runs, steps};
 use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};
 use crate::store::{
     BudgetAction, IdemAction, NewStep, Settle, Store, insert_next_step, insert_step, new_id,
-    step_cols, step_from_row, to_json, used_nonces,
+    to_json, used_nonces,
 };
 
 /// A boxed future, so [`Handler`] stays object-safe.

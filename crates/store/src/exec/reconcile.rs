@@ -16,18 +16,9 @@ impl Executor {
     pub async fn reconcile(&self) -> Result<Vec<StepReport>> {
         let unknown = {
             let mut tx = self.store.begin().await?;
-            let rows = tx
-                .rows(
-                    concat!(
-                        "SELECT ",
-                        step_cols!(),
-                        " FROM steps WHERE status = 'unknown' ORDER BY updated_at, seq"
-                    ),
-                    args![],
-                )
-                .await?;
+            let unknown = steps::unknown(&mut tx).await?;
             tx.commit().await?;
-            rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?
+            unknown
         };
         let mut reports = Vec::new();
         for s in unknown {

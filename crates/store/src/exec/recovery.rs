@@ -13,16 +13,7 @@ impl Executor {
         s: &Step,
         now: Timestamp,
     ) -> Result<Option<AuditDraft>> {
-        let Some(text) = tx
-            .opt(
-                "SELECT decision FROM steps WHERE step_id = $1",
-                args![&s.step_id],
-            )
-            .await?
-            .map(|r| r.opt_text("decision"))
-            .transpose()?
-            .flatten()
-        else {
+        let Some(text) = steps::kept_decision(tx, &s.step_id).await? else {
             return Ok(None);
         };
         #[derive(serde::Deserialize)]
@@ -82,17 +73,7 @@ impl Executor {
     pub async fn recover_stale(&self) -> Result<Vec<StepReport>> {
         let now = self.clock.now();
         let mut tx = self.store.begin().await?;
-        let rows = tx
-            .rows(
-                concat!(
-                    "SELECT ",
-                    step_cols!(),
-                    " FROM steps WHERE status = 'running' AND lease_until < $1 ORDER BY seq"
-                ),
-                args![now.millis()],
-            )
-            .await?;
-        let stale = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
+        let stale = steps::stale(&mut tx, now).await?;
         let mut drafts = Vec::new();
         let mut reports = Vec::new();
         for s in &stale {
