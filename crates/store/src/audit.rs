@@ -671,6 +671,23 @@ pub(crate) async fn stored(
         .collect()
 }
 
+/// Up to `limit` stored records with `seq > after`, in chain order.
+pub(crate) async fn stored_after(c: &mut impl Sql, after: i64, limit: u32) -> Result<Vec<Stored>> {
+    c.rows(
+        "SELECT seq, record FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2",
+        args![after, i64::from(limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Stored {
+            seq: r.i64("seq")?,
+            text: r.text("record")?,
+        })
+    })
+    .collect()
+}
+
 /// One row of the `audit` table, ready to insert.
 struct AuditRow {
     seq: i64,

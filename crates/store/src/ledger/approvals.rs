@@ -9,6 +9,7 @@ use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::{ApprovalDecision, ApprovalRequest, ApprovalStatus};
 use crate::store::{new_id, to_json};
+use crate::tail::GateCount;
 
 const PENDING: &str = ApprovalStatus::Pending.as_str();
 const APPROVED: &str = ApprovalStatus::Approved.as_str();
@@ -448,4 +449,31 @@ pub(crate) async fn mark_approved(tx: &mut Tx, approval_id: &str, now: Timestamp
     )
     .await?;
     Ok(())
+}
+
+/// The requests counted per gate (tool and rule) and status, with their ages at decision.
+pub(crate) async fn counts_by_gate(c: &mut impl Sql) -> Result<Vec<GateCount>> {
+    c.rows(
+        "SELECT tool, rule, status, COUNT(*) AS requests, COUNT(decided_at) AS decided, \
+         CAST(COALESCE(SUM(decided_at - created_at), 0) AS BIGINT) AS age_ms_sum \
+         FROM approval_requests GROUP BY tool, rule, status ORDER BY tool, rule, status",
+        args![],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        let status = r.text("status")?;
+        Ok(GateCount {
+            tool: r.text("tool")?,
+            rule: r.text("rule")?,
+            status: ApprovalStatus::parse(&status).ok_or_else(|| StoreError::UnknownValue {
+                what: "approval status",
+                value: status.clone(),
+            })?,
+            requests: r.i64("requests")?,
+            decided: r.i64("decided")?,
+            age_ms_sum: r.i64("age_ms_sum")?,
+        })
+    })
+    .collect()
 }
