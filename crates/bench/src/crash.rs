@@ -298,7 +298,7 @@ async fn run_store(
     config["store"] = json!({ "url": store_url, "durability": opts.durability.as_str() });
     std::fs::write(&top, yaml_serde::to_string(&config)?)?;
     // The example's pins, moved to the loopback URL (definitions are still checked).
-    toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
+    toolgate_gateway::pins::rehome_lock(dir.path())?;
 
     let addr = free_port()?;
     let log = dir.path().join("gateway.log");

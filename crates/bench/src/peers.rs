@@ -370,7 +370,7 @@ pub(crate) fn registry(dir: &Path, upstream: &str, store: Value) -> anyhow::Resu
     });
     config["store"] = store;
     std::fs::write(&top, yaml_serde::to_string(&config)?)?;
-    toolgate_gateway::pins::rehome_lock(dir).map_err(anyhow::Error::msg)?;
+    toolgate_gateway::pins::rehome_lock(dir)?;
     Ok(())
 }
 

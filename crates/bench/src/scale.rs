@@ -152,7 +152,7 @@ pub async fn run_scale(opts: &ScaleOptions) -> anyhow::Result<ScaleReport> {
     });
     config["store"] = json!({ "url": url });
     std::fs::write(&top, yaml_serde::to_string(&config)?)?;
-    toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
+    toolgate_gateway::pins::rehome_lock(dir.path())?;
 
     let result = phases(opts, dir.path(), &http, &url).await;
     http.stop.cancel();

@@ -310,7 +310,7 @@ pub async fn run_storm(opts: &StormOptions) -> anyhow::Result<StormReport> {
     });
     config["store"] = json!({ "url": store_url, "durability": opts.durability.as_str() });
     std::fs::write(&top, yaml_serde::to_string(&config)?)?;
-    toolgate_gateway::pins::rehome_lock(dir.path()).map_err(anyhow::Error::msg)?;
+    toolgate_gateway::pins::rehome_lock(dir.path())?;
 
     let result = storm(opts, dir.path(), &http, &store_url).await;
     http.stop.cancel();

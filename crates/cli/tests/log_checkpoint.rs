@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use toolgate_store::{Store, StoreConfig, read_checkpoints};
 
-#[path = "../../store/tests/shared/draft.rs"]
-mod shared;
+use crate::shared;
 
 /// A store with `records` audit records, and the paths a test needs.
 struct Env {

@@ -169,7 +169,8 @@ impl Memo {
         }
         let a = exec
             .look_up_for_approval(&req.principal, req.run_id.as_deref(), &l.tool, &inputs)
-            .await;
+            .await
+            .map_err(|e| e.to_string());
         self.answers.insert(key, a.clone());
         a
     }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::config::{DestinationKind, WindowBudgetConfig};
+use crate::error::CoreError;
 use crate::model::Timestamp;
 use crate::registry::{Finding, Principal, Registry, Tool};
 
@@ -380,19 +381,19 @@ pub fn context_schema(budgets: &[WindowBudgetConfig]) -> Value {
 }
 
 /// A JSON number in units of 1/10,000; more fraction digits than that are refused.
-pub fn to_units(n: &serde_json::Number) -> Result<i64, String> {
+pub fn to_units(n: &serde_json::Number) -> Result<i64, CoreError> {
     if let Some(i) = n.as_i64() {
         return i
             .checked_mul(SCALE)
-            .ok_or_else(|| format!("{n} is too large"));
+            .ok_or_else(|| CoreError::TooLarge(n.clone()));
     }
-    let f = n.as_f64().ok_or_else(|| format!("{n} is not a number"))?;
+    let f = n.as_f64().ok_or_else(|| CoreError::NotANumber(n.clone()))?;
     let scaled = (f * SCALE as f64).round();
     if !scaled.is_finite() || scaled.abs() >= 9.0e18 {
-        return Err(format!("{n} is too large"));
+        return Err(CoreError::TooLarge(n.clone()));
     }
     if ((scaled / SCALE as f64) - f).abs() > f64::EPSILON * f.abs().max(1.0) * 4.0 {
-        return Err(format!("{n} has more than four fraction digits"));
+        return Err(CoreError::TooPrecise(n.clone()));
     }
     Ok(scaled as i64)
 }
@@ -541,7 +542,7 @@ pub fn compile(
                          limit a whole number above 0";
         let limit = limit_units(measure, &b.limit);
         if let Err(m) = &limit {
-            problem("limit", "budget.limit", m.clone(), limit_fix);
+            problem("limit", "budget.limit", m.to_string(), limit_fix);
         }
         let mut limits = HashMap::new();
         for (who, n) in &b.limits {
@@ -557,7 +558,12 @@ pub fn compile(
                 Ok(u) => {
                     limits.insert(who.clone(), u);
                 }
-                Err(m) => problem(&format!("limits.{who}"), "budget.limit", m, limit_fix),
+                Err(m) => problem(
+                    &format!("limits.{who}"),
+                    "budget.limit",
+                    m.to_string(),
+                    limit_fix,
+                ),
             }
         }
 
@@ -622,15 +628,15 @@ pub fn compile(
 }
 
 /// A declared limit in units: a sum's in 1/10,000, a count's in calls; above 0 either way.
-fn limit_units(measure: Measure, n: &serde_json::Number) -> Result<i64, String> {
+fn limit_units(measure: Measure, n: &serde_json::Number) -> Result<i64, CoreError> {
     match measure {
         Measure::Count => n
             .as_i64()
             .filter(|v| *v > 0)
-            .ok_or_else(|| format!("{n} is not a whole number of calls above 0")),
+            .ok_or_else(|| CoreError::NotACount(n.clone())),
         Measure::Sum => match to_units(n)? {
             u if u > 0 => Ok(u),
-            _ => Err(format!("{n} is not above 0")),
+            _ => Err(CoreError::NotAbove0(n.clone())),
         },
     }
 }

@@ -119,10 +119,13 @@ fn windows_parse() {
 #[test]
 fn amounts_are_exact_units_and_read_back() {
     let n = |v: Value| v.as_number().unwrap().clone();
-    assert_eq!(to_units(&n(json!(20000))), Ok(200_000_000));
-    assert_eq!(to_units(&n(json!(4180.5))), Ok(41_805_000));
-    assert_eq!(to_units(&n(json!(0.0001))), Ok(1));
-    assert!(to_units(&n(json!(0.00001))).is_err());
+    assert_eq!(to_units(&n(json!(20000))).unwrap(), 200_000_000);
+    assert_eq!(to_units(&n(json!(4180.5))).unwrap(), 41_805_000);
+    assert_eq!(to_units(&n(json!(0.0001))).unwrap(), 1);
+    assert!(matches!(
+        to_units(&n(json!(0.00001))),
+        Err(crate::CoreError::TooPrecise(_))
+    ));
     assert_eq!(show_units(200_000_000), "20,000");
     assert_eq!(show_units(41_805_000), "4,180.5");
     assert_eq!(show_units(2_500), "0.25");

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::CoreError;
 use crate::model::{Effect, Gate, PrincipalKind, Sensitivity, Tier};
 
 /// `toolgate.yaml`: the server, the store and the upstream servers.
@@ -502,7 +503,7 @@ pub struct ToolConfig {
     /// Sums and counts of this tool's calls over a sliding window, per principal (and per key).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub window_budgets: Vec<WindowBudgetConfig>,
-    /// Preview, then commit (seed 002): the gateway lists `<name>.preview` (these inputs, does
+    /// Preview, then commit: the gateway lists `<name>.preview` (these inputs, does
     /// nothing, returns a plan id, its hash and expiry) and `<name>` taking only `plan_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(example = serde_json::json!({"expires_secs": 3600}))]
@@ -1087,18 +1088,12 @@ impl ReconcileQueryConfig {
         &self,
         answer: &'a Value,
         call_inputs: &Value,
-    ) -> Result<Option<&'a Value>, String> {
+    ) -> Result<Option<&'a Value>, CoreError> {
         let list = value_at(answer, self.result.as_deref())
             .and_then(Value::as_array)
-            .ok_or_else(|| {
-                format!(
-                    "the answer of {} has no list{}",
-                    self.tool,
-                    self.result
-                        .as_deref()
-                        .map(|r| format!(" at '{r}'"))
-                        .unwrap_or_default()
-                )
+            .ok_or_else(|| CoreError::NoList {
+                tool: self.tool.clone(),
+                at: self.result.clone(),
             })?;
         Ok(list
             .iter()
@@ -1115,32 +1110,24 @@ impl CompensateWithConfig {
     /// The previous values of the restored inputs, from the read's answer: `{input: value}`
     /// (a field the record does not have is `null`, and the compensation leaves it unset).
     /// `Err` when the answer holds no record for the call.
-    pub fn previous(&self, answer: &Value, call_inputs: &Value) -> Result<Value, String> {
-        let at = value_at(answer, self.result.as_deref()).ok_or_else(|| {
-            format!(
-                "the answer of {} has nothing at '{}'",
-                self.read,
-                self.result.as_deref().unwrap_or_default()
-            )
+    pub fn previous(&self, answer: &Value, call_inputs: &Value) -> Result<Value, CoreError> {
+        let at = value_at(answer, self.result.as_deref()).ok_or_else(|| CoreError::NothingAt {
+            tool: self.read.clone(),
+            at: self.result.clone(),
         })?;
         let record = match (at, &self.pick) {
             (Value::Array(items), Some(pick)) => items
                 .iter()
                 .find(|item| matches_call(item, pick, call_inputs))
-                .ok_or_else(|| {
-                    format!("the answer of {} lists no record for this call", self.read)
+                .ok_or_else(|| CoreError::NoRecord {
+                    tool: self.read.clone(),
                 })?,
             (Value::Object(_), _) => at,
             _ => {
-                return Err(format!(
-                    "the answer of {} is not a record{}",
-                    self.read,
-                    if at.is_array() {
-                        " (it is a list: say which item with `pick:`)"
-                    } else {
-                        ""
-                    }
-                ));
+                return Err(CoreError::NotARecord {
+                    tool: self.read.clone(),
+                    list: at.is_array(),
+                });
             }
         };
         let mut out = serde_json::Map::new();

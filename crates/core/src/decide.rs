@@ -11,13 +11,13 @@ use serde_json::Value;
 
 use crate::budget::{self, WindowCheck, WindowView};
 use crate::canon::InputHash;
-use crate::config::{DestinationKind, GrantConfig};
+use crate::config::{DestinationKind, GrantConfig, ToolConfig};
 use crate::model::{Tier, Timestamp};
 use crate::policy::{PolicyVerdict, RunCounts};
 use crate::registry::{Registry, Tool};
 use crate::token::{ApprovalClaims, ApprovalKeys, ApprovalToken, Expected};
 
-/// The checks, in the order DESIGN.md gives them.
+/// The checks, in the order the engine evaluates and records them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckName {
@@ -505,6 +505,182 @@ impl Recorder {
     }
 }
 
+/// Check 3: an upstream tool only at the definition its pin names; false when the check failed (a
+/// changed definition is not decided further: what its inputs mean may have changed with it).
+fn check_pin(rec: &mut Recorder, definition: Definition<'_>) -> bool {
+    match definition {
+        Definition::Local => rec.skip(CheckName::Pin, "nothing upstream to pin"),
+        Definition::Pinned(hash) => rec.pass(
+            CheckName::Pin,
+            format!("served at the definition toolgate.lock pins ({hash})"),
+        ),
+        Definition::Unreached => rec.skip(
+            CheckName::Pin,
+            "the upstream has not been reached, so it is checked when it is, before \
+             anything is forwarded",
+        ),
+        Definition::Blocked(why) => {
+            rec.fail(CheckName::Pin, "pin.blocked", why.to_string());
+            return false;
+        }
+    }
+    true
+}
+
+/// Check 4: the inputs against the closed schema, and the governance arguments given with them;
+/// whether they are valid.
+fn check_schema(rec: &mut Recorder, tool: &Tool, req: &CallRequest<'_>) -> bool {
+    let checked = match tool.schema.validate(req.inputs) {
+        Ok(()) if req.argument_errors.is_empty() => Ok(()),
+        Ok(()) => Err(req.argument_errors.to_vec()),
+        Err(mut errors) => {
+            errors.extend(req.argument_errors.iter().cloned());
+            Err(errors)
+        }
+    };
+    match checked {
+        Ok(()) => {
+            rec.pass(CheckName::Schema, "inputs match the schema".into());
+            true
+        }
+        Err(errors) => {
+            let rule = format!("schema.{}", errors[0].constraint);
+            let detail = errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ");
+            rec.fail(CheckName::Schema, &rule, detail);
+            false
+        }
+    }
+}
+
+/// Check 7: tier and sensitivity within a grant: one covering the purpose (`covering`), or, when
+/// none does, any of the principal's.
+fn check_grant_fits(
+    rec: &mut Recorder,
+    cfg: &ToolConfig,
+    grants: &[GrantConfig],
+    covering: Vec<&GrantConfig>,
+) {
+    let candidates: Vec<&GrantConfig> = if covering.is_empty() {
+        grants.iter().collect()
+    } else {
+        covering
+    };
+    let fits = |g: &&GrantConfig| g.max_tier >= cfg.tier && g.max_sensitivity >= cfg.sensitivity;
+    if candidates.iter().any(fits) {
+        rec.pass(
+            CheckName::TierSensitivity,
+            format!(
+                "tier {} and sensitivity {} within the grant",
+                cfg.tier, cfg.sensitivity
+            ),
+        );
+    } else if !candidates.iter().any(|g| g.max_tier >= cfg.tier) {
+        let max = candidates.iter().map(|g| g.max_tier).max();
+        rec.fail(
+            CheckName::TierSensitivity,
+            "grant.tier",
+            format!(
+                "tier {} exceeds the grant's max tier {}",
+                cfg.tier,
+                max.map_or("(no grant)".to_string(), |t| t.to_string())
+            ),
+        );
+    } else {
+        let max = candidates.iter().map(|g| g.max_sensitivity).max();
+        rec.fail(
+            CheckName::TierSensitivity,
+            "grant.sensitivity",
+            format!(
+                "sensitivity {} exceeds the grant's max sensitivity {}",
+                cfg.sensitivity,
+                max.map_or("(no grant)".to_string(), |s| s.to_string())
+            ),
+        );
+    }
+}
+
+/// Check 8: the tool's per-run rate limit has room (a call that ran before uses none of it).
+fn check_rate_limit(rec: &mut Recorder, tool: &Tool, counts: RunCounts, ran_before: bool) {
+    match tool.config.rate_limit {
+        Some(_) if ran_before => rec.pass(
+            CheckName::RateLimit,
+            "this call ran before: nothing runs again, so it uses none of the run's allowance"
+                .into(),
+        ),
+        Some(limit) if counts.tool_calls >= limit as i64 => rec.fail(
+            CheckName::RateLimit,
+            "rate_limit",
+            format!(
+                "rate limit: '{}' allows {limit} call(s) per run and {} were made",
+                tool.name(),
+                counts.tool_calls
+            ),
+        ),
+        Some(limit) => rec.pass(
+            CheckName::RateLimit,
+            format!("{} of {limit} calls per run used", counts.tool_calls),
+        ),
+        None => rec.pass(CheckName::RateLimit, "no per-run limit".into()),
+    }
+}
+
+/// Check 11: idempotency, as the store sees this call's key.
+fn check_idempotency(rec: &mut Recorder, req: &CallRequest<'_>) {
+    match req.idempotency {
+        IdempotencyState::Fresh => rec.pass(CheckName::Idempotency, "new key".into()),
+        IdempotencyState::Done => rec.pass(
+            CheckName::Idempotency,
+            "this key is done: the stored outcome is replayed, nothing runs again".into(),
+        ),
+        IdempotencyState::InFlight => rec.pass(
+            CheckName::Idempotency,
+            "an earlier attempt of this call has not settled: nothing runs again, its state is \
+             reported"
+                .into(),
+        ),
+        IdempotencyState::Elsewhere => rec.fail(
+            CheckName::Idempotency,
+            "idempotency.elsewhere",
+            format!(
+                "this operation was already made {}; it is done once, whoever asks, and its \
+                 outcome is not yours to read",
+                req.elsewhere.unwrap_or("by another principal")
+            ),
+        ),
+        IdempotencyState::InputsDiffer => rec.fail(
+            CheckName::Idempotency,
+            "idempotency.inputs_differ",
+            "this idempotency key was used with different inputs; a changed call is a new step"
+                .into(),
+        ),
+        IdempotencyState::Exhausted => rec.fail(
+            CheckName::Idempotency,
+            "attempts.exhausted",
+            format!("this call was attempted {MAX_ATTEMPTS} times; it will not be retried again"),
+        ),
+    }
+}
+
+/// The rule that gates the call (check 12), if one does: a tool that always needs a person,
+/// else a `@gate` policy that matched, else a destination off its list declared
+/// `unknown: gate`.
+fn gate_rule(
+    cfg: &ToolConfig,
+    policies: Option<&PolicyVerdict>,
+    destination: Option<&DestinationGate>,
+) -> Option<String> {
+    if cfg.gate == crate::model::Gate::Always {
+        return Some("gate.always".to_string());
+    }
+    policies
+        .and_then(|v| v.gated_by.first().cloned())
+        .or_else(|| destination.map(|g| g.rule.clone()))
+}
+
 /// Appends what shadow rules would have done to the detail of `check` (already recorded), so
 /// the trace shows it beside the check that enforces such rules.
 fn note_shadow(rec: &mut Recorder, check: CheckName, shadow: &[ShadowRule]) {
@@ -538,7 +714,9 @@ impl<'r> Engine<'r> {
         Engine { registry, keys }
     }
 
-    /// Decides one call at time `now`.
+    /// Decides one call at time `now`: the twelve checks in their order, each recorded. A
+    /// failed credential, listed or pin check ends the decision (nothing after it means
+    /// anything); every later check is recorded whatever came before it.
     pub fn decide(&self, req: &CallRequest<'_>, now: Timestamp) -> Decision {
         let mut rec = Recorder {
             checks: Vec::with_capacity(CheckName::ALL.len()),
@@ -546,161 +724,24 @@ impl<'r> Engine<'r> {
         let input_hash = InputHash::of(req.inputs);
         let version = self.registry.version.hash.clone();
 
-        // 1. credential → principal, role (authentication happened at the edge).
-        let Some(principal) = self.registry.principal(req.principal) else {
-            rec.fail(
-                CheckName::Credential,
-                "credential",
-                format!("no principal '{}'", req.principal),
-            );
+        let Some(principal) = self.check_credential(&mut rec, req) else {
             return self.finish_early(rec, CheckName::Credential, input_hash, version);
         };
-        rec.pass(
-            CheckName::Credential,
-            format!("principal '{}' (role {})", principal.id(), principal.role()),
-        );
-
-        // 2. the tool exists and is listed for the role; otherwise it does not exist.
-        let tool = match self.registry.tool(req.tool) {
-            Some(t) if t.is_listed_for(principal.role()) => t,
-            _ => {
-                rec.fail(
-                    CheckName::Listed,
-                    "tool.unknown",
-                    unknown_tool_message(req.tool),
-                );
-                return self.finish_early(rec, CheckName::Listed, input_hash, version);
-            }
+        let Some(tool) = self.check_listed(&mut rec, req, principal.role()) else {
+            return self.finish_early(rec, CheckName::Listed, input_hash, version);
         };
-        rec.pass(
-            CheckName::Listed,
-            format!(
-                "'{}' v{} is listed for role {}",
-                tool.name(),
-                tool.config.version,
-                principal.role()
-            ),
-        );
+        if !check_pin(&mut rec, req.definition) {
+            return self.finish_early(rec, CheckName::Pin, input_hash, version);
+        }
         let cfg = &tool.config;
-
-        // 3. an upstream tool only at the definition its pin names; a changed one is not
-        // decided further (what its inputs mean may have changed with it).
-        match req.definition {
-            Definition::Local => rec.skip(CheckName::Pin, "nothing upstream to pin"),
-            Definition::Pinned(hash) => rec.pass(
-                CheckName::Pin,
-                format!("served at the definition toolgate.lock pins ({hash})"),
-            ),
-            Definition::Unreached => rec.skip(
-                CheckName::Pin,
-                "the upstream has not been reached, so it is checked when it is, before \
-                 anything is forwarded",
-            ),
-            Definition::Blocked(why) => {
-                rec.fail(CheckName::Pin, "pin.blocked", why.to_string());
-                return self.finish_early(rec, CheckName::Pin, input_hash, version);
-            }
-        }
-
-        // 4. inputs against the closed schema, and the governance arguments given with them.
-        let checked = match tool.schema.validate(req.inputs) {
-            Ok(()) if req.argument_errors.is_empty() => Ok(()),
-            Ok(()) => Err(req.argument_errors.to_vec()),
-            Err(mut errors) => {
-                errors.extend(req.argument_errors.iter().cloned());
-                Err(errors)
-            }
-        };
-        let inputs_valid = match checked {
-            Ok(()) => {
-                rec.pass(CheckName::Schema, "inputs match the schema".into());
-                true
-            }
-            Err(errors) => {
-                let rule = format!("schema.{}", errors[0].constraint);
-                let detail = errors
-                    .iter()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                rec.fail(CheckName::Schema, &rule, detail);
-                false
-            }
-        };
-
-        // 5. destination constraints, against data. A value off the list of a destination
-        // declared `unknown: gate` goes to a person (check 12) instead of being refused.
+        let inputs_valid = check_schema(&mut rec, tool, req);
         let destination_gate = self.check_destinations(&mut rec, tool, req, inputs_valid);
-
-        // 6. purpose (and reason, for anything that changes state) granted for the scopes.
         let covering = self.check_purpose(&mut rec, tool, principal.config.grants.as_slice(), req);
-
-        // 7. tier and sensitivity within the grant.
-        let candidates: Vec<&GrantConfig> = if covering.is_empty() {
-            principal.config.grants.iter().collect()
-        } else {
-            covering
-        };
-        let fits =
-            |g: &&GrantConfig| g.max_tier >= cfg.tier && g.max_sensitivity >= cfg.sensitivity;
-        if candidates.iter().any(fits) {
-            rec.pass(
-                CheckName::TierSensitivity,
-                format!(
-                    "tier {} and sensitivity {} within the grant",
-                    cfg.tier, cfg.sensitivity
-                ),
-            );
-        } else if !candidates.iter().any(|g| g.max_tier >= cfg.tier) {
-            let max = candidates.iter().map(|g| g.max_tier).max();
-            rec.fail(
-                CheckName::TierSensitivity,
-                "grant.tier",
-                format!(
-                    "tier {} exceeds the grant's max tier {}",
-                    cfg.tier,
-                    max.map_or("(no grant)".to_string(), |t| t.to_string())
-                ),
-            );
-        } else {
-            let max = candidates.iter().map(|g| g.max_sensitivity).max();
-            rec.fail(
-                CheckName::TierSensitivity,
-                "grant.sensitivity",
-                format!(
-                    "sensitivity {} exceeds the grant's max sensitivity {}",
-                    cfg.sensitivity,
-                    max.map_or("(no grant)".to_string(), |s| s.to_string())
-                ),
-            );
-        }
-
-        // 8. per-run rate limit.
+        check_grant_fits(&mut rec, cfg, &principal.config.grants, covering);
         let counts = req.run.counts(tool.name());
         let ran_before = req.idempotency.ran_before();
-        match cfg.rate_limit {
-            Some(_) if ran_before => rec.pass(
-                CheckName::RateLimit,
-                "this call ran before: nothing runs again, so it uses none of the run's allowance"
-                    .into(),
-            ),
-            Some(limit) if counts.tool_calls >= limit as i64 => rec.fail(
-                CheckName::RateLimit,
-                "rate_limit",
-                format!(
-                    "rate limit: '{}' allows {limit} call(s) per run and {} were made",
-                    tool.name(),
-                    counts.tool_calls
-                ),
-            ),
-            Some(limit) => rec.pass(
-                CheckName::RateLimit,
-                format!("{} of {limit} calls per run used", counts.tool_calls),
-            ),
-            None => rec.pass(CheckName::RateLimit, "no per-run limit".into()),
-        }
-
-        // What the tool's window budgets hold (policies see it; check 10 judges it).
+        check_rate_limit(&mut rec, tool, counts, ran_before);
+        // What the tool's window budgets hold (policies see it; the budget check judges it).
         let windows = if inputs_valid {
             budget::check(
                 self.registry,
@@ -713,14 +754,111 @@ impl<'r> Engine<'r> {
         } else {
             None
         };
-
-        // 9. policies, over the call and the run so far.
-        let verdict = if inputs_valid && !ran_before {
-            Some(self.evaluate_policies(principal, tool, req, counts, windows.as_ref()))
+        let policies = (inputs_valid && !ran_before)
+            .then(|| self.evaluate_policies(principal, tool, req, counts, windows.as_ref()));
+        self.check_policies(&mut rec, policies.as_ref(), ran_before);
+        let mut shadow = self.shadow_rules(policies.as_ref());
+        note_shadow(&mut rec, CheckName::Policy, &shadow);
+        // A replay runs nothing and reserves nothing (its first run was charged), so it is not
+        // refused for a budget its own first run filled.
+        if ran_before {
+            rec.pass(
+                CheckName::Budget,
+                "this call ran before: nothing runs again, so no budget is reserved".into(),
+            );
         } else {
-            None
+            self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
+        }
+        check_idempotency(&mut rec, req);
+        let gate_rule = gate_rule(cfg, policies.as_ref(), destination_gate.as_ref());
+        let gate = gate_rule.as_deref().map(|rule| GateRule {
+            rule,
+            reason: destination_gate
+                .as_ref()
+                .filter(|g| g.rule == rule)
+                .map(|g| g.reason.as_str()),
+        });
+        let (approvals, gate_passed) = self.check_gate(&mut rec, tool, req, &input_hash, gate, now);
+        if cfg.gate == crate::model::Gate::Shadow {
+            let tool_gate = ShadowRule {
+                rule: "gate.always".into(),
+                would: ShadowEffect::Gate,
+            };
+            note_shadow(&mut rec, CheckName::Gate, std::slice::from_ref(&tool_gate));
+            shadow.push(tool_gate);
+        }
+
+        let verdict = self.verdict(&rec, tool, &approvals);
+        let approvals = if gate_passed { approvals } else { Vec::new() };
+        Decision {
+            verdict,
+            checks: rec.checks,
+            input_hash,
+            approvals,
+            shadow,
+            registry_version: version,
+        }
+    }
+
+    /// Check 1: the credential names a principal (authentication happened at the edge).
+    fn check_credential(
+        &self,
+        rec: &mut Recorder,
+        req: &CallRequest<'_>,
+    ) -> Option<&'r crate::registry::Principal> {
+        let Some(principal) = self.registry.principal(req.principal) else {
+            rec.fail(
+                CheckName::Credential,
+                "credential",
+                format!("no principal '{}'", req.principal),
+            );
+            return None;
         };
-        match &verdict {
+        rec.pass(
+            CheckName::Credential,
+            format!("principal '{}' (role {})", principal.id(), principal.role()),
+        );
+        Some(principal)
+    }
+
+    /// Check 2: the tool exists and is listed for the role; otherwise it does not exist.
+    fn check_listed(
+        &self,
+        rec: &mut Recorder,
+        req: &CallRequest<'_>,
+        role: &str,
+    ) -> Option<&'r Tool> {
+        let tool = match self.registry.tool(req.tool) {
+            Some(t) if t.is_listed_for(role) => t,
+            _ => {
+                rec.fail(
+                    CheckName::Listed,
+                    "tool.unknown",
+                    unknown_tool_message(req.tool),
+                );
+                return None;
+            }
+        };
+        rec.pass(
+            CheckName::Listed,
+            format!(
+                "'{}' v{} is listed for role {role}",
+                tool.name(),
+                tool.config.version
+            ),
+        );
+        Some(tool)
+    }
+
+    /// Check 9: policies, over the call and the run so far (`verdict`: `None` when they were not
+    /// asked).
+    fn check_policies(
+        &self,
+        rec: &mut Recorder,
+        verdict: Option<&PolicyVerdict>,
+        ran_before: bool,
+    ) {
+        match verdict {
             None if ran_before => rec.pass(
                 CheckName::Policy,
                 "this call ran before: nothing runs again, so no policy is asked".into(),
@@ -751,108 +889,23 @@ impl<'r> Engine<'r> {
             ),
             Some(_) => rec.pass(CheckName::Policy, "no policy objects".into()),
         }
-        let mut shadow: Vec<ShadowRule> = verdict
-            .as_ref()
-            .map(|v| {
-                v.shadow_matched
-                    .iter()
-                    .map(|id| ShadowRule {
-                        rule: id.clone(),
-                        would: match self.registry.policies.info(id) {
-                            Some(p) if p.gate => ShadowEffect::Gate,
-                            _ => ShadowEffect::Deny,
-                        },
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        note_shadow(&mut rec, CheckName::Policy, &shadow);
+    }
 
-        // 10. daily budget and window budgets, for the principal and every ancestor it draws from.
-        // A replay runs nothing and reserves nothing (its first run was charged), so it is not
-        // refused for a budget its own first run filled.
-        if ran_before {
-            rec.pass(
-                CheckName::Budget,
-                "this call ran before: nothing runs again, so no budget is reserved".into(),
-            );
-        } else {
-            self.check_budget(&mut rec, principal, cfg.tier, req.budgets, windows.as_ref());
-        }
-
-        // 11. idempotency, as the store sees this call's key.
-        match req.idempotency {
-            IdempotencyState::Fresh => rec.pass(CheckName::Idempotency, "new key".into()),
-            IdempotencyState::Done => rec.pass(
-                CheckName::Idempotency,
-                "this key is done: the stored outcome is replayed, nothing runs again".into(),
-            ),
-            IdempotencyState::InFlight => rec.pass(
-                CheckName::Idempotency,
-                "an earlier attempt of this call has not settled: nothing runs again, its state is \
-                 reported"
-                    .into(),
-            ),
-            IdempotencyState::Elsewhere => rec.fail(
-                CheckName::Idempotency,
-                "idempotency.elsewhere",
-                format!(
-                    "this operation was already made {}; it is done once, whoever asks, and its \
-                     outcome is not yours to read",
-                    req.elsewhere.unwrap_or("by another principal")
-                ),
-            ),
-            IdempotencyState::InputsDiffer => rec.fail(
-                CheckName::Idempotency,
-                "idempotency.inputs_differ",
-                "this idempotency key was used with different inputs; a changed call is a new step"
-                    .into(),
-            ),
-            IdempotencyState::Exhausted => rec.fail(
-                CheckName::Idempotency,
-                "attempts.exhausted",
-                format!(
-                    "this call was attempted {MAX_ATTEMPTS} times; it will not be retried again"
-                ),
-            ),
-        }
-
-        // 12. the gate: a tool that always needs a person, or a @gate policy that matched.
-        let gate_rule = if cfg.gate == crate::model::Gate::Always {
-            Some("gate.always".to_string())
-        } else {
-            verdict
-                .as_ref()
-                .and_then(|v| v.gated_by.first().cloned())
-                .or_else(|| destination_gate.as_ref().map(|g| g.rule.clone()))
+    /// The shadow policies that matched, and what each would have done.
+    fn shadow_rules(&self, verdict: Option<&PolicyVerdict>) -> Vec<ShadowRule> {
+        let Some(v) = verdict else {
+            return Vec::new();
         };
-        let gate = gate_rule.as_deref().map(|rule| GateRule {
-            rule,
-            reason: destination_gate
-                .as_ref()
-                .filter(|g| g.rule == rule)
-                .map(|g| g.reason.as_str()),
-        });
-        let (approvals, gate_passed) = self.check_gate(&mut rec, tool, req, &input_hash, gate, now);
-        if cfg.gate == crate::model::Gate::Shadow {
-            let tool_gate = ShadowRule {
-                rule: "gate.always".into(),
-                would: ShadowEffect::Gate,
-            };
-            note_shadow(&mut rec, CheckName::Gate, std::slice::from_ref(&tool_gate));
-            shadow.push(tool_gate);
-        }
-
-        let verdict = self.verdict(&rec, tool, &approvals);
-        let approvals = if gate_passed { approvals } else { Vec::new() };
-        Decision {
-            verdict,
-            checks: rec.checks,
-            input_hash,
-            approvals,
-            shadow,
-            registry_version: version,
-        }
+        v.shadow_matched
+            .iter()
+            .map(|id| ShadowRule {
+                rule: id.clone(),
+                would: match self.registry.policies.info(id) {
+                    Some(p) if p.gate => ShadowEffect::Gate,
+                    _ => ShadowEffect::Deny,
+                },
+            })
+            .collect()
     }
 
     /// `": <the policy's @reason>"`, or nothing.
@@ -1375,7 +1428,7 @@ fn short_version(v: &str) -> &str {
     &hex[..hex.len().min(12)]
 }
 
-/// A list of names as the seeds print them: `['invoices:write', 'customers:read']`.
+/// A list of names as refusals print them: `['invoices:write', 'customers:read']`.
 fn quoted<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
     let inner: Vec<String> = names.into_iter().map(|n| format!("'{n}'")).collect();
     format!("[{}]", inner.join(", "))

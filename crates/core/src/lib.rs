@@ -9,6 +9,7 @@ pub mod canon;
 pub mod clip;
 pub mod config;
 pub mod decide;
+pub mod error;
 pub mod handler;
 pub mod keyconfig;
 pub mod lint;
@@ -28,6 +29,7 @@ pub use decide::{
     DestinationLookupCall, Engine, IdempotencyState, MAX_ATTEMPTS, Outcome, PriorCall, PriorCalls,
     PriorOutcome, RunHistory, ShadowEffect, ShadowRule, Verdict, destination_lookups,
 };
+pub use error::CoreError;
 pub use handler::{Builtin, Handler};
 pub use model::{
     Clock, Effect, FixedClock, Gate, PrincipalKind, Sensitivity, StepStatus, SystemClock, Tier,

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use crate::budget::{self, WindowCheck};
 use crate::config::{PrincipalConfig, ToolConfig};
 use crate::decide::CallRequest;
+use crate::error::CoreError;
 use crate::model::Timestamp;
 use crate::registry::{Registry, Tool};
 use crate::schema::{CedarType, InputLookup, InputsError};
@@ -384,7 +385,7 @@ impl Policies {
             vec![PolicyProblem {
                 file: "principals.yaml".into(),
                 policy: None,
-                message: m,
+                message: m.to_string(),
                 fix: None,
             }]
         })?;
@@ -986,7 +987,8 @@ fn build_entities(
     tools: &[ToolConfig],
     principals: &[PrincipalConfig],
     schema: &Schema,
-) -> Result<Entities, String> {
+) -> Result<Entities, CoreError> {
+    let entity = |e| CoreError::Entity(Box::new(e));
     let mut out = Vec::new();
     let mut roles: Vec<&str> = principals.iter().map(|p| p.role.as_str()).collect();
     roles.sort();
@@ -1006,7 +1008,7 @@ fn build_entities(
             ),
         ]);
         let parents = [uid("Role", &p.role)].into_iter().collect();
-        out.push(Entity::new(uid("Principal", &p.id), attrs, parents).map_err(|e| e.to_string())?);
+        out.push(Entity::new(uid("Principal", &p.id), attrs, parents).map_err(entity)?);
     }
     for t in tools {
         let s = |v: String| RestrictedExpression::new_string(v);
@@ -1017,12 +1019,9 @@ fn build_entities(
             ("version".to_string(), s(t.version.clone())),
             ("owner".to_string(), s(t.owner.clone())),
         ]);
-        out.push(
-            Entity::new(uid("Tool", &t.name), attrs, Default::default())
-                .map_err(|e| e.to_string())?,
-        );
+        out.push(Entity::new(uid("Tool", &t.name), attrs, Default::default()).map_err(entity)?);
     }
-    Entities::from_entities(out, Some(schema)).map_err(|e| e.to_string())
+    Entities::from_entities(out, Some(schema)).map_err(|e| CoreError::Entities(Box::new(e)))
 }
 
 #[cfg(test)]

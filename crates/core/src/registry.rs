@@ -324,6 +324,8 @@ impl Registry {
         Self::from_sources(dir, sources)
     }
 
+    /// Checks `sources`, read from `dir`, into a registry, phase by phase; every problem any
+    /// phase finds is reported together, each naming its file, path and fix.
     pub fn from_sources(dir: &Path, sources: Sources) -> Result<Registry, LoadError> {
         let version = sources.version();
         let Sources {
@@ -344,420 +346,20 @@ impl Registry {
             })
         };
 
-        // Tools: unique names, compiled schemas.
-        let mut tools = Vec::new();
-        let mut tool_index = HashMap::new();
-        for (file, i, cfg) in tool_decls {
-            let path = format!("tools[{i}]");
-            if let Some(&prev) = tool_index.get(&cfg.name) {
-                let prev: &Tool = &tools[prev];
-                finding(
-                    &file,
-                    format!("{path}.name"),
-                    "ref.duplicate",
-                    format!(
-                        "tool '{}' is declared twice (also in {} tools[{}])",
-                        cfg.name, prev.file, prev.index
-                    ),
-                    "give each tool one declaration and a unique name".into(),
-                );
-                continue;
-            }
-            if Builtin::from_name(&cfg.name).is_some() && cfg.handler.builtin.is_none() {
-                finding(
-                    &file,
-                    format!("{path}.name"),
-                    "ref.builtin-name",
-                    format!("'{}' is the name of a built-in tool", cfg.name),
-                    "declare it with `handler: {builtin: <name>}` or choose another name".into(),
-                );
-            }
-            let schema = match InputSchema::compile(&cfg.input_schema) {
-                Ok(s) => s,
-                Err(e) => {
-                    finding(
-                        &file,
-                        format!("{path}.input_schema"),
-                        "schema.invalid",
-                        format!("not a valid JSON Schema: {e}"),
-                        "fix the schema so it compiles under draft 2020-12".into(),
-                    );
-                    continue;
-                }
-            };
-            tool_index.insert(cfg.name.clone(), tools.len());
-            tools.push(Tool {
-                builtin: cfg.handler.builtin_kind(),
-                resource: uid("Tool", &cfg.name),
-                action: uid("Action", &cfg.name),
-                config: cfg,
-                schema,
-                file,
-                index: i,
-                windows: Vec::new(),
-            });
-        }
-
-        // References between tools, to upstreams and to roles.
+        let (mut tools, tool_index) = compile_tools(tool_decls, &mut finding);
         let roles = pfile.roles.clone();
-        let role_names: HashSet<&str> = roles
-            .keys()
-            .map(String::as_str)
-            .chain(pfile.principals.iter().map(|p| p.role.as_str()))
-            .collect();
+        let role_names = role_names(&pfile);
         for t in &tools {
-            let c = &t.config;
-            let path = format!("tools[{}]", t.index);
-            for (field, target) in [("compensate", &c.compensate), ("reconcile", &c.reconcile)] {
-                if let Some(target) = target
-                    && !tool_index.contains_key(target)
-                {
-                    finding(
-                        &t.file,
-                        format!("{path}.{field}"),
-                        "ref.dangling",
-                        format!("'{}' names tool '{target}', which is not declared", c.name),
-                        format!("declare '{target}' in tools/ or correct the name"),
-                    );
-                }
-            }
-            check_reads(t, &path, &tool_index, &tools, &mut finding);
-            if let Some(rec) = &c.reconcile
-                && let Some(&ri) = tool_index.get(rec)
-                && tools[ri].config.effect != crate::model::Effect::Read
-            {
-                finding(
-                    &t.file,
-                    format!("{path}.reconcile"),
-                    "ref.reconciler-not-read",
-                    format!("reconciling tool '{rec}' is not a read tool"),
-                    "a reconciler only asks; give it `effect: read`".into(),
-                );
-            }
-            for d in &c.destinations {
-                if let Some(l) = &d.lookup
-                    && !tool_index.contains_key(&l.tool)
-                {
-                    finding(
-                        &t.file,
-                        format!("{path}.destinations"),
-                        "ref.dangling",
-                        format!(
-                            "destination lookup names tool '{}', which is not declared",
-                            l.tool
-                        ),
-                        "declare the read tool that returns the allowed values".into(),
-                    );
-                }
-            }
-            let h = &c.handler;
-            match (&h.upstream, &h.builtin) {
-                (Some(u), None) => {
-                    if !gateway.upstreams.contains_key(u) {
-                        let known: Vec<&String> = gateway.upstreams.keys().collect();
-                        finding(
-                            &t.file,
-                            format!("{path}.handler.upstream"),
-                            "ref.dangling",
-                            format!("upstream '{u}' is not declared in toolgate.yaml"),
-                            format!("use one of {known:?} or add it under `upstreams:`"),
-                        );
-                    }
-                }
-                (None, Some(b)) => {
-                    if Builtin::from_name(b).is_none() {
-                        finding(
-                            &t.file,
-                            format!("{path}.handler.builtin"),
-                            "ref.dangling",
-                            format!("'{b}' is not a built-in tool"),
-                            format!(
-                                "built-ins are {:?}",
-                                Builtin::ALL.map(Builtin::name)
-                            ),
-                        );
-                    }
-                }
-                _ => finding(
-                    &t.file,
-                    format!("{path}.handler"),
-                    "config.handler",
-                    "a handler names exactly one of `upstream` or `builtin`".into(),
-                    "write `handler: {upstream: erp, tool: schedule_payment}` or `handler: {builtin: plan.submit}`".into(),
-                ),
-            }
-            for (j, r) in c.roles.iter().enumerate() {
-                if !role_names.contains(r.as_str()) {
-                    finding(
-                        &t.file,
-                        format!("{path}.roles[{j}]"),
-                        "ref.dangling",
-                        format!(
-                            "role '{r}' is neither declared under `roles:` nor held by any principal"
-                        ),
-                        format!(
-                            "declare it in principals.yaml `roles:`; known roles: {:?}",
-                            {
-                                let mut v: Vec<_> = role_names.iter().collect();
-                                v.sort();
-                                v
-                            }
-                        ),
-                    );
-                }
-            }
-            for (j, f) in c.identity.iter().chain(c.redact.iter()).enumerate() {
-                let first = f.split('.').next().unwrap_or(f);
-                let in_inputs = c
-                    .input_schema
-                    .pointer(&format!("/properties/{first}"))
-                    .is_some();
-                let in_outputs = c
-                    .output_schema
-                    .as_ref()
-                    .is_some_and(|o| crate::lint::schema_mentions(o, first));
-                let is_identity = j < c.identity.len();
-                // Identity fields are inputs; redacted fields may be inputs or outputs.
-                let declared = in_inputs || (!is_identity && in_outputs);
-                if !declared {
-                    finding(
-                        &t.file,
-                        format!("{path}.{}", if is_identity { "identity" } else { "redact" }),
-                        "ref.unknown-field",
-                        format!("field '{f}' is not a property of the tool's schema"),
-                        "name a property declared in input_schema (or output_schema for redact)"
-                            .into(),
-                    );
-                }
-            }
-            check_call_fields(t, &path, &mut finding);
-            if !(1..=2).contains(&c.approvers) {
-                finding(
-                    &t.file,
-                    format!("{path}.approvers"),
-                    "config.approvers",
-                    format!("approvers is {}", c.approvers),
-                    "1 (one person) or 2 (two-person rule)".into(),
-                );
-            }
+            check_tool(t, &tool_index, &tools, &gateway, &role_names, &mut finding);
         }
-
-        // Principals: unique ids, parents exist and form no cycle, credentials well-formed.
-        let mut principals = Vec::new();
-        let mut principal_index = HashMap::new();
-        for (i, p) in pfile.principals.iter().enumerate() {
-            if principal_index.contains_key(&p.id) {
-                finding(
-                    "principals.yaml",
-                    format!("principals[{i}].id"),
-                    "ref.duplicate",
-                    format!("principal '{}' is declared twice", p.id),
-                    "give each principal one entry".into(),
-                );
-                continue;
-            }
-            principal_index.insert(p.id.clone(), principals.len());
-            principals.push(Principal {
-                config: p.clone(),
-                ancestors: Vec::new(),
-                entity: uid("Principal", &p.id),
-            });
-        }
-        let mut credential_index = HashMap::new();
-        for (i, p) in pfile.principals.iter().enumerate() {
-            let mut ancestors = Vec::new();
-            let mut cur = p.parent.clone();
-            while let Some(parent) = cur {
-                if parent == p.id || ancestors.contains(&parent) {
-                    finding(
-                        "principals.yaml",
-                        format!("principals[{i}].parent"),
-                        "ref.cycle",
-                        format!("principal '{}' is its own ancestor", p.id),
-                        "parents form a tree rooted at a principal without a parent".into(),
-                    );
-                    break;
-                }
-                match principal_index.get(&parent) {
-                    Some(&pi) => {
-                        ancestors.push(parent.clone());
-                        cur = principals[pi].config.parent.clone();
-                    }
-                    None => {
-                        finding(
-                            "principals.yaml",
-                            format!("principals[{i}].parent"),
-                            "ref.dangling",
-                            format!("parent '{parent}' is not a declared principal"),
-                            "name a principal declared in this file".into(),
-                        );
-                        break;
-                    }
-                }
-            }
-            if let Some(&pi) = principal_index.get(&p.id)
-                && principals[pi].config.id == p.id
-            {
-                principals[pi].ancestors = ancestors;
-            }
-            for (j, c) in p.credentials.iter().enumerate() {
-                let ok = c
-                    .sha256
-                    .strip_prefix("sha256:")
-                    .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
-                if !ok {
-                    finding(
-                        "principals.yaml",
-                        format!("principals[{i}].credentials[{j}].sha256"),
-                        "config.credential",
-                        "not a `sha256:<64 hex digits>` hash".into(),
-                        "store the hash of the API key, never the key: `toolgate key hash`".into(),
-                    );
-                } else if credential_index
-                    .insert(c.sha256.to_ascii_lowercase(), principal_index[&p.id])
-                    .is_some()
-                {
-                    finding(
-                        "principals.yaml",
-                        format!("principals[{i}].credentials[{j}]"),
-                        "ref.duplicate",
-                        "this key hash is already held by another credential".into(),
-                        "issue each principal its own key".into(),
-                    );
-                }
-            }
-            let granted: HashSet<&str> = p
-                .grants
-                .iter()
-                .flat_map(|g| g.purposes.iter().map(String::as_str))
-                .collect();
-            let defaults = std::iter::once((
-                format!("principals[{i}].default_purpose"),
-                &p.default_purpose,
-            ))
-            .chain(p.credentials.iter().enumerate().map(|(j, c)| {
-                (
-                    format!("principals[{i}].credentials[{j}].default_purpose"),
-                    &c.default_purpose,
-                )
-            }));
-            for (at, purpose) in defaults {
-                if let Some(purpose) = purpose
-                    && !granted.contains(purpose.as_str())
-                {
-                    finding(
-                        "principals.yaml",
-                        at,
-                        "config.default-purpose",
-                        format!("'{}' has no grant for purpose '{purpose}'", p.id),
-                        format!("name one of its granted purposes: {:?}", {
-                            let mut v: Vec<_> = granted.iter().collect();
-                            v.sort();
-                            v
-                        }),
-                    );
-                }
-            }
-            if p.kind == PrincipalKind::Agent && roles.get(&p.role).is_some_and(|r| r.approver) {
-                finding(
-                    "principals.yaml",
-                    format!("principals[{i}].role"),
-                    "config.agent-approver",
-                    format!("agent '{}' holds approver role '{}'", p.id, p.role),
-                    "only people (kind: human) approve; a model reviewer uses step.approve".into(),
-                );
-            }
-        }
-
-        for (name, r) in &roles {
-            if let Some(purpose) = &r.default_purpose {
-                let held = pfile.principals.iter().any(|p| {
-                    &p.role == name && p.grants.iter().any(|g| g.purposes.contains(purpose))
-                });
-                if !held {
-                    finding(
-                        "principals.yaml",
-                        format!("roles.{name}.default_purpose"),
-                        "config.default-purpose",
-                        format!(
-                            "no principal of role '{name}' has a grant for purpose '{purpose}'"
-                        ),
-                        "name a purpose the role's principals are granted".into(),
-                    );
-                }
-            }
-        }
+        let principals = index_principals(&pfile, &roles, &mut finding);
+        check_role_defaults(&roles, &pfile, &mut finding);
         check_acceptances(&gateway, &mut finding);
-        if !(1..=10_080).contains(&gateway.runs.idle_minutes) {
-            finding(
-                "toolgate.yaml",
-                "runs.idle_minutes".into(),
-                "config.bounds",
-                format!("idle_minutes is {}", gateway.runs.idle_minutes),
-                "between 1 and 10080 (a week); the default is 30".into(),
-            );
-        }
+        check_runs(&gateway, &mut finding);
+        compile_window_budgets(&mut tools, &pfile, &mut finding);
+        let policies = load_policies(&policy_files, &tools, &pfile, &mut finding);
+        check_approvals(&gateway, &tools, &pfile, policies.as_ref(), &mut finding);
 
-        // Window budgets: fields and keys exist, limits parse, ids are unique.
-        let declared: HashSet<&str> = pfile.principals.iter().map(|p| p.id.as_str()).collect();
-        let mut budget_ids: HashMap<String, String> = HashMap::new();
-        let mut budget_findings = Vec::new();
-        for t in &mut tools {
-            t.windows = crate::budget::compile(
-                &t.file,
-                t.index,
-                &t.config.window_budgets,
-                &t.config.input_schema,
-                &declared,
-                &mut budget_findings,
-            );
-            for (j, b) in t.config.window_budgets.iter().enumerate() {
-                if let Some(other) = budget_ids.insert(b.id.clone(), t.config.name.clone()) {
-                    budget_findings.push(Finding {
-                        file: t.file.clone(),
-                        path: format!("tools[{}].window_budgets[{j}].id", t.index),
-                        rule: "ref.duplicate".into(),
-                        message: format!("window budget '{}' is also declared on '{other}'", b.id),
-                        fix: "give each window budget its own id".into(),
-                    });
-                }
-            }
-        }
-        for f in budget_findings {
-            finding(&f.file, f.path, &f.rule, f.message, f.fix);
-        }
-
-        // Policies, validated against the schema generated from the tools.
-        let configs: Vec<ToolConfig> = tools.iter().map(|t| t.config.clone()).collect();
-        let types: Vec<&CedarType> = tools.iter().map(|t| t.schema.cedar_type()).collect();
-        let policies = match Policies::load(&policy_files, &configs, &types, &pfile.principals) {
-            Ok(p) => Some(p),
-            Err(problems) => {
-                for p in problems {
-                    finding(
-                        &p.file,
-                        p.policy.unwrap_or_else(|| "(file)".into()),
-                        "policy.invalid",
-                        p.message,
-                        p.fix.unwrap_or_else(|| {
-                            "policies see context.purpose, context.reason, context.inputs.<field> \
-                             (typed from the tool's schema) and context.run.{steps,denials,\
-                             act_steps,spend_steps,tool_calls}; `toolgate check --cedar-schema` \
-                             prints the schema"
-                                .into()
-                        }),
-                    );
-                }
-                None
-            }
-        };
-        let tool_configs: Vec<(&str, usize, &ToolConfig)> = tools
-            .iter()
-            .map(|t| (t.file.as_str(), t.index, &t.config))
-            .collect();
-        for f in crate::approvers::check(&gateway, &tool_configs, &pfile, policies.as_ref()) {
-            finding(&f.file, f.path, &f.rule, f.message, f.fix);
-        }
         if !findings.is_empty() {
             return Err(LoadError::Invalid(findings));
         }
@@ -767,9 +369,9 @@ impl Registry {
             roles,
             tools,
             tool_index,
-            principals,
-            principal_index,
-            credential_index,
+            principals: principals.principals,
+            principal_index: principals.by_id,
+            credential_index: principals.by_key,
             policies: policies.expect("no findings means policies loaded"),
             version,
         })
@@ -867,12 +469,566 @@ pub fn unplanned_reason(principal: &str, tool: &str, in_run: bool) -> String {
     )
 }
 
-/// The checks of a tool's `ask`, `reason_from`, `reason_length` and `idempotency`.
-fn check_call_fields(
+/// Where a finding goes: (file, path, rule, message, fix).
+type Sink<'a> = dyn FnMut(&str, String, &str, String, String) + 'a;
+
+/// Tools by name: their place in the registry's list.
+type ToolIndex = HashMap<String, usize>;
+
+/// The tools, each under a unique name with its input schema compiled; a duplicate or a tool
+/// whose schema does not compile is left out.
+fn compile_tools(
+    decls: Vec<(String, usize, ToolConfig)>,
+    finding: &mut Sink<'_>,
+) -> (Vec<Tool>, ToolIndex) {
+    let mut tools = Vec::new();
+    let mut tool_index = HashMap::new();
+    for (file, i, cfg) in decls {
+        let path = format!("tools[{i}]");
+        if let Some(&prev) = tool_index.get(&cfg.name) {
+            let prev: &Tool = &tools[prev];
+            finding(
+                &file,
+                format!("{path}.name"),
+                "ref.duplicate",
+                format!(
+                    "tool '{}' is declared twice (also in {} tools[{}])",
+                    cfg.name, prev.file, prev.index
+                ),
+                "give each tool one declaration and a unique name".into(),
+            );
+            continue;
+        }
+        if Builtin::from_name(&cfg.name).is_some() && cfg.handler.builtin.is_none() {
+            finding(
+                &file,
+                format!("{path}.name"),
+                "ref.builtin-name",
+                format!("'{}' is the name of a built-in tool", cfg.name),
+                "declare it with `handler: {builtin: <name>}` or choose another name".into(),
+            );
+        }
+        let schema = match InputSchema::compile(&cfg.input_schema) {
+            Ok(s) => s,
+            Err(e) => {
+                finding(
+                    &file,
+                    format!("{path}.input_schema"),
+                    "schema.invalid",
+                    format!("not a valid JSON Schema: {e}"),
+                    "fix the schema so it compiles under draft 2020-12".into(),
+                );
+                continue;
+            }
+        };
+        tool_index.insert(cfg.name.clone(), tools.len());
+        tools.push(Tool {
+            builtin: cfg.handler.builtin_kind(),
+            resource: uid("Tool", &cfg.name),
+            action: uid("Action", &cfg.name),
+            config: cfg,
+            schema,
+            file,
+            index: i,
+            windows: Vec::new(),
+        });
+    }
+    (tools, tool_index)
+}
+
+/// Every role a tool may name: those declared under `roles:` and those principals hold.
+fn role_names(pfile: &PrincipalsFile) -> HashSet<&str> {
+    pfile
+        .roles
+        .keys()
+        .map(String::as_str)
+        .chain(pfile.principals.iter().map(|p| p.role.as_str()))
+        .collect()
+}
+
+/// Every check of one tool against the other tools, the upstreams and the roles, in the order
+/// their findings are reported.
+fn check_tool(
+    t: &Tool,
+    tool_index: &ToolIndex,
+    tools: &[Tool],
+    gateway: &GatewayFile,
+    role_names: &HashSet<&str>,
+    finding: &mut Sink<'_>,
+) {
+    let path = format!("tools[{}]", t.index);
+    check_tool_links(t, &path, tool_index, finding);
+    check_reads(t, &path, tool_index, tools, finding);
+    check_reconciler_reads(t, &path, tool_index, tools, finding);
+    check_destination_lookups(t, &path, tool_index, finding);
+    check_handler(t, &path, gateway, finding);
+    check_roles(t, &path, role_names, finding);
+    check_named_fields(t, &path, finding);
+    check_call_fields(t, &path, finding);
+    check_approver_count(t, &path, finding);
+}
+
+/// `compensate` and `reconcile` name declared tools.
+fn check_tool_links(t: &Tool, path: &str, tool_index: &ToolIndex, finding: &mut Sink<'_>) {
+    let c = &t.config;
+    for (field, target) in [("compensate", &c.compensate), ("reconcile", &c.reconcile)] {
+        if let Some(target) = target
+            && !tool_index.contains_key(target)
+        {
+            finding(
+                &t.file,
+                format!("{path}.{field}"),
+                "ref.dangling",
+                format!("'{}' names tool '{target}', which is not declared", c.name),
+                format!("declare '{target}' in tools/ or correct the name"),
+            );
+        }
+    }
+}
+
+/// A reconciling tool only asks.
+fn check_reconciler_reads(
     t: &Tool,
     path: &str,
-    finding: &mut impl FnMut(&str, String, &str, String, String),
+    tool_index: &ToolIndex,
+    tools: &[Tool],
+    finding: &mut Sink<'_>,
 ) {
+    if let Some(rec) = &t.config.reconcile
+        && let Some(&ri) = tool_index.get(rec)
+        && tools[ri].config.effect != crate::model::Effect::Read
+    {
+        finding(
+            &t.file,
+            format!("{path}.reconcile"),
+            "ref.reconciler-not-read",
+            format!("reconciling tool '{rec}' is not a read tool"),
+            "a reconciler only asks; give it `effect: read`".into(),
+        );
+    }
+}
+
+/// Each destination lookup names a declared tool.
+fn check_destination_lookups(t: &Tool, path: &str, tool_index: &ToolIndex, finding: &mut Sink<'_>) {
+    for d in &t.config.destinations {
+        if let Some(l) = &d.lookup
+            && !tool_index.contains_key(&l.tool)
+        {
+            finding(
+                &t.file,
+                format!("{path}.destinations"),
+                "ref.dangling",
+                format!(
+                    "destination lookup names tool '{}', which is not declared",
+                    l.tool
+                ),
+                "declare the read tool that returns the allowed values".into(),
+            );
+        }
+    }
+}
+
+/// The handler names exactly one of a declared upstream or a known built-in.
+fn check_handler(t: &Tool, path: &str, gateway: &GatewayFile, finding: &mut Sink<'_>) {
+    let h = &t.config.handler;
+    match (&h.upstream, &h.builtin) {
+        (Some(u), None) => {
+            if !gateway.upstreams.contains_key(u) {
+                let known: Vec<&String> = gateway.upstreams.keys().collect();
+                finding(
+                    &t.file,
+                    format!("{path}.handler.upstream"),
+                    "ref.dangling",
+                    format!("upstream '{u}' is not declared in toolgate.yaml"),
+                    format!("use one of {known:?} or add it under `upstreams:`"),
+                );
+            }
+        }
+        (None, Some(b)) => {
+            if Builtin::from_name(b).is_none() {
+                finding(
+                    &t.file,
+                    format!("{path}.handler.builtin"),
+                    "ref.dangling",
+                    format!("'{b}' is not a built-in tool"),
+                    format!("built-ins are {:?}", Builtin::ALL.map(Builtin::name)),
+                );
+            }
+        }
+        _ => finding(
+            &t.file,
+            format!("{path}.handler"),
+            "config.handler",
+            "a handler names exactly one of `upstream` or `builtin`".into(),
+            "write `handler: {upstream: erp, tool: schedule_payment}` or `handler: {builtin: plan.submit}`".into(),
+        ),
+    }
+}
+
+/// Each role the tool is listed for is declared or held.
+fn check_roles(t: &Tool, path: &str, role_names: &HashSet<&str>, finding: &mut Sink<'_>) {
+    for (j, r) in t.config.roles.iter().enumerate() {
+        if !role_names.contains(r.as_str()) {
+            let mut known: Vec<_> = role_names.iter().collect();
+            known.sort();
+            finding(
+                &t.file,
+                format!("{path}.roles[{j}]"),
+                "ref.dangling",
+                format!("role '{r}' is neither declared under `roles:` nor held by any principal"),
+                format!("declare it in principals.yaml `roles:`; known roles: {known:?}"),
+            );
+        }
+    }
+}
+
+/// `identity` fields are inputs; `redact` fields are inputs or outputs.
+fn check_named_fields(t: &Tool, path: &str, finding: &mut Sink<'_>) {
+    let c = &t.config;
+    for (j, f) in c.identity.iter().chain(c.redact.iter()).enumerate() {
+        let first = f.split('.').next().unwrap_or(f);
+        let in_inputs = c
+            .input_schema
+            .pointer(&format!("/properties/{first}"))
+            .is_some();
+        let in_outputs = c
+            .output_schema
+            .as_ref()
+            .is_some_and(|o| crate::lint::schema_mentions(o, first));
+        let is_identity = j < c.identity.len();
+        let declared = in_inputs || (!is_identity && in_outputs);
+        if !declared {
+            finding(
+                &t.file,
+                format!("{path}.{}", if is_identity { "identity" } else { "redact" }),
+                "ref.unknown-field",
+                format!("field '{f}' is not a property of the tool's schema"),
+                "name a property declared in input_schema (or output_schema for redact)".into(),
+            );
+        }
+    }
+}
+
+/// One person approves, or two (the two-person rule).
+fn check_approver_count(t: &Tool, path: &str, finding: &mut Sink<'_>) {
+    let approvers = t.config.approvers;
+    if !(1..=2).contains(&approvers) {
+        finding(
+            &t.file,
+            format!("{path}.approvers"),
+            "config.approvers",
+            format!("approvers is {approvers}"),
+            "1 (one person) or 2 (two-person rule)".into(),
+        );
+    }
+}
+
+/// The principals under unique ids, with their ancestors, and the principal each credential's
+/// key hash belongs to.
+struct PrincipalIndex {
+    principals: Vec<Principal>,
+    by_id: HashMap<String, usize>,
+    by_key: HashMap<String, usize>,
+}
+
+/// The principals: unique ids, parents that exist and form no cycle, well-formed credentials
+/// held once, default purposes they are granted, and no agent in an approver role.
+fn index_principals(
+    pfile: &PrincipalsFile,
+    roles: &BTreeMap<String, RoleConfig>,
+    finding: &mut Sink<'_>,
+) -> PrincipalIndex {
+    let mut principals = Vec::new();
+    let mut by_id = HashMap::new();
+    for (i, p) in pfile.principals.iter().enumerate() {
+        if by_id.contains_key(&p.id) {
+            finding(
+                "principals.yaml",
+                format!("principals[{i}].id"),
+                "ref.duplicate",
+                format!("principal '{}' is declared twice", p.id),
+                "give each principal one entry".into(),
+            );
+            continue;
+        }
+        by_id.insert(p.id.clone(), principals.len());
+        principals.push(Principal {
+            config: p.clone(),
+            ancestors: Vec::new(),
+            entity: uid("Principal", &p.id),
+        });
+    }
+    let mut by_key = HashMap::new();
+    for (i, p) in pfile.principals.iter().enumerate() {
+        let ancestors = ancestors_of(i, p, &principals, &by_id, finding);
+        if let Some(&pi) = by_id.get(&p.id)
+            && principals[pi].config.id == p.id
+        {
+            principals[pi].ancestors = ancestors;
+        }
+        check_credentials(i, p, &by_id, &mut by_key, finding);
+        check_default_purposes(i, p, finding);
+        check_agent_approver(i, p, roles, finding);
+    }
+    PrincipalIndex {
+        principals,
+        by_id,
+        by_key,
+    }
+}
+
+/// `p`'s parent, its parent's parent, … up to the root; a cycle or an undeclared parent ends
+/// the chain with a finding.
+fn ancestors_of(
+    i: usize,
+    p: &PrincipalConfig,
+    principals: &[Principal],
+    by_id: &HashMap<String, usize>,
+    finding: &mut Sink<'_>,
+) -> Vec<String> {
+    let mut ancestors = Vec::new();
+    let mut cur = p.parent.clone();
+    while let Some(parent) = cur {
+        if parent == p.id || ancestors.contains(&parent) {
+            finding(
+                "principals.yaml",
+                format!("principals[{i}].parent"),
+                "ref.cycle",
+                format!("principal '{}' is its own ancestor", p.id),
+                "parents form a tree rooted at a principal without a parent".into(),
+            );
+            break;
+        }
+        match by_id.get(&parent) {
+            Some(&pi) => {
+                ancestors.push(parent.clone());
+                cur = principals[pi].config.parent.clone();
+            }
+            None => {
+                finding(
+                    "principals.yaml",
+                    format!("principals[{i}].parent"),
+                    "ref.dangling",
+                    format!("parent '{parent}' is not a declared principal"),
+                    "name a principal declared in this file".into(),
+                );
+                break;
+            }
+        }
+    }
+    ancestors
+}
+
+/// Each credential is a key hash, held by no other credential; indexed in `by_key`.
+fn check_credentials(
+    i: usize,
+    p: &PrincipalConfig,
+    by_id: &HashMap<String, usize>,
+    by_key: &mut HashMap<String, usize>,
+    finding: &mut Sink<'_>,
+) {
+    for (j, c) in p.credentials.iter().enumerate() {
+        let ok = c
+            .sha256
+            .strip_prefix("sha256:")
+            .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !ok {
+            finding(
+                "principals.yaml",
+                format!("principals[{i}].credentials[{j}].sha256"),
+                "config.credential",
+                "not a `sha256:<64 hex digits>` hash".into(),
+                "store the hash of the API key, never the key: `toolgate key hash`".into(),
+            );
+        } else if by_key
+            .insert(c.sha256.to_ascii_lowercase(), by_id[&p.id])
+            .is_some()
+        {
+            finding(
+                "principals.yaml",
+                format!("principals[{i}].credentials[{j}]"),
+                "ref.duplicate",
+                "this key hash is already held by another credential".into(),
+                "issue each principal its own key".into(),
+            );
+        }
+    }
+}
+
+/// A default purpose (the principal's, or a credential's) is one the principal is granted.
+fn check_default_purposes(i: usize, p: &PrincipalConfig, finding: &mut Sink<'_>) {
+    let granted: HashSet<&str> = p
+        .grants
+        .iter()
+        .flat_map(|g| g.purposes.iter().map(String::as_str))
+        .collect();
+    let defaults = std::iter::once((
+        format!("principals[{i}].default_purpose"),
+        &p.default_purpose,
+    ))
+    .chain(p.credentials.iter().enumerate().map(|(j, c)| {
+        (
+            format!("principals[{i}].credentials[{j}].default_purpose"),
+            &c.default_purpose,
+        )
+    }));
+    for (at, purpose) in defaults {
+        if let Some(purpose) = purpose
+            && !granted.contains(purpose.as_str())
+        {
+            let mut names: Vec<_> = granted.iter().collect();
+            names.sort();
+            finding(
+                "principals.yaml",
+                at,
+                "config.default-purpose",
+                format!("'{}' has no grant for purpose '{purpose}'", p.id),
+                format!("name one of its granted purposes: {names:?}"),
+            );
+        }
+    }
+}
+
+/// Only people approve.
+fn check_agent_approver(
+    i: usize,
+    p: &PrincipalConfig,
+    roles: &BTreeMap<String, RoleConfig>,
+    finding: &mut Sink<'_>,
+) {
+    if p.kind == PrincipalKind::Agent && roles.get(&p.role).is_some_and(|r| r.approver) {
+        finding(
+            "principals.yaml",
+            format!("principals[{i}].role"),
+            "config.agent-approver",
+            format!("agent '{}' holds approver role '{}'", p.id, p.role),
+            "only people (kind: human) approve; a model reviewer uses step.approve".into(),
+        );
+    }
+}
+
+/// A role's default purpose is one some principal of the role is granted.
+fn check_role_defaults(
+    roles: &BTreeMap<String, RoleConfig>,
+    pfile: &PrincipalsFile,
+    finding: &mut Sink<'_>,
+) {
+    for (name, r) in roles {
+        if let Some(purpose) = &r.default_purpose {
+            let held = pfile
+                .principals
+                .iter()
+                .any(|p| &p.role == name && p.grants.iter().any(|g| g.purposes.contains(purpose)));
+            if !held {
+                finding(
+                    "principals.yaml",
+                    format!("roles.{name}.default_purpose"),
+                    "config.default-purpose",
+                    format!("no principal of role '{name}' has a grant for purpose '{purpose}'"),
+                    "name a purpose the role's principals are granted".into(),
+                );
+            }
+        }
+    }
+}
+
+/// `runs.idle_minutes` is between a minute and a week.
+fn check_runs(gateway: &GatewayFile, finding: &mut Sink<'_>) {
+    if !(1..=10_080).contains(&gateway.runs.idle_minutes) {
+        finding(
+            "toolgate.yaml",
+            "runs.idle_minutes".into(),
+            "config.bounds",
+            format!("idle_minutes is {}", gateway.runs.idle_minutes),
+            "between 1 and 10080 (a week); the default is 30".into(),
+        );
+    }
+}
+
+/// Each tool's window budgets, compiled: fields and keys exist, limits parse, ids are unique
+/// across tools.
+fn compile_window_budgets(tools: &mut [Tool], pfile: &PrincipalsFile, finding: &mut Sink<'_>) {
+    let declared: HashSet<&str> = pfile.principals.iter().map(|p| p.id.as_str()).collect();
+    let mut budget_ids: HashMap<String, String> = HashMap::new();
+    let mut budget_findings = Vec::new();
+    for t in tools {
+        t.windows = crate::budget::compile(
+            &t.file,
+            t.index,
+            &t.config.window_budgets,
+            &t.config.input_schema,
+            &declared,
+            &mut budget_findings,
+        );
+        for (j, b) in t.config.window_budgets.iter().enumerate() {
+            if let Some(other) = budget_ids.insert(b.id.clone(), t.config.name.clone()) {
+                budget_findings.push(Finding {
+                    file: t.file.clone(),
+                    path: format!("tools[{}].window_budgets[{j}].id", t.index),
+                    rule: "ref.duplicate".into(),
+                    message: format!("window budget '{}' is also declared on '{other}'", b.id),
+                    fix: "give each window budget its own id".into(),
+                });
+            }
+        }
+    }
+    for f in budget_findings {
+        finding(&f.file, f.path, &f.rule, f.message, f.fix);
+    }
+}
+
+/// The policies, validated against the Cedar schema generated from the tools; `None` when any
+/// does not validate.
+fn load_policies(
+    policy_files: &[(String, String)],
+    tools: &[Tool],
+    pfile: &PrincipalsFile,
+    finding: &mut Sink<'_>,
+) -> Option<Policies> {
+    let configs: Vec<ToolConfig> = tools.iter().map(|t| t.config.clone()).collect();
+    let types: Vec<&CedarType> = tools.iter().map(|t| t.schema.cedar_type()).collect();
+    match Policies::load(policy_files, &configs, &types, &pfile.principals) {
+        Ok(p) => Some(p),
+        Err(problems) => {
+            for p in problems {
+                finding(
+                    &p.file,
+                    p.policy.unwrap_or_else(|| "(file)".into()),
+                    "policy.invalid",
+                    p.message,
+                    p.fix.unwrap_or_else(|| {
+                        "policies see context.purpose, context.reason, context.inputs.<field> \
+                         (typed from the tool's schema) and context.run.{steps,denials,\
+                         act_steps,spend_steps,tool_calls}; `toolgate check --cedar-schema` \
+                         prints the schema"
+                            .into()
+                    }),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// Who may approve each gate: enough eligible people, none approving their own requests.
+fn check_approvals(
+    gateway: &GatewayFile,
+    tools: &[Tool],
+    pfile: &PrincipalsFile,
+    policies: Option<&Policies>,
+    finding: &mut Sink<'_>,
+) {
+    let tool_configs: Vec<(&str, usize, &ToolConfig)> = tools
+        .iter()
+        .map(|t| (t.file.as_str(), t.index, &t.config))
+        .collect();
+    for f in crate::approvers::check(gateway, &tool_configs, pfile, policies) {
+        finding(&f.file, f.path, &f.rule, f.message, f.fix);
+    }
+}
+
+/// The checks of a tool's `ask`, `reason_from`, `reason_length` and `idempotency`.
+fn check_call_fields(t: &Tool, path: &str, finding: &mut Sink<'_>) {
     use crate::config::CallField;
     let c = &t.config;
     let own = |name: &str| c.input_schema.pointer(&format!("/properties/{name}"));
@@ -960,7 +1116,7 @@ fn check_reads(
     path: &str,
     tool_index: &HashMap<String, usize>,
     tools: &[Tool],
-    finding: &mut impl FnMut(&str, String, &str, String, String),
+    finding: &mut Sink<'_>,
 ) {
     use crate::model::Effect;
     let c = &t.config;
@@ -1085,10 +1241,7 @@ fn check_reads(
 /// The checks of `accept:` entries that need no lint: each names a rule that can be accepted,
 /// a subject, a reason and who accepted it. Whether it still matches a finding is the lint's
 /// question (`accept.stale`).
-fn check_acceptances(
-    gateway: &GatewayFile,
-    finding: &mut impl FnMut(&str, String, &str, String, String),
-) {
+fn check_acceptances(gateway: &GatewayFile, finding: &mut Sink<'_>) {
     for (i, a) in gateway.accept.iter().enumerate() {
         let at = format!("accept[{i}]");
         if !crate::rules::acceptable(&a.rule) {

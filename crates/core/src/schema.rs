@@ -14,6 +14,8 @@ use cedar_policy::RestrictedExpression;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use serde_json::{Value, json};
 
+use crate::error::CoreError;
+
 /// A compiled, closed input schema.
 pub struct InputSchema {
     raw: Value,
@@ -52,11 +54,11 @@ impl fmt::Display for FieldError {
 
 impl InputSchema {
     /// Compiles a schema; formats are validated (a `date` must be a date).
-    pub fn compile(raw: &Value) -> Result<Self, String> {
+    pub fn compile(raw: &Value) -> Result<Self, CoreError> {
         let validator = jsonschema::options()
             .should_validate_formats(true)
             .build(raw)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| CoreError::Schema(Box::new(e)))?;
         Ok(InputSchema {
             raw: raw.clone(),
             validator,
@@ -455,9 +457,9 @@ impl CedarType {
                     || InputsError::new(format!("{n} is not an integer Cedar can hold")),
                 )?)
             }
-            (CedarType::Decimal, Value::Number(n)) => {
-                RestrictedExpression::new_decimal(to_decimal(n).map_err(InputsError::new)?)
-            }
+            (CedarType::Decimal, Value::Number(n)) => RestrictedExpression::new_decimal(
+                to_decimal(n).map_err(|e| InputsError::new(e.to_string()))?,
+            ),
             (CedarType::String, Value::String(s)) => RestrictedExpression::new_string(s.clone()),
             (CedarType::Bool, Value::Bool(b)) => RestrictedExpression::new_bool(*b),
             (CedarType::Set(t), Value::Array(items)) => RestrictedExpression::new_set(
@@ -956,25 +958,23 @@ fn percent_decode(s: &str) -> String {
 
 /// A JSON number as a Cedar decimal literal. Cedar decimals have four fraction digits; a number
 /// that needs more cannot be compared exactly and is refused rather than rounded.
-fn to_decimal(n: &serde_json::Number) -> Result<String, String> {
+fn to_decimal(n: &serde_json::Number) -> Result<String, CoreError> {
     /// Cedar's decimal is an i64 of 1/10,000ths.
     const LIMIT: f64 = 922_337_203_685_477.0;
     if let Some(i) = n.as_i64() {
         if (i as f64).abs() >= LIMIT {
-            return Err(format!("{n} is outside the range policies can compare"));
+            return Err(CoreError::OutsidePolicyRange(n.clone()));
         }
         return Ok(format!("{i}.0"));
     }
-    let f = n.as_f64().ok_or("number is not finite")?;
+    let f = n.as_f64().ok_or(CoreError::NotFinite)?;
     if f.abs() >= LIMIT {
-        return Err(format!("{n} is outside the range policies can compare"));
+        return Err(CoreError::OutsidePolicyRange(n.clone()));
     }
     let s = format!("{f:.4}");
-    let back: f64 = s.parse().map_err(|_| "number cannot be formatted")?;
+    let back: f64 = s.parse().map_err(|_| CoreError::NotFinite)?;
     if (back - f).abs() > f64::EPSILON * f.abs().max(1.0) {
-        return Err(format!(
-            "{n} has more than four fraction digits; policies cannot compare it exactly"
-        ));
+        return Err(CoreError::TooPreciseForPolicies(n.clone()));
     }
     Ok(s)
 }

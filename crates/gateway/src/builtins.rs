@@ -1,4 +1,5 @@
-//! The built-in tools of the roles of seed 000 §04, and the binding of plan-bound roles.
+//! The built-in tools of the planner, worker and reviewer roles, and the binding of plan-bound
+//! roles.
 //!
 //! - `plan.submit` (planner): a plan as data — steps with tool, inputs, purpose, justification
 //!   and cited evidence — becomes a run whose steps wait for workers. It executes nothing.
@@ -31,7 +32,7 @@ use toolgate_store::{
     check_step,
 };
 
-use crate::render::{self, Refusal, readable_error};
+use crate::render::{self, Asked, NotDone, Refusal};
 use crate::server::GatewayState;
 
 /// The executor a call to `tool` runs under: for a built-in, the current one with toolgate's
@@ -186,59 +187,33 @@ fn step_result(step: &toolgate_store::Step) -> CallToolResult {
     let o = step.outcome.clone();
     let rule = o.as_ref().and_then(|o| o.rule.clone()).unwrap_or_default();
     let error = o.as_ref().and_then(|o| o.error.clone()).unwrap_or_default();
-    let tool = &step.tool;
-    let at = json!({"tool": tool, "run_id": step.run_id, "step_id": step.step_id, "seq": step.seq});
-    let with = |mut v: Value| {
-        if let (Some(m), Some(a)) = (v.as_object_mut(), at.as_object()) {
-            m.extend(a.clone());
+    let not_done = match step.status {
+        StepStatus::Done => {
+            return structured(o.and_then(|o| o.result).unwrap_or_else(|| json!({})));
         }
-        v
-    };
-    match step.status {
-        StepStatus::Done => match o.and_then(|o| o.result) {
-            Some(v) => structured(v),
-            None => structured(json!({})),
-        },
-        StepStatus::Refused => Refusal::new(
-            tool,
-            "step",
-            rule,
-            format!("{error} (step {} of run {})", step.seq, step.run_id),
-        )
-        .fact("run_id", step.run_id.as_str())
-        .fact("step_id", step.step_id.as_str())
-        .fact("seq", step.seq)
-        .into_result(),
-        StepStatus::NeedsApproval => {
-            let id = o.and_then(|o| o.approval_id).unwrap_or_default();
-            readable_error(
-                format!(
-                    "'{tool}' was NOT done yet: a person must approve it first ({error}; rule \
-                     {rule}). Approval request {id} is waiting. Retry the same call later, with \
-                     exactly the same inputs: once approved it runs (once; a worker may run it \
-                     first); if it was rejected, the retry says so and why."
-                ),
-                with(
-                    json!({"status": "needs_approval", "approval_id": id, "rule": rule, "reason": error}),
-                ),
+        StepStatus::Refused => {
+            return Refusal::new(
+                &step.tool,
+                "step",
+                rule,
+                format!("{error} (step {} of run {})", step.seq, step.run_id),
             )
+            .fact("run_id", step.run_id.as_str())
+            .fact("step_id", step.step_id.as_str())
+            .fact("seq", step.seq)
+            .into_result();
         }
-        StepStatus::Unknown => readable_error(
-            format!("The outcome of '{tool}' is unknown: {error}"),
-            with(json!({"status": "unknown", "rule": rule, "reason": error})),
-        ),
-        StepStatus::Failed => readable_error(
-            format!("'{tool}' failed at the target: {error}"),
-            with(json!({"status": "failed", "rule": rule, "reason": error})),
-        ),
-        StepStatus::Pending | StepStatus::Running => readable_error(
-            format!(
-                "'{tool}' is {} (another worker holds it); ask run.status later",
-                step.status
-            ),
-            with(json!({"status": "in_progress"})),
-        ),
-    }
+        StepStatus::NeedsApproval => NotDone::NeedsApproval {
+            approval_id: o.and_then(|o| o.approval_id).unwrap_or_default(),
+            rule,
+            reason: error,
+            approvers_needed: None,
+        },
+        StepStatus::Unknown => NotDone::Unknown,
+        StepStatus::Failed => NotDone::Failed { rule, error },
+        StepStatus::Pending | StepStatus::Running => NotDone::InProgress,
+    };
+    not_done.into_result(Asked::Step(step))
 }
 
 // ---------------------------------------------------------------- plan.submit
@@ -260,7 +235,7 @@ async fn refuse_plan(
         let at = |rule: String, why: String| Some((i + 1, s.tool.clone(), rule, why));
         let worker = match assign_worker(reg, &call.principal, &s.tool, s.worker.as_deref()) {
             Ok(w) => w,
-            Err(why) => return at("plan.worker".into(), why),
+            Err(why) => return at("plan.worker".into(), why.to_string()),
         };
         let step = PlannedStep {
             tool: s.tool.clone(),

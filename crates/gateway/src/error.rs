@@ -19,8 +19,8 @@ pub enum GatewayError {
     },
     #[error("upstream '{name}': {message}")]
     Upstream { name: String, message: String },
-    #[error("{0} (fix it, or re-pin with `toolgate lock approve`)")]
-    Lockfile(String),
+    #[error("toolgate.lock cannot be used (fix it, or re-pin with `toolgate lock approve`)")]
+    Lockfile(#[source] toolgate_contract::ContractError),
     #[error("OAuth settings: {0}")]
     OAuth(#[source] crate::jwt::JwksError),
     #[error("cannot listen on {addr}")]

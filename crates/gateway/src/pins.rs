@@ -20,16 +20,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use rmcp::model::{ServerPeerInfo, Tool};
-use serde_json::{Value, json};
+use serde_json::json;
 use toolgate_contract::{
     ContractError, DefinitionHash, Lockfile, PinSet, PinVerdict, ServerIdentity,
 };
 use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Clock, StepStatus, SystemClock};
-use toolgate_store::audit::AuditWho;
-use toolgate_store::{AuditDecision, AuditDraft, DirectCall, Store};
+use toolgate_core::{Clock, SystemClock};
+use toolgate_store::{AuditDraft, DirectCall, Store};
 
 use crate::auth::Caller;
+use crate::error::GatewayError;
 use crate::server::GatewayState;
 
 /// The lockfile's name in the registry folder.
@@ -310,38 +310,13 @@ fn log_verdict(v: &PinVerdict) {
     tracing::info!(upstream = %v.server, served = v.allowed.len(), blocked = v.blocked.len(), removed = v.removed.len(), "checked against toolgate.lock");
 }
 
-#[allow(clippy::too_many_arguments)]
-fn event(
-    tool: String,
-    inputs: Value,
-    kind: AuditDecision,
-    rule: &str,
-    reason: String,
-    status: StepStatus,
-    error: Option<String>,
-    version: &str,
-) -> AuditDraft {
-    let mut d = AuditDraft::event(
-        SystemClock.now(),
-        AuditWho::toolgate(),
-        tool,
-        kind,
-        status,
-        version,
-    );
-    d.inputs = inputs;
-    d.why.rule = Some(rule.into());
-    d.why.reason = Some(reason);
-    d.outcome.error = error;
-    d
-}
-
 /// The audit records of one verdict: what is served, and each block.
 fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<AuditDraft> {
     let server = &v.server;
-    let mut out = Vec::new();
+    let now = SystemClock.now();
     if let Some(reason) = &v.server_blocked {
-        out.push(event(
+        return vec![AuditDraft::pin_block(
+            now,
             format!("upstream:{server}"),
             json!({
                 "server": server,
@@ -349,17 +324,15 @@ fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<A
                 "changes": v.server_changes,
                 "listed": v.blocked.iter().map(|b| &b.tool).collect::<Vec<_>>(),
             }),
-            AuditDecision::PinBlock,
             "pin.server_blocked",
             format!("upstream '{server}' serves nothing: {reason}"),
-            StepStatus::Refused,
-            Some(reason.clone()),
+            reason.clone(),
             version,
-        ));
-        return out;
+        )];
     }
     let served: BTreeMap<&String, &DefinitionHash> = v.allowed.iter().collect();
-    out.push(event(
+    let mut out = vec![AuditDraft::pin(
+        now,
         format!("upstream:{server}"),
         json!({
             "server": server,
@@ -367,20 +340,17 @@ fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<A
             "served": served,
             "removed": v.removed,
         }),
-        AuditDecision::Pin,
-        "pin.served",
         format!(
             "upstream '{server}': {} tool(s) served at their pinned definitions, {} blocked, {} removed",
             v.allowed.len(),
             v.blocked.len(),
             v.removed.len()
         ),
-        StepStatus::Done,
-        None,
         version,
-    ));
+    )];
     for b in &v.blocked {
-        out.push(event(
+        out.push(AuditDraft::pin_block(
+            now,
             format!("upstream:{server}/{}", b.tool),
             json!({
                 "server": server,
@@ -388,14 +358,12 @@ fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<A
                 "label": b.label,
                 "changes": b.change.changes(),
             }),
-            AuditDecision::PinBlock,
             "pin.tool_blocked",
             format!(
                 "'{}' on upstream '{server}' is blocked ({}): {}",
                 b.tool, b.label, b.reason
             ),
-            StepStatus::Refused,
-            Some(v.refusal(&b.tool)),
+            v.refusal(&b.tool),
             version,
         ));
     }
@@ -446,20 +414,24 @@ pub async fn freshen(state: &GatewayState, caller: &Caller, call: &DirectCall) {
 /// `toolgate.yaml` now reaches it, keeping every other pin (server name and version,
 /// instructions, tool definitions) as it was. For test environments that copy an example and
 /// serve its upstreams on loopback URLs; returns the servers moved.
-pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, String> {
+pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, GatewayError> {
     let path = dir.join(LOCKFILE);
     if !path.exists() {
         return Ok(Vec::new());
     }
-    let mut lock = Lockfile::read(&path).map_err(|e| e.to_string())?;
-    let sources = toolgate_core::registry::Sources::read(dir).map_err(|e| e.to_string())?;
+    let mut lock = Lockfile::read(&path).map_err(GatewayError::Lockfile)?;
+    let sources =
+        toolgate_core::registry::Sources::read(dir).map_err(|source| GatewayError::Registry {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     let mut moved = Vec::new();
     for (name, cfg) in &sources.gateway.upstreams {
         if lock.rehome(name, ServerIdentity::from_upstream(cfg)) {
             moved.push(name.clone());
         }
     }
-    lock.write(&path).map_err(|e| e.to_string())?;
+    lock.write(&path).map_err(GatewayError::Lockfile)?;
     Ok(moved)
 }
 
@@ -467,6 +439,7 @@ pub fn rehome_lock(dir: &Path) -> Result<Vec<String>, String> {
 mod tests {
     use super::*;
     use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+    use serde_json::Value;
     use toolgate_contract::{Approval, ServerFacts, tool_value};
 
     fn info(name: &str) -> Arc<ServerPeerInfo> {

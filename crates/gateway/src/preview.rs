@@ -1,5 +1,5 @@
-//! Preview, then commit (seed 002, "Give destructive tools a preview step"), for tools that
-//! declare `preview:` in the registry. Such a tool `T` is listed twice:
+//! Preview, then commit, for tools that declare `preview:` in the registry: a destructive call
+//! is shown exactly before it is made. Such a tool `T` is listed twice:
 //!
 //! - `T.preview` takes `T`'s inputs, does nothing, and answers with the full envelope (the
 //!   registry tool and version, the upstream and its tool, every input exactly as it will be
@@ -17,19 +17,15 @@
 //! when the preview was refused.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use toolgate_core::registry::Tool as RegistryTool;
-use toolgate_core::{
-    CallRequest, CheckName, Clock, Decision, Engine, InputHash, Registry, StepStatus, SystemClock,
-    Verdict,
-};
-use toolgate_store::StoreError;
-use toolgate_store::audit::{AuditDecision, AuditDraft, AuditWho};
+use toolgate_core::{CallRequest, CheckName, Decision, InputHash, Registry, Timestamp, Verdict};
+use toolgate_store::audit::{AuditCall, AuditDraft, AuditWho};
 use toolgate_store::previews::Preview;
+use toolgate_store::{Executor, StoreError};
 
 use crate::auth::Caller;
 use crate::meta::CallContext;
@@ -117,13 +113,6 @@ fn as_object(v: Value) -> JsonObject {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
 fn store_error(e: StoreError) -> ErrorData {
     ErrorData::internal_error(
         format!("toolgate could not read or keep the plan: {e}"),
@@ -153,9 +142,13 @@ async fn preview(
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let cfg = &tool.config;
+    // One snapshot of the registry and the executor for the whole preview, and the executor's
+    // clock for its decision, its expiry and its record, as for the call that commits it.
+    let executor = server.state().executor();
+    let now = executor.clock.now();
     let ctx = CallContext::from_meta(meta);
     let split = split_arguments(
-        &server.state().registry(),
+        &executor.registry,
         caller,
         tool.name(),
         arguments.unwrap_or_default(),
@@ -175,20 +168,14 @@ async fn preview(
         meta.insert("reason".into(), json!(r));
     }
     let meta = &meta;
-    let decision = static_decision(server, caller, tool, &inputs, &split);
+    let decision = static_decision(&executor, caller, tool, &inputs, &split, now);
     if let Some(refused) = static_refusal(tool, &decision) {
-        let r = Recorded {
-            name: format!("{}{SUFFIX}", tool.name()),
-            kind: AuditDecision::Deny,
-            decision: Some(&decision),
-            rule: decision.rule().map(str::to_string),
-            plan_id: None,
-        };
-        record(server, caller, tool, &inputs, meta, r).await?;
+        let r = Recorded::PreviewRefused(&decision);
+        record(server, caller, tool, &inputs, meta, r, now).await?;
         return Ok(refused);
     }
     let hash = InputHash::of(&inputs);
-    let created_at = now_ms();
+    let created_at = now.millis();
     let expires_secs = cfg.preview.as_ref().map_or(0, |p| p.expires_secs);
     let plan = Preview {
         plan_id: format!("pln_{}", uuid::Uuid::now_v7().simple()),
@@ -207,14 +194,11 @@ async fn preview(
         .save_preview(&plan)
         .await
         .map_err(store_error)?;
-    let r = Recorded {
-        name: format!("{}{SUFFIX}", tool.name()),
-        kind: AuditDecision::Preview,
-        decision: Some(&decision),
-        rule: None,
-        plan_id: Some(plan.plan_id.clone()),
+    let r = Recorded::Plan {
+        decision: &decision,
+        plan_id: plan.plan_id.clone(),
     };
-    record(server, caller, tool, &inputs, meta, r).await?;
+    record(server, caller, tool, &inputs, meta, r, now).await?;
     tracing::info!(principal = %caller.principal, tool = %cfg.name, plan_id = %plan.plan_id, hash = %plan.input_hash, "preview");
     let envelope = json!({
         "tool": cfg.name,
@@ -254,17 +238,17 @@ async fn preview(
     Ok(r)
 }
 
-/// The preview's decision: the whole engine, of which only the checks that depend on nothing
-/// but the caller, the inputs and the `_meta` can refuse a preview (see [`static_refusal`]).
+/// The preview's decision: the executor's engine, of which only the checks that depend on
+/// nothing but the caller, the inputs and the `_meta` can refuse a preview (see
+/// [`static_refusal`]).
 fn static_decision(
-    server: &GatewayServer,
+    executor: &Executor,
     caller: &Caller,
     tool: &RegistryTool,
     inputs: &Value,
     split: &Split,
+    now: Timestamp,
 ) -> Decision {
-    let surface = server.state().surface();
-    let engine = Engine::new(&surface.registry, &surface.executor.keys);
     let req = CallRequest {
         purpose: split.why.purpose.as_deref(),
         reason: split.why.reason.as_deref(),
@@ -272,7 +256,7 @@ fn static_decision(
         argument_errors: &split.errors,
         ..CallRequest::new(&caller.principal, tool.name(), inputs)
     };
-    engine.decide(&req, SystemClock.now())
+    executor.engine().decide(&req, now)
 }
 
 /// A plan the commit would certainly refuse is not made: the checks that depend only on the
@@ -302,15 +286,16 @@ fn static_refusal(tool: &RegistryTool, decision: &Decision) -> Option<CallToolRe
 }
 
 /// What a preview or commit record says happened.
-struct Recorded<'a> {
-    /// `T.preview` or `T`.
-    name: String,
-    kind: AuditDecision,
-    /// The engine's decision, when it was asked (a preview).
-    decision: Option<&'a Decision>,
-    rule: Option<String>,
-    /// The plan made, for a preview that made one.
-    plan_id: Option<String>,
+enum Recorded<'a> {
+    /// `T.preview` made the plan `plan_id`, as the engine decided.
+    Plan {
+        decision: &'a Decision,
+        plan_id: String,
+    },
+    /// `T.preview` was refused by the engine's decision: no plan was made.
+    PreviewRefused(&'a Decision),
+    /// The commit `T` was refused by `rule` (no current plan of the caller's).
+    CommitRefused { rule: String },
 }
 
 /// Appends a preview's or a refused commit's audit record, durably, before the caller hears
@@ -322,38 +307,39 @@ async fn record(
     inputs: &Value,
     meta: &JsonObject,
     r: Recorded<'_>,
+    now: Timestamp,
 ) -> Result<(), ErrorData> {
     let ctx = CallContext::from_meta(meta);
     // A run named that is not the caller's is not joined: the record names no run.
     let run_id = server.run_for(caller, ctx.run_id.clone()).await?.ok();
     let store = &server.state().store;
     let (inputs, redacted) = store.config().redactor.redact(inputs, &tool.config.redact);
-    let status = if r.plan_id.is_some() {
-        StepStatus::Done
-    } else {
-        StepStatus::Refused
-    };
-    let version = match r.decision {
-        Some(d) => d.registry_version.clone(),
-        None => server.state().registry().version.hash.clone(),
+    let name = match r {
+        Recorded::Plan { .. } | Recorded::PreviewRefused(_) => format!("{}{SUFFIX}", tool.name()),
+        Recorded::CommitRefused { .. } => tool.name().to_string(),
     };
     let who = AuditWho {
         actor: ctx.actor,
         ..AuditWho::new(&caller.principal, &caller.role)
     };
-    let mut draft = AuditDraft::event(SystemClock.now(), who, r.name, r.kind, status, version);
-    draft.run_id = run_id;
-    draft.tool_version = Some(tool.config.version.clone());
-    (draft.inputs, draft.redacted) = (inputs, redacted);
-    draft.why.purpose = ctx.purpose;
-    draft.why.reason = ctx.reason;
-    draft.why.evidence = ctx.evidence;
-    draft.why.rule = r.rule;
-    if let Some(d) = r.decision {
-        draft.why.checks = d.checks.clone();
-        draft.why.shadow = d.shadow.clone();
-    }
-    draft.outcome.target_ref = r.plan_id;
+    let call = AuditCall {
+        run_id,
+        tool_version: Some(tool.config.version.clone()),
+        inputs,
+        redacted,
+        purpose: ctx.purpose,
+        reason: ctx.reason,
+        evidence: ctx.evidence,
+        ..AuditCall::new(who, name, None)
+    };
+    let draft = match r {
+        Recorded::Plan { decision, plan_id } => AuditDraft::preview(now, call, decision, plan_id),
+        Recorded::PreviewRefused(decision) => AuditDraft::preview_refusal(now, call, decision),
+        Recorded::CommitRefused { rule } => {
+            let version = server.state().registry().version.hash.clone();
+            AuditDraft::refusal(now, call, rule, None, version)
+        }
+    };
     store
         .append_audit_grouped(draft)
         .await
@@ -368,6 +354,7 @@ async fn committable(
     caller: &Caller,
     tool: &RegistryTool,
     args: &Value,
+    now: Timestamp,
 ) -> Result<Result<Preview, Refusal>, ErrorData> {
     let name = tool.name();
     let only_plan_id = args.as_object().filter(|a| a.len() == 1);
@@ -401,7 +388,7 @@ async fn committable(
         }
         Err(e) => return Err(store_error(e)),
     };
-    if now_ms() > plan.expires_at {
+    if now.millis() > plan.expires_at {
         return Ok(Err(Refusal::new(
             name,
             "preview",
@@ -436,17 +423,14 @@ async fn commit(
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let args = Value::Object(arguments.unwrap_or_default());
-    let plan = match committable(server, caller, tool, &args).await? {
+    let now = server.state().executor().clock.now();
+    let plan = match committable(server, caller, tool, &args, now).await? {
         Ok(plan) => plan,
         Err(refusal) => {
-            let r = Recorded {
-                name: tool.name().to_string(),
-                kind: AuditDecision::Deny,
-                decision: None,
-                rule: Some(refusal.rule().to_string()),
-                plan_id: None,
+            let r = Recorded::CommitRefused {
+                rule: refusal.rule().to_string(),
             };
-            record(server, caller, tool, &args, meta, r).await?;
+            record(server, caller, tool, &args, meta, r, now).await?;
             return Ok(refusal.into_result());
         }
     };

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::lint::review;
-use toolgate_core::{Clock, LoadError, Registry, StepStatus, SystemClock, Timestamp};
-use toolgate_store::audit::{AuditDecision, AuditDraft, AuditWho};
+use toolgate_core::{Clock, LoadError, Registry, SystemClock, Timestamp};
+use toolgate_store::audit::AuditDraft;
 
 use crate::auth::Authenticator;
 use crate::server::GatewayState;
@@ -328,27 +328,13 @@ pub(crate) fn reload_draft(dir: &Path, r: &ReloadReport) -> AuditDraft {
     } else {
         &r.from
     };
-    let status = if applied {
-        StepStatus::Done
-    } else {
-        StepStatus::Refused
-    };
-    let ts = Timestamp::from_millis(r.at);
-    let mut d = AuditDraft::event(
-        ts,
-        AuditWho::toolgate(),
-        "registry.reload",
-        AuditDecision::Reload,
-        status,
-        serving.hash.clone(),
-    );
-    d.inputs = json!({
+    let attempt = json!({
         "dir": dir.display().to_string(),
         "trigger": r.trigger,
         "from": r.from,
         "to": r.to,
     });
-    d.why.reason = Some(match r.outcome {
+    let reason = match r.outcome {
         ReloadOutcome::Applied => {
             format!("registry {} replaced {}", serving.label, r.from.label)
         }
@@ -356,10 +342,10 @@ pub(crate) fn reload_draft(dir: &Path, r: &ReloadReport) -> AuditDraft {
             "the folder failed validation; {} keeps serving",
             r.from.label
         ),
-    });
-    d.why.rule = (!applied).then(|| "reload.invalid".to_string());
-    d.outcome.error = (!applied).then(|| r.errors.join("\n"));
-    d
+    };
+    let invalid = (!applied).then(|| r.errors.join("\n"));
+    let ts = Timestamp::from_millis(r.at);
+    AuditDraft::reload(ts, attempt, reason, invalid, serving.hash.clone())
 }
 
 /// Loads and validates the folder against the serving registry: the attempt's report and, when

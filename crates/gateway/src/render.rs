@@ -1,6 +1,6 @@
 //! From the store's answer to what the model reads. A refusal the model can correct is a tool
 //! result with `isError: true` that names what fired, what would pass and the legitimate next
-//! move (seed 002: validation failures the model can read); a parked call says how to follow
+//! move (a validation failure the model can read and correct); a parked call says how to follow
 //! it; a replay returns the stored result. Only a tool that does not exist for the caller is a
 //! protocol error, worded exactly like a tool that does not exist at all.
 
@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResult, ContentBlock, ResultType};
 use serde_json::{Value, json};
 use toolgate_core::decide::unknown_tool_message;
 use toolgate_core::{CheckName, Decision, Outcome, StepStatus, Verdict, canonical};
-use toolgate_store::{CallResult, CallStatus, StepOutcome};
+use toolgate_store::{CallResult, CallStatus, Step, StepOutcome};
 
 /// The key under which a result that is not plain structured content is stored whole.
 const WHOLE: &str = "$mcp";
@@ -61,7 +61,7 @@ pub fn from_stored(v: &Value) -> CallToolResult {
 
 /// A tool result the model reads as a failure: text for it, and the same facts as structured
 /// content for programs.
-pub(crate) fn readable_error(text: String, facts: Value) -> CallToolResult {
+fn readable_error(text: String, facts: Value) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
     r.structured_content = Some(facts);
     r.result_type = Some(ResultType::COMPLETE);
@@ -223,36 +223,14 @@ fn failed_checks(decision: &Decision) -> Vec<Value> {
 /// Maps the store's answer to the MCP answer for `tool`.
 pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorData> {
     let key = r.idem_key.as_str();
+    let asked = Asked::Call { tool, key };
     match r.status {
         CallStatus::Done => Ok(stored_result(r.outcome.as_ref())),
         CallStatus::Replayed => Ok(replayed(tool, key, r.outcome.as_ref())),
         CallStatus::Failed => Ok(handler_failed(tool, key, r.outcome.as_ref())),
-        CallStatus::Unknown => Ok(readable_error(
-            format!(
-                "The outcome of '{tool}' is unknown for now: the call may have happened (the target did \
-                 not answer, or toolgate stopped before recording its answer), and this kind of call \
-                 is never retried blind. toolgate is settling it with the target by its idempotency \
-                 key. Retry the same call later (same inputs) to get the settled outcome; do not \
-                 change the inputs to get around this."
-            ),
-            json!({"status": "unknown", "tool": tool, "idempotency_key": key, "retry": "later, same inputs"}),
-        )),
-        CallStatus::InProgress => Ok(readable_error(
-            format!(
-                "This '{tool}' call is already in progress (an earlier attempt of the same operation \
-                 has not finished). Nothing was done twice. Retry the same call in a few seconds \
-                 (same inputs) to get its result; do not change the inputs to get around this."
-            ),
-            json!({"status": "in_progress", "tool": tool, "idempotency_key": key, "retry": "in a few seconds, same inputs"}),
-        )),
-        CallStatus::InputsDiffer => Ok(readable_error(
-            format!(
-                "A '{tool}' call with the same identity was already made with different inputs \
-                 (idempotency key {key}). The first call stands; to do something different, it must \
-                 be a different operation (different identifying fields), not a retry."
-            ),
-            json!({"status": "inputs_differ", "tool": tool, "idempotency_key": key}),
-        )),
+        CallStatus::Unknown => Ok(NotDone::Unknown.into_result(asked)),
+        CallStatus::InProgress => Ok(NotDone::InProgress.into_result(asked)),
+        CallStatus::InputsDiffer => Ok(NotDone::InputsDiffer.into_result(asked)),
         CallStatus::NeedsApproval => {
             let (rule, reason, needed) = match &r.decision.verdict {
                 Verdict::NeedsApproval {
@@ -263,24 +241,13 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
                 } => (rule.clone(), reason.clone(), *approvers_needed),
                 _ => (String::new(), String::new(), 1),
             };
-            let id = r.approval_id.clone().unwrap_or_default();
-            Ok(readable_error(
-                format!(
-                    "'{tool}' was NOT done yet: a person must approve it first ({reason}; rule \
-                     {rule}). Approval request {id} is waiting for {needed} approver(s). Retry the \
-                     same call later, with exactly the same inputs: once approved it runs (once); if \
-                     it was rejected, the retry says so and why. Changed inputs are a new request."
-                ),
-                json!({
-                    "status": "needs_approval",
-                    "tool": tool,
-                    "approval_id": id,
-                    "rule": rule,
-                    "reason": reason,
-                    "approvers_needed": needed,
-                    "idempotency_key": key,
-                }),
-            ))
+            let parked = NotDone::NeedsApproval {
+                approval_id: r.approval_id.clone().unwrap_or_default(),
+                rule,
+                reason,
+                approvers_needed: Some(needed),
+            };
+            Ok(parked.into_result(asked))
         }
         CallStatus::Refused => match &r.decision.verdict {
             Verdict::Deny {
@@ -333,20 +300,178 @@ fn replayed(tool: &str, key: &str, outcome: Option<&StepOutcome>) -> CallToolRes
 }
 
 fn handler_failed(tool: &str, key: &str, outcome: Option<&StepOutcome>) -> CallToolResult {
-    let err = outcome
-        .and_then(|o| o.error.clone())
-        .unwrap_or_else(|| "the call failed".into());
-    let rule = outcome.and_then(|o| o.rule.clone()).unwrap_or_default();
-    let retryable = rule == "timeout.retryable";
-    let next = if retryable {
-        "it did not happen and may be retried with the same inputs"
-    } else {
-        "the target answered no; read its message, correct the request if it is yours to correct, \
-         otherwise report it (the same inputs return the same answer)"
+    let failed = NotDone::Failed {
+        rule: outcome.and_then(|o| o.rule.clone()).unwrap_or_default(),
+        error: outcome
+            .and_then(|o| o.error.clone())
+            .unwrap_or_else(|| "the call failed".into()),
     };
-    readable_error(
-        format!("'{tool}' failed at the target: {err}. Next: {next}."),
-        json!({"status": "failed", "tool": tool, "rule": rule, "error": err, "idempotency_key": key, "retryable": retryable}),
+    failed.into_result(Asked::Call { tool, key })
+}
+
+/// An answer that is neither the tool's result nor a refusal: the call is parked for a person,
+/// its outcome is unknown, it failed at the target, it is still in progress, or its key was
+/// used with other inputs. Every such answer is rendered here, to a direct call or to a
+/// plan-bound call of a planned step ([`Asked`]): text for the model, the same facts as
+/// structured content (`status` first) for programs.
+#[derive(Debug, Clone)]
+pub(crate) enum NotDone {
+    /// Parked until people approve it.
+    NeedsApproval {
+        approval_id: String,
+        rule: String,
+        reason: String,
+        /// How many approvers the gate needs (a direct call's answer says it).
+        approvers_needed: Option<u8>,
+    },
+    /// It may have happened; toolgate settles it with the target by key.
+    Unknown,
+    /// The target answered "no", or did not answer a call that may be retried.
+    Failed { rule: String, error: String },
+    /// An earlier attempt of the same call has not finished.
+    InProgress,
+    /// The same key was used with different inputs; the first call stands.
+    InputsDiffer,
+}
+
+/// What a [`NotDone`] answers: a direct call of a tool with its idempotency key, or a planned
+/// step a plan-bound principal's call ran (or found).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Asked<'a> {
+    Call { tool: &'a str, key: &'a str },
+    Step(&'a Step),
+}
+
+impl NotDone {
+    pub(crate) fn into_result(self, asked: Asked<'_>) -> CallToolResult {
+        let (tool, key) = match asked {
+            Asked::Call { tool, key } => (tool, key),
+            Asked::Step(s) => (s.tool.as_str(), s.idem_key.as_str()),
+        };
+        let (text, mut facts) = match (self, asked) {
+            (
+                NotDone::NeedsApproval {
+                    approval_id: id,
+                    rule,
+                    reason,
+                    approvers_needed,
+                },
+                Asked::Call { .. },
+            ) => {
+                let needed = approvers_needed.unwrap_or(1);
+                (
+                    format!(
+                        "'{tool}' was NOT done yet: a person must approve it first ({reason}; rule \
+                         {rule}). Approval request {id} is waiting for {needed} approver(s). Retry \
+                         the same call later, with exactly the same inputs: once approved it runs \
+                         (once); if it was rejected, the retry says so and why. Changed inputs are \
+                         a new request."
+                    ),
+                    json!({
+                        "status": "needs_approval",
+                        "tool": tool,
+                        "approval_id": id,
+                        "rule": rule,
+                        "reason": reason,
+                        "approvers_needed": needed,
+                        "idempotency_key": key,
+                    }),
+                )
+            }
+            (
+                NotDone::NeedsApproval {
+                    approval_id: id,
+                    rule,
+                    reason,
+                    ..
+                },
+                Asked::Step(_),
+            ) => (
+                format!(
+                    "'{tool}' was NOT done yet: a person must approve it first ({reason}; rule \
+                     {rule}). Approval request {id} is waiting. Retry the same call later, with \
+                     exactly the same inputs: once approved it runs (once; a worker may run it \
+                     first); if it was rejected, the retry says so and why."
+                ),
+                json!({"status": "needs_approval", "approval_id": id, "rule": rule, "reason": reason}),
+            ),
+            (NotDone::Unknown, Asked::Call { .. }) => (
+                format!(
+                    "The outcome of '{tool}' is unknown for now: the call may have happened (the \
+                     target did not answer, or toolgate stopped before recording its answer), and \
+                     this kind of call is never retried blind. toolgate is settling it with the \
+                     target by its idempotency key. Retry the same call later (same inputs) to get \
+                     the settled outcome; do not change the inputs to get around this."
+                ),
+                json!({"status": "unknown", "tool": tool, "idempotency_key": key, "retry": "later, same inputs"}),
+            ),
+            (NotDone::Unknown, Asked::Step(s)) => {
+                let (rule, reason) = rule_and_error(s);
+                (
+                    format!("The outcome of '{tool}' is unknown: {reason}"),
+                    json!({"status": "unknown", "rule": rule, "reason": reason}),
+                )
+            }
+            (NotDone::Failed { rule, error }, Asked::Call { .. }) => {
+                let retryable = rule == "timeout.retryable";
+                let next = if retryable {
+                    "it did not happen and may be retried with the same inputs"
+                } else {
+                    "the target answered no; read its message, correct the request if it is yours \
+                     to correct, otherwise report it (the same inputs return the same answer)"
+                };
+                (
+                    format!("'{tool}' failed at the target: {error}. Next: {next}."),
+                    json!({"status": "failed", "tool": tool, "rule": rule, "error": error, "idempotency_key": key, "retryable": retryable}),
+                )
+            }
+            (NotDone::Failed { rule, error }, Asked::Step(_)) => (
+                format!("'{tool}' failed at the target: {error}"),
+                json!({"status": "failed", "rule": rule, "reason": error}),
+            ),
+            (NotDone::InProgress, Asked::Call { .. }) => (
+                format!(
+                    "This '{tool}' call is already in progress (an earlier attempt of the same \
+                     operation has not finished). Nothing was done twice. Retry the same call in \
+                     a few seconds (same inputs) to get its result; do not change the inputs to \
+                     get around this."
+                ),
+                json!({"status": "in_progress", "tool": tool, "idempotency_key": key, "retry": "in a few seconds, same inputs"}),
+            ),
+            (NotDone::InProgress, Asked::Step(s)) => (
+                format!(
+                    "'{tool}' is {} (another worker holds it); ask run.status later",
+                    s.status
+                ),
+                json!({"status": "in_progress"}),
+            ),
+            (NotDone::InputsDiffer, _) => (
+                format!(
+                    "A '{tool}' call with the same identity was already made with different \
+                     inputs (idempotency key {key}). The first call stands; to do something \
+                     different, it must be a different operation (different identifying fields), \
+                     not a retry."
+                ),
+                json!({"status": "inputs_differ", "tool": tool, "idempotency_key": key}),
+            ),
+        };
+        // A planned step's answer names the step, after what the answer itself says.
+        if let (Asked::Step(s), Some(m)) = (asked, facts.as_object_mut()) {
+            m.insert("tool".into(), json!(s.tool));
+            m.insert("run_id".into(), json!(s.run_id));
+            m.insert("step_id".into(), json!(s.step_id));
+            m.insert("seq".into(), json!(s.seq));
+        }
+        readable_error(text, facts)
+    }
+}
+
+/// The rule and the error a planned step's outcome names (empty when it names none).
+fn rule_and_error(step: &Step) -> (String, String) {
+    let o = step.outcome.as_ref();
+    (
+        o.and_then(|o| o.rule.clone()).unwrap_or_default(),
+        o.and_then(|o| o.error.clone()).unwrap_or_default(),
     )
 }
 
@@ -391,6 +516,69 @@ mod tests {
                 "reason": "no run 'r9' for 'ops'.", "next": "ask for the status of a run of your own",
                 "audit_seq": 7,
             }))
+        );
+    }
+
+    #[test]
+    fn a_failed_direct_call_says_whether_to_retry() {
+        let failed = NotDone::Failed {
+            rule: "timeout.retryable".into(),
+            error: "the call timed out without an answer".into(),
+        };
+        let r = failed.into_result(Asked::Call {
+            tool: "crm.read",
+            key: "k1",
+        });
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(
+            r.content[0].as_text().unwrap().text,
+            "'crm.read' failed at the target: the call timed out without an answer. Next: it did \
+             not happen and may be retried with the same inputs."
+        );
+        assert_eq!(
+            serde_json::to_string(r.structured_content.as_ref().unwrap()).unwrap(),
+            r#"{"status":"failed","tool":"crm.read","rule":"timeout.retryable","error":"the call timed out without an answer","idempotency_key":"k1","retryable":true}"#
+        );
+    }
+
+    #[test]
+    fn a_planned_steps_answer_names_the_step_after_what_it_says() {
+        let mut outcome = StepOutcome::status(StepStatus::Unknown);
+        outcome.rule = Some("timeout.unknown".into());
+        outcome.error = Some("no answer".into());
+        let step = Step {
+            step_id: "s1".into(),
+            run_id: "r1".into(),
+            seq: 2,
+            kind: toolgate_store::StepKind::Planned,
+            principal: "worker".into(),
+            role: "worker".into(),
+            tool: "payment.schedule".into(),
+            effect: toolgate_core::Effect::Irreversible,
+            tier: toolgate_core::Tier::Spend,
+            purpose: None,
+            reason: None,
+            evidence: Vec::new(),
+            actor: Default::default(),
+            inputs: json!({}),
+            input_hash: toolgate_core::InputHash::of(&json!({})),
+            idem_key: toolgate_core::IdempotencyKey::from_stored("k2"),
+            status: StepStatus::Unknown,
+            attempts: 1,
+            approval: None,
+            outcome: Some(outcome),
+            compensates: None,
+            created_at: toolgate_core::Timestamp::from_millis(0),
+            updated_at: toolgate_core::Timestamp::from_millis(0),
+        };
+        let r = NotDone::Unknown.into_result(Asked::Step(&step));
+        assert_eq!(
+            r.content[0].as_text().unwrap().text,
+            "The outcome of 'payment.schedule' is unknown: no answer"
+        );
+        assert_eq!(
+            serde_json::to_string(r.structured_content.as_ref().unwrap()).unwrap(),
+            r#"{"status":"unknown","rule":"timeout.unknown","reason":"no answer","tool":"payment.schedule","run_id":"r1","step_id":"s1","seq":2}"#
         );
     }
 

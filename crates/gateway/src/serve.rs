@@ -149,8 +149,7 @@ impl Gateway {
         opts: &ServeOptions,
         hook: Option<ToolsChangedHook>,
     ) -> Result<Gateway, GatewayError> {
-        let pins =
-            Pins::load(&opts.config_dir).map_err(|e| GatewayError::Lockfile(e.to_string()))?;
+        let pins = Pins::load(&opts.config_dir).map_err(GatewayError::Lockfile)?;
         Self::build_pinned(opts, hook, Arc::new(pins)).await
     }
 
@@ -256,7 +255,7 @@ impl Gateway {
         dir: &Path,
         shutdown: CancellationToken,
     ) -> Result<(Gateway, String), GatewayError> {
-        crate::pins::rehome_lock(dir).map_err(GatewayError::Lockfile)?;
+        crate::pins::rehome_lock(dir)?;
         let opts = ServeOptions {
             config_dir: dir.to_path_buf(),
             http: true,

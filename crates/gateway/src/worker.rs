@@ -128,7 +128,7 @@ async fn work_until_stopped(
         eprintln!("{warning}");
     }
     // Upstream tools are called only at their pinned definitions, as in the gateway.
-    let pins = Arc::new(Pins::load(&dir).map_err(|e| GatewayError::Lockfile(e.to_string()))?);
+    let pins = Arc::new(Pins::load(&dir).map_err(GatewayError::Lockfile)?);
     let upstreams = Arc::new(Upstreams::new(
         &dir,
         &registry.gateway.upstreams,

@@ -1,7 +1,8 @@
-//! The built-ins of seed 000 §04 through a real rmcp client, on the finance example's registry
-//! (plan-bound workers): a planner submits a plan, a reviewer approves or rejects a step, a
-//! worker process executes it, `run.status` shows it; a plan-bound worker's unplanned call is
-//! refused. Assertions are on the audit chain, the store and the fake ERP's call record.
+//! The plan built-ins (`plan.submit`, `step.approve`/`step.reject`, `run.status`) through a real
+//! rmcp client, on the finance example's registry (plan-bound workers): a planner submits a plan, a
+//! reviewer approves or rejects a step, a worker process executes it, `run.status` shows it; a
+//! plan-bound worker's unplanned call is refused. Assertions are on the audit chain, the store and
+//! the fake ERP's call record.
 
 use std::path::Path;
 

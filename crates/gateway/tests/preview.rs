@@ -1,4 +1,4 @@
-//! Preview, then commit (seed 002) through a real rmcp client: a tool declaring `preview:` is
+//! Preview, then commit through a real rmcp client: a tool declaring `preview:` is
 //! listed as `T.preview` (its inputs) and `T` (only `plan_id`); the preview does nothing and
 //! returns the envelope, plan id, hash and expiry; the commit runs exactly the previewed inputs;
 //! an approval of the parked commit binds to the plan's hash. Checked against the fake ERP's

@@ -50,7 +50,7 @@ pub trait Planner: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DeterministicPlanner;
 
-/// The goal of the field-services demo (seed 003's dispatch run).
+/// The goal of the field-services demo (its dispatch run, as `examples/field-services/README.md` tells it).
 pub const DISPATCH_GOAL: &str =
     "Get work order wo-001 at Harbour Bakery fixed, tell the customer, and bill it";
 /// The goal of the supplier-payments demo.
@@ -69,7 +69,7 @@ impl Planner for DeterministicPlanner {
     }
 }
 
-/// Six steps, as the dispatch agent of seed 003 plans them: it first tries to bill under the
+/// Six steps, as the field-services dispatch agent plans them: it first tries to bill under the
 /// purpose it was working for, then under billing.
 fn dispatch_plan() -> Plan {
     let invoice = json!({"work_order_id": "wo-001", "amount": 180.0, "currency": "GBP",

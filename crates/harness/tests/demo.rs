@@ -32,7 +32,7 @@ fn assert_outcomes(s: &DemoSummary) {
         [
             "allowed", "allowed", "allowed", "allowed", "refused", "refused"
         ],
-        "seed 003: four allowed, then refused for scopes, then by policy"
+        "the dispatch run: four allowed, then refused for scopes, then by policy"
     );
     assert!(
         !s.worker_tools.iter().any(|t| t.starts_with("supplier.")),

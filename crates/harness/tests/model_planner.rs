@@ -17,7 +17,7 @@ use toolgate_harness::{Environment, ToolSummary};
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<Vec<(HeaderMap, Value)>>>);
 
-/// The plan a model "proposes": two steps of seed 003's dispatch run, in a fenced block.
+/// The plan a model "proposes": two steps of the field-services dispatch run, in a fenced block.
 fn canned_plan() -> String {
     let plan = json!({
         "goal": "Book the oven repair",

@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Check, Effect, ShadowRule, StepStatus, Tier, Timestamp, canonical};
+use toolgate_core::{Check, Decision, Effect, ShadowRule, StepStatus, Tier, Timestamp, canonical};
 
-use crate::db::{Conn, Row, Tx, args};
+use crate::db::{Conn, Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
-use crate::model::Actor;
+use crate::model::{Actor, StepOutcome};
 
 /// The `prev` of the first record.
 pub const GENESIS: &str = "genesis";
@@ -181,11 +181,70 @@ impl AuditOutcome {
     }
 }
 
+/// The call a record is about: who made it, in which run and step, of which tool (as the
+/// registry declares it), with which inputs as they may be kept (redacted), under which key, and
+/// why the caller said it made it. Every kind of record about a call starts from one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditCall {
+    pub who: AuditWho,
+    pub run_id: Option<String>,
+    pub step_id: Option<String>,
+    pub tool: String,
+    pub tool_version: Option<String>,
+    pub effect: Option<Effect>,
+    pub tier: Option<Tier>,
+    /// The inputs with every field the tool marks sensitive replaced by a keyed hash.
+    pub inputs: Value,
+    pub redacted: Vec<String>,
+    pub idem_key: Option<String>,
+    pub purpose: Option<String>,
+    pub reason: Option<String>,
+    pub evidence: Vec<String>,
+}
+
+impl AuditCall {
+    /// `who`'s call of `tool` as `declared` declares it (its version, effect and tier; `None`
+    /// for a name the registry does not know), in no run, with no inputs and no reason yet.
+    pub fn new(
+        who: AuditWho,
+        tool: impl Into<String>,
+        declared: Option<&toolgate_core::registry::Tool>,
+    ) -> Self {
+        AuditCall {
+            who,
+            run_id: None,
+            step_id: None,
+            tool: tool.into(),
+            tool_version: declared.map(|t| t.config.version.clone()),
+            effect: declared.map(|t| t.config.effect),
+            tier: declared.map(|t| t.config.tier),
+            inputs: Value::Null,
+            redacted: Vec::new(),
+            idem_key: None,
+            purpose: None,
+            reason: None,
+            evidence: Vec::new(),
+        }
+    }
+
+    /// What an event of toolgate's own is about (an upstream's pins, the registry folder):
+    /// `subject`, what `who` looked at (`inputs`), and what it found (`reason`).
+    fn toolgate(who: AuditWho, subject: impl Into<String>, inputs: Value, reason: String) -> Self {
+        AuditCall {
+            inputs,
+            reason: Some(reason),
+            ..AuditCall::new(who, subject, None)
+        }
+    }
+}
+
+/// One constructor per kind of record, each taking what its event has.
 impl AuditDraft {
-    /// What every kind of record starts from: `who` made an event of `kind` about `tool` at
-    /// `ts`, ending `status`, under `registry_version` — in no run, with no inputs, reason or
-    /// checks. Each kind's constructor (or its caller) fills in what its event has.
-    pub fn event(
+    /// A blank record: `who` made an event of `kind` about `tool` at `ts`, ending `status`,
+    /// under `registry_version` — in no run, with no inputs, reason or checks. Outside this
+    /// module only the executor's call record still starts from it; it should use
+    /// [`AuditDraft::call`], [`AuditDraft::lookup`] and [`AuditDraft::system`].
+    pub(crate) fn event(
         ts: Timestamp,
         who: AuditWho,
         tool: impl Into<String>,
@@ -193,57 +252,363 @@ impl AuditDraft {
         status: StepStatus,
         registry_version: impl Into<String>,
     ) -> Self {
+        let call = AuditCall::new(who, tool, None);
+        let outcome = AuditOutcome::of(status);
+        AuditDraft::about(
+            ts,
+            kind,
+            call,
+            None,
+            None,
+            outcome,
+            None,
+            registry_version.into(),
+        )
+    }
+
+    /// An event of `kind` about `call` that ended as `outcome` says, decided by `rule` (when
+    /// one decided), with the checks and shadow rules of `decision` (when the engine was
+    /// asked) and the approvers of `approval`.
+    #[allow(clippy::too_many_arguments)]
+    fn about(
+        ts: Timestamp,
+        kind: AuditDecision,
+        call: AuditCall,
+        rule: Option<String>,
+        decision: Option<&Decision>,
+        outcome: AuditOutcome,
+        approval: Option<AuditApproval>,
+        registry_version: String,
+    ) -> Self {
+        let AuditCall {
+            who,
+            run_id,
+            step_id,
+            tool,
+            tool_version,
+            effect,
+            tier,
+            inputs,
+            redacted,
+            idem_key,
+            purpose,
+            reason,
+            evidence,
+        } = call;
         AuditDraft {
             ts,
-            run_id: None,
-            step_id: None,
+            run_id,
+            step_id,
             who,
-            tool: tool.into(),
-            tool_version: None,
-            effect: None,
-            tier: None,
-            inputs: Value::Null,
-            redacted: Vec::new(),
-            idem_key: None,
+            tool,
+            tool_version,
+            effect,
+            tier,
+            inputs,
+            redacted,
+            idem_key,
             why: AuditWhy {
-                purpose: None,
-                reason: None,
-                evidence: Vec::new(),
+                purpose,
+                reason,
+                evidence,
                 decision: kind,
-                rule: None,
-                checks: Vec::new(),
-                shadow: Vec::new(),
+                rule,
+                checks: decision.map(|d| d.checks.clone()).unwrap_or_default(),
+                shadow: decision.map(|d| d.shadow.clone()).unwrap_or_default(),
             },
-            approval: None,
-            outcome: AuditOutcome::of(status),
-            registry_version: registry_version.into(),
+            approval,
+            outcome,
+            registry_version,
         }
     }
 
-    /// A person's rejection of a parked call or a planned step: `rule` says which
-    /// (`approval.rejected`, `review.rejected`), `note` is what they wrote, `error` what the
-    /// step was told. The step is refused.
-    pub fn rejection(
+    /// A governed call as the engine decided it (`kind`: allow, deny, needs approval, replay),
+    /// with what came back: the deciding rule is the decision's, else the outcome's (a timeout,
+    /// a handler's refusal). `governance_us`: the time from the request to its decision and
+    /// reservation, when this process measured it.
+    pub fn call(
         ts: Timestamp,
-        who: AuditWho,
-        tool: impl Into<String>,
-        rule: &str,
-        note: &str,
+        kind: AuditDecision,
+        call: AuditCall,
+        decision: &Decision,
+        approval: Option<AuditApproval>,
+        outcome: &StepOutcome,
+        governance_us: Option<i64>,
+    ) -> Self {
+        let rule = decision
+            .rule()
+            .map(str::to_string)
+            .or_else(|| outcome.rule.clone());
+        let outcome = AuditOutcome {
+            target_ref: outcome.target_ref.clone(),
+            latency_ms: outcome.latency_ms,
+            latency_us: outcome.latency_us,
+            error: outcome.error.clone(),
+            governance_us,
+            ..AuditOutcome::of(outcome.status)
+        };
+        let version = decision.registry_version.clone();
+        AuditDraft::about(
+            ts,
+            kind,
+            call,
+            rule,
+            Some(decision),
+            outcome,
+            approval,
+            version,
+        )
+    }
+
+    /// A read toolgate made itself before deciding a call (a destination lookup, the values a
+    /// write will change): allowed by no check of its own, under `rule`; the call's own record
+    /// follows.
+    pub fn lookup(
+        ts: Timestamp,
+        call: AuditCall,
+        rule: impl Into<String>,
+        outcome: &StepOutcome,
+        registry_version: impl Into<String>,
+    ) -> Self {
+        AuditDraft::system(
+            ts,
+            AuditDecision::Lookup,
+            call,
+            rule,
+            outcome,
+            registry_version,
+        )
+    }
+
+    /// A step toolgate settled or undid itself (`kind`: recovery, reconcile, compensation),
+    /// under `rule`, with what came back.
+    pub fn system(
+        ts: Timestamp,
+        kind: AuditDecision,
+        call: AuditCall,
+        rule: impl Into<String>,
+        outcome: &StepOutcome,
+        registry_version: impl Into<String>,
+    ) -> Self {
+        let outcome = AuditOutcome {
+            target_ref: outcome.target_ref.clone(),
+            latency_ms: outcome.latency_ms,
+            latency_us: outcome.latency_us,
+            error: outcome.error.clone(),
+            ..AuditOutcome::of(outcome.status)
+        };
+        let (rule, version) = (Some(rule.into()), registry_version.into());
+        AuditDraft::about(ts, kind, call, rule, None, outcome, None, version)
+    }
+
+    /// A call refused before the executor decided it (a plan-bound call that matches no planned
+    /// step, a plan with a step that cannot run, a commit of no current plan): refused by
+    /// `rule`, telling the caller `error` when it was told more than the rule.
+    pub fn refusal(
+        ts: Timestamp,
+        call: AuditCall,
+        rule: impl Into<String>,
         error: Option<String>,
         registry_version: impl Into<String>,
     ) -> Self {
-        let mut d = AuditDraft::event(
+        let outcome = AuditOutcome {
+            error,
+            ..AuditOutcome::of(StepStatus::Refused)
+        };
+        let (rule, version) = (Some(rule.into()), registry_version.into());
+        AuditDraft::about(
             ts,
-            who,
-            tool,
+            AuditDecision::Deny,
+            call,
+            rule,
+            None,
+            outcome,
+            None,
+            version,
+        )
+    }
+
+    /// A person's rejection of a parked call or a planned step: `rule` says which
+    /// (`approval.rejected`, `review.rejected`), `note` is what they wrote (the record's
+    /// reason), `error` what the step was told, `approval` who rejected it when that was an
+    /// approver. The step is refused.
+    pub fn rejection(
+        ts: Timestamp,
+        call: AuditCall,
+        rule: &str,
+        note: &str,
+        error: Option<String>,
+        approval: Option<AuditApproval>,
+        registry_version: impl Into<String>,
+    ) -> Self {
+        let call = AuditCall {
+            reason: Some(note.to_string()),
+            ..call
+        };
+        let outcome = AuditOutcome {
+            error,
+            ..AuditOutcome::of(StepStatus::Refused)
+        };
+        let (rule, version) = (Some(rule.to_string()), registry_version.into());
+        AuditDraft::about(
+            ts,
             AuditDecision::Rejected,
-            StepStatus::Refused,
-            registry_version,
-        );
-        d.why.rule = Some(rule.to_string());
-        d.why.reason = Some(note.to_string());
-        d.outcome.error = error;
-        d
+            call,
+            rule,
+            None,
+            outcome,
+            approval,
+            version,
+        )
+    }
+
+    /// A plan made by a preview call (`T.preview`), decided by `decision`: nothing was done;
+    /// the plan id is the record's target reference.
+    pub fn preview(ts: Timestamp, call: AuditCall, decision: &Decision, plan_id: String) -> Self {
+        let outcome = AuditOutcome {
+            target_ref: Some(plan_id),
+            ..AuditOutcome::of(StepStatus::Done)
+        };
+        let version = decision.registry_version.clone();
+        AuditDraft::about(
+            ts,
+            AuditDecision::Preview,
+            call,
+            None,
+            Some(decision),
+            outcome,
+            None,
+            version,
+        )
+    }
+
+    /// A preview refused by the engine's `decision`: no plan was made.
+    pub fn preview_refusal(ts: Timestamp, call: AuditCall, decision: &Decision) -> Self {
+        let rule = decision.rule().map(str::to_string);
+        let outcome = AuditOutcome::of(StepStatus::Refused);
+        let version = decision.registry_version.clone();
+        AuditDraft::about(
+            ts,
+            AuditDecision::Deny,
+            call,
+            rule,
+            Some(decision),
+            outcome,
+            None,
+            version,
+        )
+    }
+
+    /// toolgate checked an upstream against `toolgate.lock` and serves its listed tools at
+    /// their pinned definitions: `subject` is the upstream, `checked` what was compared.
+    pub fn pin(
+        ts: Timestamp,
+        subject: impl Into<String>,
+        checked: Value,
+        reason: String,
+        registry_version: impl Into<String>,
+    ) -> Self {
+        let call = AuditCall::toolgate(AuditWho::toolgate(), subject, checked, reason);
+        let (rule, version) = (Some("pin.served".to_string()), registry_version.into());
+        let outcome = AuditOutcome::of(StepStatus::Done);
+        AuditDraft::about(
+            ts,
+            AuditDecision::Pin,
+            call,
+            rule,
+            None,
+            outcome,
+            None,
+            version,
+        )
+    }
+
+    /// The same check blocked `subject` (an upstream, or one of its tools) under `rule`;
+    /// `error` is what a call of it is told.
+    pub fn pin_block(
+        ts: Timestamp,
+        subject: impl Into<String>,
+        checked: Value,
+        rule: &str,
+        reason: String,
+        error: String,
+        registry_version: impl Into<String>,
+    ) -> Self {
+        let call = AuditCall::toolgate(AuditWho::toolgate(), subject, checked, reason);
+        let (rule, version) = (Some(rule.to_string()), registry_version.into());
+        let outcome = AuditOutcome {
+            error: Some(error),
+            ..AuditOutcome::of(StepStatus::Refused)
+        };
+        AuditDraft::about(
+            ts,
+            AuditDecision::PinBlock,
+            call,
+            rule,
+            None,
+            outcome,
+            None,
+            version,
+        )
+    }
+
+    /// `toolgate serve` loaded its registry folder again (`attempt`: the folder, the trigger,
+    /// the versions): applied, or refused with the folder's validation errors (`invalid`) while
+    /// `serving_version` keeps serving.
+    pub fn reload(
+        ts: Timestamp,
+        attempt: Value,
+        reason: String,
+        invalid: Option<String>,
+        serving_version: impl Into<String>,
+    ) -> Self {
+        let call = AuditCall::toolgate(AuditWho::toolgate(), "registry.reload", attempt, reason);
+        let rule = invalid.as_ref().map(|_| "reload.invalid".to_string());
+        let status = match invalid {
+            None => StepStatus::Done,
+            Some(_) => StepStatus::Refused,
+        };
+        let outcome = AuditOutcome {
+            error: invalid,
+            ..AuditOutcome::of(status)
+        };
+        let version = serving_version.into();
+        AuditDraft::about(
+            ts,
+            AuditDecision::Reload,
+            call,
+            rule,
+            None,
+            outcome,
+            None,
+            version,
+        )
+    }
+
+    /// A person (`by`) re-pinned upstream definitions (`subject`: an upstream, one of its
+    /// tools, or every one) with `toolgate lock approve`; `pins` is what was written, and
+    /// `lock_version` the hash of the lockfile it left.
+    pub fn lock_approval(
+        ts: Timestamp,
+        by: &str,
+        subject: impl Into<String>,
+        pins: Value,
+        reason: String,
+        lock_version: impl Into<String>,
+    ) -> Self {
+        let call = AuditCall::toolgate(AuditWho::new(by, "operator"), subject, pins, reason);
+        let (rule, version) = (Some("lock.approve".to_string()), lock_version.into());
+        let outcome = AuditOutcome::of(StepStatus::Done);
+        AuditDraft::about(
+            ts,
+            AuditDecision::LockApproval,
+            call,
+            rule,
+            None,
+            outcome,
+            None,
+            version,
+        )
     }
 }
 
@@ -261,6 +626,66 @@ impl AuditRecord {
     pub fn canonical(&self) -> String {
         canonical(&serde_json::to_value(self).expect("audit records serialise"))
     }
+}
+
+/// A record as stored: its number and the canonical text the chain hashes.
+pub(crate) struct Stored {
+    pub seq: i64,
+    pub text: String,
+}
+
+/// The stored records whose `principal` column is `principal`, else whose `run_id` column is
+/// `run_id`, else every one, in chain order.
+pub(crate) async fn stored(
+    c: &mut impl Sql,
+    principal: Option<&str>,
+    run_id: Option<&str>,
+) -> Result<Vec<Stored>> {
+    let rows = match (principal, run_id) {
+        (Some(p), _) => {
+            c.rows(
+                "SELECT seq, record FROM audit WHERE principal = $1 ORDER BY seq",
+                args![p],
+            )
+            .await?
+        }
+        (None, Some(r)) => {
+            c.rows(
+                "SELECT seq, record FROM audit WHERE run_id = $1 ORDER BY seq",
+                args![r],
+            )
+            .await?
+        }
+        (None, None) => {
+            c.rows("SELECT seq, record FROM audit ORDER BY seq", args![])
+                .await?
+        }
+    };
+    rows.iter()
+        .map(|r| {
+            Ok(Stored {
+                seq: r.i64("seq")?,
+                text: r.text("record")?,
+            })
+        })
+        .collect()
+}
+
+/// Up to `limit` stored records with `seq > after`, in chain order.
+pub(crate) async fn stored_after(c: &mut impl Sql, after: i64, limit: u32) -> Result<Vec<Stored>> {
+    c.rows(
+        "SELECT seq, record FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2",
+        args![after, i64::from(limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Stored {
+            seq: r.i64("seq")?,
+            text: r.text("record")?,
+        })
+    })
+    .collect()
 }
 
 /// One row of the `audit` table, ready to insert.
@@ -773,5 +1198,59 @@ pub(crate) async fn record_text_at(c: &mut Conn, seq: i64) -> Result<Option<Stri
     {
         Some(row) => Ok(Some(row.text("record")?)),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rejection_is_the_call_refused_with_the_persons_note_as_its_reason() {
+        let call = AuditCall {
+            run_id: Some("r1".into()),
+            reason: Some("the model's reason".into()),
+            ..AuditCall::new(AuditWho::new("clerk", "ap"), "payment.schedule", None)
+        };
+        let approver = AuditApproval {
+            approvers: vec!["lead".into()],
+            token_fingerprints: Vec::new(),
+        };
+        let d = AuditDraft::rejection(
+            Timestamp::from_millis(1),
+            call,
+            "approval.rejected",
+            "wrong IBAN",
+            Some("rejected by lead: wrong IBAN".into()),
+            Some(approver.clone()),
+            "v1",
+        );
+        assert_eq!(d.why.decision, AuditDecision::Rejected);
+        assert_eq!(d.why.rule.as_deref(), Some("approval.rejected"));
+        assert_eq!(d.why.reason.as_deref(), Some("wrong IBAN"));
+        assert_eq!(d.run_id.as_deref(), Some("r1"));
+        assert_eq!(d.outcome.status, StepStatus::Refused);
+        assert_eq!(d.approval, Some(approver));
+    }
+
+    #[test]
+    fn a_refused_reload_names_its_rule_and_the_folders_errors() {
+        let attempt = serde_json::json!({"dir": "gw"});
+        let refused = AuditDraft::reload(
+            Timestamp::from_millis(1),
+            attempt.clone(),
+            "the folder failed validation; v1 keeps serving".into(),
+            Some("tools/a.yaml: bad".into()),
+            "v1",
+        );
+        assert_eq!(refused.tool, "registry.reload");
+        assert_eq!(refused.who, AuditWho::toolgate());
+        assert_eq!(refused.why.rule.as_deref(), Some("reload.invalid"));
+        assert_eq!(refused.outcome.status, StepStatus::Refused);
+        assert_eq!(refused.outcome.error.as_deref(), Some("tools/a.yaml: bad"));
+        let applied =
+            AuditDraft::reload(Timestamp::from_millis(1), attempt, "v2".into(), None, "v2");
+        assert_eq!(applied.why.rule, None);
+        assert_eq!(applied.outcome.status, StepStatus::Done);
     }
 }

@@ -515,31 +515,6 @@ pub(crate) enum Conn {
     P(PoolConnection<Postgres>),
 }
 
-/// A transaction or a connection, borrowed: what a statement that may run in either needs
-/// (a read made inside the deciding transaction, or on its own before any is begun).
-pub(crate) enum Db<'a> {
-    S(&'a mut LiteConn),
-    P(&'a mut sqlx::PgConnection),
-}
-
-impl Tx {
-    pub fn db(&mut self) -> Db<'_> {
-        match self {
-            Tx::S(t) => Db::S(t.conn()),
-            Tx::P(t) => Db::P(t),
-        }
-    }
-}
-
-impl Conn {
-    pub fn db(&mut self) -> Db<'_> {
-        match self {
-            Conn::S(c) => Db::S(c),
-            Conn::P(c) => Db::P(c),
-        }
-    }
-}
-
 macro_rules! impl_exec {
     ($t:ty) => {
         #[allow(dead_code)]
@@ -594,7 +569,28 @@ macro_rules! impl_exec {
 }
 impl_exec!(Tx);
 impl_exec!(Conn);
-impl_exec!(Db<'_>);
+
+/// Reads in a transaction or on a loaned connection: what a ledger function that only reads
+/// takes, so the same read serves a caller's transaction and a plain read.
+pub(crate) trait Sql: Send {
+    async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>>;
+    async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>>;
+}
+
+macro_rules! impl_sql {
+    ($t:ident) => {
+        impl Sql for $t {
+            async fn rows(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Vec<Row>> {
+                $t::rows(self, sql, args).await
+            }
+            async fn opt(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<Option<Row>> {
+                $t::opt(self, sql, args).await
+            }
+        }
+    };
+}
+impl_sql!(Tx);
+impl_sql!(Conn);
 
 /// The SQLite connection under a transaction or a loaned connection.
 trait LiteOf {

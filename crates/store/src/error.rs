@@ -19,6 +19,16 @@ pub enum StoreError {
     /// stored value does not parse.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A stored JSON value (`what`: a step's outcome, an audit record) does not parse.
+    #[error("stored data is corrupt: {what}: {source}")]
+    Unparsable {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A stored enum value (`what`: a step status, a tier) that the store never writes.
+    #[error("stored data is corrupt: {what} '{value}' is not one the store writes")]
+    UnknownValue { what: &'static str, value: String },
     /// Recording a call's outcome and audit record failed (the cause says why: a full disk,
     /// a lost database connection, ...). The call itself may have run.
     #[error("recording the outcome failed: {0}")]
@@ -74,6 +84,37 @@ pub enum StoreError {
     RunAborted(String),
     #[error("plan refused: {0}")]
     PlanRefused(String),
+    /// A plan hands a step to someone who may not execute planned steps.
+    #[error(
+        "'{principal}' cannot execute planned steps: a step goes to the planner itself or to an \
+         agent in a plan-bound role"
+    )]
+    NotAWorker { principal: String },
+    /// A plan hands a step to a worker whose role does not list its tool.
+    #[error("unknown tool '{tool}' for '{principal}'")]
+    NotListedFor { tool: String, principal: String },
+    #[error("unknown tool '{tool}': no plan-bound worker runs it")]
+    NoWorker { tool: String },
+    #[error("several workers run '{tool}' ({}); name one in the step's `worker`", workers.join(", "))]
+    SeveralWorkers { tool: String, workers: Vec<String> },
+    /// Inputs toolgate built for a call of its own (a lookup, a reconciling read, a
+    /// compensation) do not fit the tool's schema: the call is not made.
+    #[error("the inputs built for {tool} do not fit its schema: {}", list(errors))]
+    InputsUnfit {
+        tool: String,
+        errors: Vec<toolgate_core::schema::FieldError>,
+    },
+    /// A read toolgate made itself failed: its handler's answer says why.
+    #[error(transparent)]
+    Handler(#[from] crate::exec::HandlerError),
+    #[error("{tool} did not answer in time")]
+    NoAnswer { tool: String },
+    /// A read's answer does not hold what the registry says it holds.
+    #[error(transparent)]
+    Answer(#[from] toolgate_core::CoreError),
+    /// The previous values a compensable write read could not be kept with its step.
+    #[error("the previous values could not be stored: {0}")]
+    PreviousNotKept(#[source] Box<StoreError>),
     #[error(
         "step {step} was already {verdict} by this reviewer; a reviewer gives one verdict per step"
     )]
@@ -107,6 +148,12 @@ pub enum StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Field errors as one line.
+fn list(errors: &[toolgate_core::schema::FieldError]) -> String {
+    let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    list.join("; ")
+}
 
 impl StoreError {
     /// Whether PostgreSQL aborted the transaction for a deadlock (SQLSTATE 40P01) or a

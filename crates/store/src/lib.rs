@@ -27,12 +27,11 @@ mod sql_words;
 mod store;
 mod tail;
 pub mod toggles;
-mod window;
 pub mod worker;
 
 pub use audit::{
-    AuditColumn, AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainPoint, ChainReport,
-    LinkFault,
+    AuditCall, AuditColumn, AuditDecision, AuditDraft, AuditRecord, BrokenLink, ChainPoint,
+    ChainReport, LinkFault,
 };
 pub use checkpoint::{
     CheckpointCheck, CheckpointFault, CheckpointOutcome, CheckpointPublicKey, CheckpointRefusal,

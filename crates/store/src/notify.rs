@@ -8,8 +8,8 @@
 use serde::Serialize;
 use toolgate_core::Timestamp;
 
-use crate::db::args;
 use crate::error::Result;
+use crate::ledger::outbox::{self, OutboxState};
 use crate::store::Store;
 
 /// A pending request the notifier has to match to its webhooks.
@@ -57,22 +57,7 @@ impl Store {
     /// Pending approval requests raised at or after `since`, oldest first.
     pub async fn raised_since(&self, since: Timestamp) -> Result<Vec<RaisedRequest>> {
         let mut c = self.inner.pool.conn().await?;
-        c.rows(
-            "SELECT approval_id, tool, rule, created_at FROM approval_requests \
-             WHERE status = 'pending' AND created_at >= $1 ORDER BY created_at",
-            args![since.millis()],
-        )
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(RaisedRequest {
-                approval_id: r.text("approval_id")?,
-                tool: r.text("tool")?,
-                rule: r.text("rule")?,
-                created_at: Timestamp::from_millis(r.i64("created_at")?),
-            })
-        })
-        .collect()
+        outbox::raised_since(&mut c, since).await
     }
 
     /// Puts a notification of `approval_id` to `destination` in the outbox, due now; false when
@@ -84,16 +69,9 @@ impl Store {
         now: Timestamp,
     ) -> Result<bool> {
         let mut tx = self.inner.pool.begin().await?;
-        let n = tx
-            .exec(
-                "INSERT INTO notify_outbox (approval_id, destination, state, attempts, next_at, \
-                 created_at) VALUES ($1, $2, 'due', 0, $3, $3) \
-                 ON CONFLICT (approval_id, destination) DO NOTHING",
-                args![approval_id, destination, now.millis()],
-            )
-            .await?;
+        let queued = outbox::enqueue(&mut tx, approval_id, destination, now).await?;
         tx.commit().await?;
-        Ok(n == 1)
+        Ok(queued)
     }
 
     /// Claims up to `limit` deliveries due at `now` (or whose claim ran out), each for
@@ -106,43 +84,19 @@ impl Store {
     ) -> Result<Vec<Delivery>> {
         let candidates = {
             let mut c = self.inner.pool.conn().await?;
-            c.rows(
-                "SELECT approval_id, destination FROM notify_outbox \
-                 WHERE (state = 'due' AND next_at <= $1) \
-                    OR (state = 'sending' AND claimed_until <= $1) \
-                 ORDER BY next_at LIMIT $2",
-                args![now.millis(), limit],
-            )
-            .await?
-            .iter()
-            .map(|r| Ok((r.text("approval_id")?, r.text("destination")?)))
-            .collect::<Result<Vec<_>>>()?
+            outbox::due(&mut c, now, limit).await?
         };
         let mut out = Vec::new();
         for (approval_id, destination) in candidates {
             let mut tx = self.inner.pool.begin().await?;
-            let row = tx
-                .opt(
-                    "UPDATE notify_outbox SET state = 'sending', claimed_until = $3, \
-                     attempts = attempts + 1 \
-                     WHERE approval_id = $1 AND destination = $2 \
-                       AND ((state = 'due' AND next_at <= $4) \
-                         OR (state = 'sending' AND claimed_until <= $4)) \
-                     RETURNING attempts",
-                    args![
-                        &approval_id,
-                        &destination,
-                        now.millis() + lease_ms,
-                        now.millis()
-                    ],
-                )
-                .await?;
+            let until = now.millis() + lease_ms;
+            let claimed = outbox::claim(&mut tx, &approval_id, &destination, now, until).await?;
             tx.commit().await?;
-            if let Some(r) = row {
+            if let Some(attempts) = claimed {
                 out.push(Delivery {
                     approval_id,
                     destination,
-                    attempts: r.i64("attempts")?,
+                    attempts,
                 });
             }
         }
@@ -152,12 +106,7 @@ impl Store {
     /// Records that a claimed delivery was posted.
     pub async fn notification_sent(&self, d: &Delivery, now: Timestamp) -> Result<()> {
         let mut tx = self.inner.pool.begin().await?;
-        tx.exec(
-            "UPDATE notify_outbox SET state = 'sent', sent_at = $3, claimed_until = NULL \
-             WHERE approval_id = $1 AND destination = $2 AND state = 'sending'",
-            args![&d.approval_id, &d.destination, now.millis()],
-        )
-        .await?;
+        outbox::sent(&mut tx, d, now).await?;
         tx.commit().await
     }
 
@@ -172,32 +121,7 @@ impl Store {
     ) -> Result<()> {
         let error = toolgate_core::clip::clip(error, 500).into_owned();
         let mut tx = self.inner.pool.begin().await?;
-        match retry_at {
-            Some(at) => {
-                tx.exec(
-                    "UPDATE notify_outbox SET state = 'due', next_at = $3, claimed_until = NULL, \
-                     last_error = $4, last_error_at = $5 \
-                     WHERE approval_id = $1 AND destination = $2 AND state = 'sending'",
-                    args![
-                        &d.approval_id,
-                        &d.destination,
-                        at.millis(),
-                        &error,
-                        now.millis()
-                    ],
-                )
-                .await?
-            }
-            None => {
-                tx.exec(
-                    "UPDATE notify_outbox SET state = 'failed', claimed_until = NULL, \
-                     last_error = $3, last_error_at = $4 \
-                     WHERE approval_id = $1 AND destination = $2 AND state = 'sending'",
-                    args![&d.approval_id, &d.destination, &error, now.millis()],
-                )
-                .await?
-            }
-        };
+        outbox::failed(&mut tx, d, now, &error, retry_at).await?;
         tx.commit().await
     }
 
@@ -205,43 +129,28 @@ impl Store {
     pub async fn notify_summary(&self) -> Result<Vec<NotifySummary>> {
         let mut c = self.inner.pool.conn().await?;
         let mut out: Vec<NotifySummary> = Vec::new();
-        for r in c
-            .rows(
-                "SELECT destination, state, \
-                 CAST(CASE WHEN last_error IS NULL THEN 0 ELSE 1 END AS BIGINT) AS erred, COUNT(*) AS n \
-                 FROM notify_outbox GROUP BY destination, state, erred ORDER BY destination",
-                args![],
-            )
-            .await?
-        {
-            let dest = r.text("destination")?;
-            if out.last().is_none_or(|s| s.destination != dest) {
+        for count in outbox::counts(&mut c).await? {
+            if out
+                .last()
+                .is_none_or(|s| s.destination != count.destination)
+            {
                 out.push(NotifySummary {
-                    destination: dest,
+                    destination: count.destination.clone(),
                     ..NotifySummary::default()
                 });
             }
             let s = out.last_mut().expect("pushed above");
-            let n = r.i64("n")?;
-            match (r.text("state")?.as_str(), r.i64("erred")? == 1) {
-                ("sent", _) => s.sent += n,
-                ("failed", _) => s.failed += n,
-                (_, true) => s.retrying += n,
-                (_, false) => s.waiting += n,
+            match (count.state, count.erred) {
+                (OutboxState::Sent, _) => s.sent += count.n,
+                (OutboxState::Failed, _) => s.failed += count.n,
+                (OutboxState::Due | OutboxState::Sending, true) => s.retrying += count.n,
+                (OutboxState::Due | OutboxState::Sending, false) => s.waiting += count.n,
             }
         }
         for s in &mut out {
-            if let Some(r) = c
-                .opt(
-                    "SELECT last_error, last_error_at FROM notify_outbox \
-                     WHERE destination = $1 AND last_error_at IS NOT NULL \
-                     ORDER BY last_error_at DESC LIMIT 1",
-                    args![&s.destination],
-                )
-                .await?
-            {
-                s.last_error = r.opt_text("last_error")?;
-                s.last_error_at = r.opt_i64("last_error_at")?.map(Timestamp::from_millis);
+            if let Some((error, at)) = outbox::last_error(&mut c, &s.destination).await? {
+                s.last_error = error;
+                s.last_error_at = at;
             }
         }
         Ok(out)

@@ -8,11 +8,12 @@ use serde::Serialize;
 use serde_json::Value;
 use toolgate_core::{IdempotencyKey, InputHash, PrincipalKind, Registry, StepStatus, Timestamp};
 
-use crate::audit::{AuditDecision, AuditDraft, AuditWho};
-use crate::db::{Pool, Row, args};
+use crate::audit::{AuditCall, AuditDraft, AuditWho};
+use crate::db::Pool;
 use crate::error::{Result, StoreError};
+use crate::ledger::{approvals, plans, runs, steps};
 use crate::model::{PlannedStep, Step, StepKind, StepOutcome};
-use crate::store::{NewStep, Store, insert_step, new_id, step_cols, step_from_row, to_json};
+use crate::store::{NewStep, Store, insert_step, new_id};
 
 /// A plan as submitted, with every step's executing principal resolved (see [`assign_worker`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -50,13 +51,14 @@ impl ReviewVerdict {
             ReviewVerdict::Rejected => "rejected",
         }
     }
-    fn parse(s: &str) -> Result<Self> {
+    pub(crate) fn parse(s: &str) -> Result<Self> {
         match s {
             "approved" => Ok(ReviewVerdict::Approved),
             "rejected" => Ok(ReviewVerdict::Rejected),
-            other => Err(StoreError::Corrupt(format!(
-                "review verdict '{other}' is not one the store writes"
-            ))),
+            other => Err(StoreError::UnknownValue {
+                what: "review verdict",
+                value: other.to_string(),
+            }),
         }
     }
 }
@@ -102,7 +104,7 @@ pub fn assign_worker(
     planner: &str,
     tool: &str,
     named: Option<&str>,
-) -> std::result::Result<String, String> {
+) -> Result<String> {
     let may_execute = |id: &str| may_execute(registry, planner, id);
     let lists = |id: &str| {
         registry
@@ -112,13 +114,15 @@ pub fn assign_worker(
     };
     if let Some(id) = named {
         if !may_execute(id) {
-            return Err(format!(
-                "'{id}' cannot execute planned steps: a step goes to the planner itself or to an \
-                 agent in a plan-bound role"
-            ));
+            return Err(StoreError::NotAWorker {
+                principal: id.to_string(),
+            });
         }
         if !lists(id) {
-            return Err(format!("unknown tool '{tool}' for '{id}'"));
+            return Err(StoreError::NotListedFor {
+                tool: tool.to_string(),
+                principal: id.to_string(),
+            });
         }
         return Ok(id.to_string());
     }
@@ -131,13 +135,13 @@ pub fn assign_worker(
     match bound.as_slice() {
         [one] => Ok(one.to_string()),
         [] if lists(planner) => Ok(planner.to_string()),
-        [] => Err(format!(
-            "unknown tool '{tool}': no plan-bound worker runs it"
-        )),
-        many => Err(format!(
-            "several workers run '{tool}' ({}); name one in the step's `worker`",
-            many.join(", ")
-        )),
+        [] => Err(StoreError::NoWorker {
+            tool: tool.to_string(),
+        }),
+        many => Err(StoreError::SeveralWorkers {
+            tool: tool.to_string(),
+            workers: many.iter().map(|w| w.to_string()).collect(),
+        }),
     }
 }
 
@@ -228,15 +232,9 @@ impl Store {
         }
         let hash = plan_hash(sub);
         let mut tx = self.begin().await?;
-        if let Some(r) = tx
-            .opt(
-                "SELECT plan_hash FROM plans WHERE run_id = $1",
-                args![&sub.run_id],
-            )
-            .await?
-        {
+        if let Some(held) = plans::hash_of(&mut tx, &sub.run_id).await? {
             drop(tx);
-            if r.text("plan_hash")? != hash {
+            if held != hash {
                 return Err(StoreError::PlanRefused(format!(
                     "run {} already holds a different plan; a changed plan is a new submission",
                     sub.run_id
@@ -252,18 +250,8 @@ impl Store {
                 existing: true,
             });
         }
-        tx.exec(
-            "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
-             VALUES ($1, $2, NULL, 'open', $3, $3)",
-            args![&sub.run_id, &sub.planner, now.millis()],
-        )
-        .await?;
-        tx.exec(
-            "INSERT INTO plans (run_id, planner, goal, plan_hash, submitted_at) \
-             VALUES ($1, $2, $3, $4, $5)",
-            args![&sub.run_id, &sub.planner, &sub.goal, &hash, now.millis()],
-        )
-        .await?;
+        runs::open(&mut tx, &sub.run_id, &sub.planner, None, now).await?;
+        plans::insert(&mut tx, &sub.run_id, &sub.planner, &sub.goal, &hash, now).await?;
         let mut created = Vec::with_capacity(sub.steps.len());
         for (i, s) in sub.steps.iter().enumerate() {
             let seq = i as u32 + 1;
@@ -291,11 +279,8 @@ impl Store {
             .await?;
             created.push((seq as i64, step_id, s.principal.clone()));
         }
-        if tx.is_pg() {
-            // Delivered at commit: workers waiting in LISTEN claim the new steps at once.
-            tx.exec("SELECT pg_notify('toolgate_steps', $1)", args![&sub.run_id])
-                .await?;
-        }
+        // Delivered at commit: waiting workers claim the new steps at once.
+        steps::signal_queued(&mut tx, &sub.run_id).await?;
         tx.commit().await?;
         Ok(SubmittedPlan {
             run_id: sub.run_id.clone(),
@@ -307,39 +292,19 @@ impl Store {
     /// A run with its steps, the plan's goal and every review of its steps.
     pub async fn run_status(&self, run_id: &str) -> Result<RunStatus> {
         let mut c = self.inner.pool.conn().await?;
-        let run = c
-            .opt(
-                "SELECT r.principal, r.status, p.goal FROM runs r \
-                 LEFT JOIN plans p ON p.run_id = r.run_id WHERE r.run_id = $1",
-                args![run_id],
-            )
+        let run = runs::summary(&mut c, run_id)
             .await?
             .ok_or_else(|| StoreError::NotFound {
                 what: "run",
                 id: run_id.to_string(),
             })?;
-        let reviews = c
-            .rows(
-                "SELECT v.step_id, v.reviewer, v.verdict, v.note, v.reviewed_at \
-                 FROM step_reviews v JOIN steps s ON s.step_id = v.step_id \
-                 WHERE s.run_id = $1 ORDER BY v.reviewed_at, v.reviewer",
-                args![run_id],
-            )
-            .await?
-            .iter()
-            .map(review)
-            .collect::<Result<Vec<_>>>()?;
-        let (principal, status, goal) = (
-            run.text("principal")?,
-            run.text("status")?,
-            run.opt_text("goal")?,
-        );
+        let reviews = plans::reviews_of_run(&mut c, run_id).await?;
         drop(c);
         Ok(RunStatus {
             run_id: run_id.to_string(),
-            principal,
-            goal,
-            status,
+            principal: run.principal,
+            goal: run.goal,
+            status: run.status,
             steps: self.steps(run_id).await?,
             reviews,
         })
@@ -348,15 +313,7 @@ impl Store {
     /// Every reviewer's verdict on one step, oldest first (none for a direct call's key).
     pub async fn step_reviews(&self, step_id: &str) -> Result<Vec<Review>> {
         let mut c = self.inner.pool.conn().await?;
-        c.rows(
-            "SELECT step_id, reviewer, verdict, note, reviewed_at FROM step_reviews \
-             WHERE step_id = $1 ORDER BY reviewed_at, reviewer",
-            args![step_id],
-        )
-        .await?
-        .iter()
-        .map(review)
-        .collect()
+        plans::reviews_of_step(&mut c, step_id).await
     }
 
     /// Records a reviewer's verdict on a planned step. A rejection refuses the step if it has
@@ -374,80 +331,49 @@ impl Store {
         now: Timestamp,
     ) -> Result<Step> {
         let mut tx = self.begin().await?;
-        let step = tx
-            .opt(
-                concat!("SELECT ", step_cols!(), " FROM steps WHERE step_id = $1"),
-                args![step_id],
-            )
+        let step = steps::by_id(&mut tx, step_id)
             .await?
-            .map(|r| step_from_row(&r))
-            .transpose()?
             .filter(|s| s.kind == StepKind::Planned)
             .ok_or_else(|| StoreError::NotFound {
                 what: "planned step",
                 id: step_id.to_string(),
             })?;
-        let inserted = tx
-            .exec(
-                "INSERT INTO step_reviews (step_id, reviewer, verdict, note, reviewed_at) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (step_id, reviewer) DO NOTHING",
-                args![step_id, reviewer, verdict.as_str(), note, now.millis()],
-            )
-            .await?;
-        if inserted == 0 {
-            let before = tx
-                .opt(
-                    "SELECT verdict FROM step_reviews WHERE step_id = $1 AND reviewer = $2",
-                    args![step_id, reviewer],
-                )
-                .await?
-                .map(|r| r.text("verdict"))
-                .transpose()?
-                .unwrap_or_default();
+        if !plans::add_review(&mut tx, step_id, reviewer, verdict, note, now).await? {
+            let before = plans::verdict_of(&mut tx, step_id, reviewer).await?;
             drop(tx);
-            if before == verdict.as_str() {
+            if before == Some(verdict) {
                 return self.step(step_id).await;
             }
             return Err(StoreError::AlreadyReviewed {
                 step: step_id.to_string(),
-                verdict: before,
+                verdict: before.map(|v| v.as_str().to_string()).unwrap_or_default(),
             });
         }
         if verdict == ReviewVerdict::Rejected {
             let mut outcome = StepOutcome::status(StepStatus::Refused);
             outcome.rule = Some("review.rejected".into());
             outcome.error = Some(format!("rejected by reviewer {reviewer}: {note}"));
-            let stopped = tx
-                .exec(
-                    "UPDATE steps SET status = 'refused', outcome = $1, retry_at = NULL, \
-                     updated_at = $2 WHERE step_id = $3 \
-                     AND status IN ('pending', 'needs_approval', 'failed')",
-                    args![to_json(&outcome), now.millis(), step_id],
-                )
-                .await?;
-            if stopped > 0 {
-                tx.exec(
-                    "UPDATE approval_requests SET status = 'rejected', decided_at = $1 \
-                     WHERE subject = $2 AND status = 'pending'",
-                    args![now.millis(), step_id],
-                )
-                .await?;
-                let mut draft = AuditDraft::rejection(
+            if steps::refuse_unrun(&mut tx, step_id, &outcome, now).await? {
+                approvals::close_pending(&mut tx, step_id, now).await?;
+                let declared = registry.tool(&step.tool);
+                let call = AuditCall {
+                    run_id: Some(step.run_id.clone()),
+                    step_id: Some(step.step_id.clone()),
+                    effect: Some(step.effect),
+                    tier: Some(step.tier),
+                    idem_key: Some(step.idem_key.to_string()),
+                    purpose: step.purpose.clone(),
+                    ..AuditCall::new(AuditWho::of(registry, reviewer), &step.tool, declared)
+                };
+                let draft = AuditDraft::rejection(
                     now,
-                    AuditWho::of(registry, reviewer),
-                    step.tool.clone(),
+                    call,
                     "review.rejected",
                     note,
                     outcome.error.clone(),
+                    None,
                     registry.version.hash.clone(),
                 );
-                draft.run_id = Some(step.run_id.clone());
-                draft.step_id = Some(step.step_id.clone());
-                draft.tool_version = registry.tool(&step.tool).map(|t| t.config.version.clone());
-                draft.effect = Some(step.effect);
-                draft.tier = Some(step.tier);
-                draft.idem_key = Some(step.idem_key.to_string());
-                draft.why.purpose = step.purpose.clone();
                 crate::audit::append(&mut tx, vec![draft]).await?;
             }
         }
@@ -467,26 +393,16 @@ impl Store {
     ) -> Result<Option<String>> {
         let hash = InputHash::of(inputs);
         let mut c = self.inner.pool.conn().await?;
-        let rows = c
-            .rows(
-                "SELECT step_id, run_id, status FROM steps WHERE kind = 'planned' \
-                 AND principal = $1 AND tool = $2 AND input_hash = $3 ORDER BY created_at, seq",
-                args![principal, tool, hash.as_str()],
-            )
-            .await?;
         let mut first_run = None;
-        for r in &rows {
-            if let Some(want) = run_id
-                && r.text("run_id")? != want
-            {
+        for s in steps::assigned(&mut c, principal, tool, &hash).await? {
+            if run_id.is_some_and(|want| s.run_id != want) {
                 continue;
             }
-            let status = r.text("status")?;
-            if matches!(status.as_str(), "pending" | "failed") {
-                return Ok(Some(r.text("step_id")?));
+            if matches!(s.status, StepStatus::Pending | StepStatus::Failed) {
+                return Ok(Some(s.step_id));
             }
             if first_run.is_none() {
-                first_run = Some(r.text("step_id")?);
+                first_run = Some(s.step_id);
             }
         }
         Ok(first_run)
@@ -519,23 +435,16 @@ impl Store {
             Some(_) => tool.to_string(),
             None => toolgate_core::clip::clip(tool, toolgate_core::clip::NAME_CHARS).into_owned(),
         };
-        let mut draft = AuditDraft::event(
-            now,
-            AuditWho::of(registry, principal),
-            tool,
-            AuditDecision::Deny,
-            StepStatus::Refused,
-            registry.version.hash.clone(),
-        );
-        draft.run_id = run_id.map(str::to_string);
-        draft.tool_version = t.map(|t| t.config.version.clone());
-        draft.effect = t.map(|t| t.config.effect);
-        draft.tier = t.map(|t| t.config.tier);
-        (draft.inputs, draft.redacted) = (inputs, redacted);
-        draft.why.purpose = purpose.map(str::to_string);
-        draft.why.reason = reason.map(str::to_string);
-        draft.why.rule = Some(rule.to_string());
-        draft.outcome.error = Some(detail.to_string());
+        let call = AuditCall {
+            run_id: run_id.map(str::to_string),
+            inputs,
+            redacted,
+            purpose: purpose.map(str::to_string),
+            reason: reason.map(str::to_string),
+            ..AuditCall::new(AuditWho::of(registry, principal), tool, t)
+        };
+        let version = registry.version.hash.clone();
+        let draft = AuditDraft::refusal(now, call, rule, Some(detail.to_string()), version);
         Ok(self.append_audit(vec![draft]).await?[0])
     }
 
@@ -589,15 +498,4 @@ impl WorkSignal {
             Err(_) => {}
         }
     }
-}
-
-/// A `step_reviews` row: step id, reviewer, verdict, note, time.
-fn review(r: &Row) -> Result<Review> {
-    Ok(Review {
-        step_id: r.text("step_id")?,
-        reviewer: r.text("reviewer")?,
-        verdict: ReviewVerdict::parse(&r.text("verdict")?)?,
-        note: r.text("note")?,
-        reviewed_at: Timestamp::from_millis(r.i64("reviewed_at")?),
-    })
 }

@@ -15,17 +15,18 @@ use toolgate_core::{
     Registry, StepStatus, Tier, Timestamp, canonical,
 };
 
-use crate::audit::{self, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
+use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
 use crate::db::{ConnectOptions, Migrations, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
+use crate::ledger::{approvals, budgets, keys, runs, steps};
 use crate::model::{
     Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
     StepKind, StepOutcome,
 };
 use crate::reserve::{self, ReserveJob};
 
-/// Tunables. Defaults follow DESIGN.md: 24 h idempotency retention, never shorter than the
+/// Tunables. Defaults: 24 h idempotency retention, never shorter than the
 /// 72 h approval expiry it must outlive.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -180,8 +181,11 @@ macro_rules! step_cols {
 }
 pub(crate) use step_cols;
 
-fn corrupt(what: &str, value: &str) -> StoreError {
-    StoreError::Corrupt(format!("{what} '{value}' is not one the store writes"))
+fn corrupt(what: &'static str, value: &str) -> StoreError {
+    StoreError::UnknownValue {
+        what,
+        value: value.to_string(),
+    }
 }
 
 pub(crate) fn parse_effect(s: &str) -> Result<Effect> {
@@ -207,7 +211,10 @@ pub(crate) fn parse_status(s: &str) -> Result<StepStatus> {
 }
 
 fn json(text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+    serde_json::from_str(text).map_err(|source| StoreError::Unparsable {
+        what: "stored JSON".into(),
+        source,
+    })
 }
 
 pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
@@ -235,38 +242,15 @@ pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
         outcome: r
             .opt_text("outcome")?
             .map(|t| {
-                serde_json::from_str(&t)
-                    .map_err(|e| StoreError::Corrupt(format!("stored outcome: {e}")))
+                serde_json::from_str(&t).map_err(|source| StoreError::Unparsable {
+                    what: "stored outcome".into(),
+                    source,
+                })
             })
             .transpose()?,
         compensates: r.opt_text("compensates")?,
         created_at: Timestamp::from_millis(r.i64("created_at")?),
         updated_at: Timestamp::from_millis(r.i64("updated_at")?),
-    })
-}
-
-fn approval_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest> {
-    let status = r.text("status")?;
-    Ok(ApprovalRequest {
-        approval_id: r.text("approval_id")?,
-        subject: r.text("subject")?,
-        run_id: r.opt_text("run_id")?,
-        principal: r.text("principal")?,
-        tool: r.text("tool")?,
-        tool_version: r.text("tool_version")?,
-        input_hash: InputHash::from_stored(r.text("input_hash")?),
-        inputs: json(&r.text("inputs")?)?,
-        reason: r.opt_text("reason")?,
-        evidence: serde_json::from_value(json(&r.text("evidence")?)?).unwrap_or_default(),
-        rule: r.text("rule")?,
-        approvers_needed: r.i64("approvers_needed")?,
-        approved_by,
-        status: ApprovalStatus::parse(&status)
-            .ok_or_else(|| corrupt("approval status", &status))?,
-        created_at: Timestamp::from_millis(r.i64("created_at")?),
-        expires_at: Timestamp::from_millis(r.i64("expires_at")?),
-        decided_at: r.opt_i64("decided_at")?.map(Timestamp::from_millis),
-        decided_by: r.opt_text("decided_by")?,
     })
 }
 
@@ -366,18 +350,7 @@ impl Store {
         }
         let fresh = format!("auto-{}", new_id());
         let mut tx = self.begin().await?;
-        let run = tx
-            .opt(
-                "INSERT INTO principal_runs (principal, run_id, last_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (principal) DO UPDATE SET \
-                 run_id = CASE WHEN principal_runs.last_at < $4 THEN excluded.run_id \
-                 ELSE principal_runs.run_id END, last_at = excluded.last_at \
-                 RETURNING run_id",
-                args![principal, &fresh, now.millis(), now.millis() - idle_ms],
-            )
-            .await?
-            .ok_or_else(|| StoreError::Bug("the current-run upsert returned no row".into()))?
-            .text("run_id")?;
+        let run = runs::current(&mut tx, principal, &fresh, now, now.millis() - idle_ms).await?;
         tx.commit().await?;
         self.inner
             .current_runs
@@ -397,26 +370,11 @@ impl Store {
         reviewer: bool,
     ) -> Result<bool> {
         let mut c = self.inner.pool.conn().await?;
-        let owner = c
-            .opt(
-                "SELECT r.principal, p.run_id FROM runs r LEFT JOIN plans p ON p.run_id = r.run_id \
-                 WHERE r.run_id = $1",
-                args![run_id],
-            )
-            .await?
-            .map(|r| Ok::<_, StoreError>((r.text("principal")?, r.opt_text("run_id")?.is_some())))
-            .transpose()?;
-        match owner {
+        match runs::owner(&mut c, run_id).await? {
             None => Ok(true),
-            Some((o, _)) if o == principal => Ok(true),
-            Some((_, true)) if reviewer => Ok(true),
-            Some(_) => Ok(c
-                .opt(
-                    "SELECT 1 FROM steps WHERE run_id = $1 AND principal = $2 LIMIT 1",
-                    args![run_id, principal],
-                )
-                .await?
-                .is_some()),
+            Some(o) if o.principal == principal => Ok(true),
+            Some(o) if o.planned && reviewer => Ok(true),
+            Some(_) => steps::any_of(&mut c, run_id, principal).await,
         }
     }
 
@@ -560,12 +518,7 @@ impl Store {
             rows.push((i as u32 + 1, s, tool, p.role().to_string()));
         }
         let mut tx = self.begin().await?;
-        tx.exec(
-            "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
-             VALUES ($1, $2, $3, 'open', $4, $4)",
-            args![run_id, principal, purpose, now.millis()],
-        )
-        .await?;
+        runs::open(&mut tx, run_id, principal, purpose, now).await?;
         for (seq, s, tool, role) in rows {
             let key = IdempotencyKey::for_step(run_id, seq, &s.inputs);
             insert_step(
@@ -595,28 +548,17 @@ impl Store {
         purpose: Option<&str>,
         now: Timestamp,
     ) -> Result<()> {
-        tx.exec(
-            "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
-             VALUES ($1, $2, $3, 'open', $4, $4) ON CONFLICT (run_id) DO NOTHING",
-            args![run_id, principal, purpose, now.millis()],
-        )
-        .await?;
-        Ok(())
+        runs::ensure(tx, run_id, principal, purpose, now).await
     }
 
     pub async fn step(&self, step_id: &str) -> Result<Step> {
         let mut c = self.inner.pool.conn().await?;
-        let row = c
-            .opt(
-                concat!("SELECT ", step_cols!(), " FROM steps WHERE step_id = $1"),
-                args![step_id],
-            )
+        steps::by_id(&mut c, step_id)
             .await?
             .ok_or_else(|| StoreError::NotFound {
                 what: "step",
                 id: step_id.to_string(),
-            })?;
-        step_from_row(&row)
+            })
     }
 
     /// The step once it is no longer running, read again with a growing pause
@@ -640,31 +582,13 @@ impl Store {
     /// The steps of a run in order (compensations after the steps they undo).
     pub async fn steps(&self, run_id: &str) -> Result<Vec<Step>> {
         let mut c = self.inner.pool.conn().await?;
-        let rows = c
-            .rows(
-                concat!(
-                    "SELECT ",
-                    step_cols!(),
-                    " FROM steps WHERE run_id = $1 ORDER BY seq"
-                ),
-                args![run_id],
-            )
-            .await?;
-        rows.iter().map(step_from_row).collect()
+        steps::of_run(&mut c, run_id).await
     }
 
     /// How many steps are in each status (all runs).
     pub async fn status_counts(&self) -> Result<Vec<(StepStatus, i64)>> {
         let mut c = self.inner.pool.conn().await?;
-        let rows = c
-            .rows(
-                "SELECT status, COUNT(*) AS n FROM steps GROUP BY status ORDER BY status",
-                args![],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| Ok((parse_status(&r.text("status")?)?, r.i64("n")?)))
-            .collect()
+        steps::count_by_status(&mut c).await
     }
 
     // ---------------------------------------------------------------- budgets
@@ -672,129 +596,49 @@ impl Store {
     /// Today's (UTC) budget use of every principal that has used any.
     pub async fn budget_use(&self, now: Timestamp) -> Result<Vec<BudgetUse>> {
         let mut c = self.inner.pool.conn().await?;
-        let rows = c
-            .rows(
-                "SELECT principal, tier, day, used FROM budget_usage WHERE day = $1 \
-                 ORDER BY principal, tier",
-                args![now.utc_day()],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(BudgetUse {
-                    principal: r.text("principal")?,
-                    tier: parse_tier(&r.text("tier")?)?,
-                    day: r.i64("day")?,
-                    used: r.i64("used")?,
-                })
-            })
-            .collect()
+        budgets::usage_on(&mut c, now.utc_day()).await
     }
 
     // ---------------------------------------------------------------- approvals
 
+    /// What one window holds at `now`: the live reservations of `budget` for `principal` under
+    /// `key` (empty for a budget without a key), oldest first. Amounts are in units of
+    /// 1/10,000 for a sum, 1 per call for a count.
+    pub async fn window_use(
+        &self,
+        budget: &toolgate_core::WindowBudget,
+        principal: &str,
+        key: &str,
+        now: Timestamp,
+    ) -> Result<Vec<toolgate_core::Held>> {
+        let mut c = self.inner.pool.conn().await?;
+        crate::ledger::windows::live(&mut c, budget, principal, key, now).await
+    }
+
     /// Approval requests, newest first; `status` filters.
     pub async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<ApprovalRequest>> {
         let mut c = self.inner.pool.conn().await?;
-        let rows = match status {
-            Some(s) => {
-                c.rows(
-                    "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at, decided_by \
-                     FROM approval_requests WHERE status = $1 ORDER BY created_at DESC",
-                    args![s.as_str()],
-                )
-                .await?
-            }
-            None => {
-                c.rows(
-                    "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                     inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at, decided_by \
-                     FROM approval_requests ORDER BY created_at DESC",
-                    args![],
-                )
-                .await?
-            }
-        };
-        let mut out = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let id = r.text("approval_id")?;
-            let by = c
-                .rows(
-                    "SELECT approver FROM approval_grants WHERE approval_id = $1 ORDER BY granted_at",
-                    args![&id],
-                )
-                .await?
-                .iter()
-                .map(|g| g.text("approver"))
-                .collect::<Result<Vec<_>>>()?;
-            out.push(approval_from_row(r, by)?);
-        }
-        Ok(out)
+        approvals::list(&mut c, status).await
     }
 
     /// Every decision people made on approval requests, oldest first: each approval given
     /// (`approval_grants`) and each rejection by a person (a reviewer's closure names nobody).
     pub async fn approval_decisions(&self) -> Result<Vec<ApprovalDecision>> {
         let mut c = self.inner.pool.conn().await?;
-        let mut out = Vec::new();
-        for r in c
-            .rows(
-                "SELECT approval_id, approver, granted_at FROM approval_grants ORDER BY granted_at",
-                args![],
-            )
-            .await?
-        {
-            out.push(ApprovalDecision {
-                approval_id: r.text("approval_id")?,
-                approver: r.text("approver")?,
-                at: Timestamp::from_millis(r.i64("granted_at")?),
-                approved: true,
-            });
-        }
-        for r in c
-            .rows(
-                "SELECT approval_id, decided_by, decided_at FROM approval_requests \
-                 WHERE status = 'rejected' AND decided_by IS NOT NULL AND decided_at IS NOT NULL",
-                args![],
-            )
-            .await?
-        {
-            out.push(ApprovalDecision {
-                approval_id: r.text("approval_id")?,
-                approver: r.text("decided_by")?,
-                at: Timestamp::from_millis(r.i64("decided_at")?),
-                approved: false,
-            });
-        }
+        let mut out = approvals::grants(&mut c).await?;
+        out.extend(approvals::rejections(&mut c).await?);
         out.sort_by_key(|d| (d.at, d.approver.clone()));
         Ok(out)
     }
 
     pub async fn approval(&self, approval_id: &str) -> Result<ApprovalRequest> {
-        let mut tx = self.inner.pool.conn().await?;
-        let row = tx
-            .opt(
-                "SELECT approval_id, subject, run_id, principal, tool, tool_version, input_hash, \
-                 inputs, reason, evidence, rule, approvers_needed, status, created_at, expires_at, decided_at, decided_by \
-                 FROM approval_requests WHERE approval_id = $1",
-                args![approval_id],
-            )
+        let mut c = self.inner.pool.conn().await?;
+        approvals::by_id(&mut c, approval_id)
             .await?
             .ok_or_else(|| StoreError::NotFound {
                 what: "approval request",
                 id: approval_id.to_string(),
-            })?;
-        let by = tx
-            .rows(
-                "SELECT approver FROM approval_grants WHERE approval_id = $1 ORDER BY granted_at",
-                args![approval_id],
-            )
-            .await?
-            .iter()
-            .map(|g| g.text("approver"))
-            .collect::<Result<Vec<_>>>()?;
-        approval_from_row(&row, by)
+            })
     }
 
     /// A person approves a parked call. Issues a token bound to the exact inputs, the tool
@@ -860,80 +704,54 @@ impl Store {
         now: Timestamp,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
-        if let Some(r) = tx
-            .opt(
-                "SELECT principal, tool, rule FROM approval_requests WHERE approval_id = $1",
-                args![approval_id],
-            )
-            .await?
-        {
+        let request = approvals::by_id(&mut tx, approval_id).await?;
+        if let Some(r) = &request {
             registry
-                .may_approve(
-                    approver,
-                    &r.text("principal")?,
-                    &r.text("tool")?,
-                    &r.text("rule")?,
-                )
+                .may_approve(approver, &r.principal, &r.tool, &r.rule)
                 .map_err(|why| StoreError::Ineligible {
                     id: approval_id.to_string(),
                     why: Box::new(why),
                 })?;
         }
-        let n = tx
-            .exec(
-                "UPDATE approval_requests SET status = 'rejected', decided_at = $1, decided_by = $3, \
-                 note = $4 WHERE approval_id = $2 AND status = 'pending'",
-                args![now.millis(), approval_id, approver, note],
-            )
-            .await?;
-        if n == 0 {
+        if !approvals::reject(&mut tx, approval_id, approver, note, now).await? {
             return Err(StoreError::ApprovalClosed {
                 id: approval_id.to_string(),
                 status: "not pending".into(),
             });
         }
-        let row = tx
-            .opt(
-                "SELECT subject, tool, principal, run_id FROM approval_requests WHERE approval_id = $1",
-                args![approval_id],
-            )
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                what: "approval request",
-                id: approval_id.to_string(),
-            })?;
-        let (subject, tool, principal, run_id) = (
-            row.text("subject")?,
-            row.text("tool")?,
-            row.text("principal")?,
-            row.opt_text("run_id")?,
-        );
+        let ApprovalRequest {
+            subject,
+            tool,
+            principal,
+            run_id,
+            ..
+        } = request.ok_or_else(|| StoreError::NotFound {
+            what: "approval request",
+            id: approval_id.to_string(),
+        })?;
         let mut outcome = StepOutcome::status(StepStatus::Refused);
         outcome.rule = Some("approval.rejected".into());
         outcome.error = Some(format!("rejected by {approver}: {note}"));
         outcome.approval_id = Some(approval_id.to_string());
-        let parked = tx
-            .exec(
-                "UPDATE steps SET status = 'refused', outcome = $1, updated_at = $2 \
-                 WHERE step_id = $3 AND status = 'needs_approval'",
-                args![to_json(&outcome), now.millis(), &subject],
-            )
-            .await?;
-        let mut draft = AuditDraft::rejection(
+        let parked = steps::refuse_parked(&mut tx, &subject, &outcome, now).await?;
+        let call = AuditCall {
+            run_id,
+            step_id: parked.then(|| subject.clone()),
+            ..AuditCall::new(AuditWho::of(registry, &principal), tool, None)
+        };
+        let rejected_by = audit::AuditApproval {
+            approvers: vec![approver.to_string()],
+            token_fingerprints: Vec::new(),
+        };
+        let draft = AuditDraft::rejection(
             now,
-            AuditWho::of(registry, &principal),
-            tool,
+            call,
             "approval.rejected",
             note,
             outcome.error.clone(),
+            Some(rejected_by),
             registry.version.hash.clone(),
         );
-        draft.run_id = run_id;
-        draft.step_id = (parked > 0).then(|| subject.clone());
-        draft.approval = Some(audit::AuditApproval {
-            approvers: vec![approver.to_string()],
-            token_fingerprints: Vec::new(),
-        });
         audit::append(&mut tx, vec![draft]).await?;
         tx.commit().await
     }
@@ -942,13 +760,7 @@ impl Store {
     /// this keeps the queue people watch honest).
     pub async fn expire_approvals(&self, now: Timestamp) -> Result<u64> {
         let mut tx = self.begin().await?;
-        let n = tx
-            .exec(
-                "UPDATE approval_requests SET status = 'expired', decided_at = $1 \
-                 WHERE status IN ('pending', 'approved') AND expires_at <= $1",
-                args![now.millis()],
-            )
-            .await?;
+        let n = approvals::expire_lapsed(&mut tx, now).await?;
         tx.commit().await?;
         Ok(n)
     }
@@ -956,12 +768,7 @@ impl Store {
     /// Deletes completed idempotency records past their retention.
     pub async fn purge_idempotency(&self, now: Timestamp) -> Result<u64> {
         let mut tx = self.begin().await?;
-        let n = tx
-            .exec(
-                "DELETE FROM idempotency WHERE state = 'done' AND expires_at <= $1",
-                args![now.millis()],
-            )
-            .await?;
+        let n = keys::purge_settled(&mut tx, now).await?;
         tx.commit().await?;
         Ok(n)
     }
@@ -987,33 +794,13 @@ impl Store {
         run_id: Option<&str>,
     ) -> Result<Vec<AuditRecord>> {
         let mut c = self.inner.pool.conn().await?;
-        let rows = match (principal, run_id) {
-            (Some(p), _) => {
-                c.rows(
-                    "SELECT seq, record FROM audit WHERE principal = $1 ORDER BY seq",
-                    args![p],
-                )
-                .await?
-            }
-            (None, Some(r)) => {
-                c.rows(
-                    "SELECT seq, record FROM audit WHERE run_id = $1 ORDER BY seq",
-                    args![r],
-                )
-                .await?
-            }
-            (None, None) => {
-                c.rows("SELECT seq, record FROM audit ORDER BY seq", args![])
-                    .await?
-            }
-        };
-        rows.iter()
-            .map(|r| {
-                let (seq, text) = (r.i64("seq")?, r.text("record")?);
-                let record: AuditRecord = serde_json::from_str(&text)
-                    .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
+        audit::stored(&mut c, principal, run_id)
+            .await?
+            .iter()
+            .map(|s| {
+                let record = audit_record(s.seq, &s.text)?;
                 selected_as_stored(
-                    seq,
+                    s.seq,
                     &record,
                     principal,
                     run_id.filter(|_| principal.is_none()),
@@ -1032,18 +819,11 @@ impl Store {
         mut out: impl std::io::Write,
     ) -> Result<u64> {
         let mut c = self.inner.pool.conn().await?;
-        let rows = c
-            .rows(
-                "SELECT seq, record FROM audit WHERE principal = $1 ORDER BY seq",
-                args![principal],
-            )
-            .await?;
-        for r in &rows {
-            let (seq, text) = (r.i64("seq")?, r.text("record")?);
-            let record: AuditRecord = serde_json::from_str(&text)
-                .map_err(|e| StoreError::Corrupt(format!("audit record {seq}: {e}")))?;
-            selected_as_stored(seq, &record, Some(principal), None)?;
-            out.write_all(text.as_bytes())?;
+        let rows = audit::stored(&mut c, Some(principal), None).await?;
+        for s in &rows {
+            let record = audit_record(s.seq, &s.text)?;
+            selected_as_stored(s.seq, &record, Some(principal), None)?;
+            out.write_all(s.text.as_bytes())?;
             out.write_all(b"\n")?;
         }
         out.flush()?;
@@ -1118,12 +898,7 @@ pub(crate) async fn grant(
     approver: &str,
     now: Timestamp,
 ) -> Result<ApprovalToken> {
-    let req = tx
-        .opt(
-            "SELECT subject, tool, tool_version, input_hash, status, expires_at, approvers_needed, \
-             definition_hash, rule, registry_version, principal FROM approval_requests WHERE approval_id = $1",
-            args![approval_id],
-        )
+    let req = approvals::gate_request(tx, approval_id)
         .await?
         .ok_or_else(|| StoreError::NotFound {
             what: "approval request",
@@ -1131,105 +906,63 @@ pub(crate) async fn grant(
         })?;
     // Segregation of duties, under the registry serving now.
     registry
-        .may_approve(
-            approver,
-            &req.text("principal")?,
-            &req.text("tool")?,
-            &req.text("rule")?,
-        )
+        .may_approve(approver, &req.principal, &req.tool, &req.rule)
         .map_err(|why| StoreError::Ineligible {
             id: approval_id.to_string(),
             why: Box::new(why),
         })?;
-    let (subject, tool, version, hash, status, expires, needed) = (
-        req.text("subject")?,
-        req.text("tool")?,
-        req.text("tool_version")?,
-        req.text("input_hash")?,
-        req.text("status")?,
-        req.i64("expires_at")?,
-        req.i64("approvers_needed")?,
-    );
-    if status != "pending" {
+    if req.status != ApprovalStatus::Pending.as_str() {
         return Err(StoreError::ApprovalClosed {
             id: approval_id.to_string(),
-            status,
+            status: req.status,
         });
     }
-    if now.millis() >= expires {
-        tx.exec(
-            "UPDATE approval_requests SET status = 'expired', decided_at = $1 WHERE approval_id = $2",
-            args![now.millis(), approval_id],
-        )
-        .await?;
+    if now.millis() >= req.expires_at {
+        approvals::expire(tx, approval_id, now).await?;
         return Err(StoreError::ApprovalExpired {
             id: approval_id.to_string(),
-            expires_at: expires,
+            expires_at: req.expires_at,
         });
     }
     let claims = ApprovalClaims {
-        subject: subject.clone(),
-        tool,
-        tool_version: version,
-        input_hash: InputHash::from_stored(hash),
+        subject: req.subject.clone(),
+        tool: req.tool,
+        tool_version: req.tool_version,
+        input_hash: InputHash::from_stored(req.input_hash),
         // The registry version and rule the gate was decided under: after a reload the
         // approval carries over only while the current rules gate the call the same way.
         registry_version: Some(
-            req.opt_text("registry_version")?
+            req.registry_version
                 .unwrap_or_else(|| registry.version.hash.clone()),
         ),
-        gate_rule: Some(req.text("rule")?),
+        gate_rule: Some(req.rule),
         // The upstream definition the call was parked under (none for built-in tools).
-        definition_hash: req.opt_text("definition_hash")?,
+        definition_hash: req.definition_hash,
         approver: approver.to_string(),
-        expires_at: Timestamp::from_millis(expires),
+        expires_at: Timestamp::from_millis(req.expires_at),
         nonce: new_id(),
     };
     let token = keys.issue(&claims);
-    let inserted = tx
-        .exec(
-            "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, granted_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (approval_id, approver) DO NOTHING",
-            args![
-                approval_id,
-                approver,
-                token.as_str(),
-                token.fingerprint(),
-                &claims.nonce,
-                now.millis()
-            ],
-        )
-        .await?;
-    if inserted == 0 {
+    if !approvals::add_grant(tx, approval_id, approver, &token, &claims.nonce, now).await? {
         return Err(StoreError::SameApprover {
             id: approval_id.to_string(),
             approver: approver.to_string(),
         });
     }
-    let granted = tx
-        .opt(
-            "SELECT COUNT(*) AS n FROM approval_grants WHERE approval_id = $1",
-            args![approval_id],
-        )
-        .await?
-        .map(|r| r.i64("n"))
-        .transpose()?
-        .unwrap_or(0);
-    if granted >= needed {
-        tx.exec(
-            "UPDATE approval_requests SET status = 'approved', decided_at = $1 WHERE approval_id = $2",
-            args![now.millis(), approval_id],
-        )
-        .await?;
-        // A parked planned step goes back to the queue; Postgres notifies waiting workers.
-        tx.exec(
-            "UPDATE steps SET status = 'pending', updated_at = $1 \
-             WHERE step_id = $2 AND status = 'needs_approval'",
-            args![now.millis(), &subject],
-        )
-        .await?;
+    if approvals::grant_count(tx, approval_id).await? >= req.approvers_needed {
+        approvals::mark_approved(tx, approval_id, now).await?;
+        // A parked planned step goes back to the queue.
+        steps::requeue_parked(tx, &req.subject, now).await?;
     }
     Ok(token)
+}
+
+/// The stored text of audit record `seq`, parsed.
+pub(crate) fn audit_record(seq: i64, text: &str) -> Result<AuditRecord> {
+    serde_json::from_str(text).map_err(|source| StoreError::Unparsable {
+        what: format!("audit record {seq}"),
+        source,
+    })
 }
 
 /// A row selected by its `principal` or `run_id` column must say the same in its record (and
@@ -1620,7 +1353,7 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
         args![step_id],
     )
     .await?;
-    crate::window::release(tx, step_id).await
+    crate::ledger::windows::release(tx, step_id).await
 }
 
 async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {

@@ -1,7 +1,7 @@
-//! Window budgets (issue 9): sums and counts over a sliding window, reserved with the step,
-//! released on failure, conserved up the parent chain, refused with what is left and when it
-//! frees up. Each test is written once and run against both backends, and the concurrency test
-//! is the issue's: eight callers against one value budget, and the sum never exceeds the limit.
+//! Window budgets: sums and counts over a sliding window, reserved with the step, released on
+//! failure, conserved up the parent chain, refused with what is left and when it frees up. Each
+//! test is written once and run against both backends, and the concurrency test is eight callers
+//! against one value budget, and the sum never exceeds the limit.
 
 use std::path::PathBuf;
 use std::sync::Arc;

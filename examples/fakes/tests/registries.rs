@@ -1,4 +1,5 @@
-//! Both example registries load, lint clean, and decide seed 003's dispatch run as documented.
+//! Both example registries load, lint clean, and decide the field-services dispatch run as
+//! `examples/field-services/README.md` documents it.
 
 use std::path::PathBuf;
 
@@ -30,7 +31,7 @@ fn both_registries_load_with_zero_lint_findings() {
     }
 }
 
-/// One planned step of seed 003's dispatch run.
+/// One planned step of the field-services dispatch run.
 struct Step {
     tool: &'static str,
     purpose: &'static str,

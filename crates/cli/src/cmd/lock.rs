@@ -238,35 +238,31 @@ pub(crate) fn approval_record(
     command: &str,
 ) -> toolgate_store::AuditDraft {
     use toolgate_core::canon::sha256_tagged;
-    use toolgate_core::{Clock, StepStatus, SystemClock};
-    use toolgate_store::AuditDecision;
-    use toolgate_store::audit::AuditWho;
+    use toolgate_core::{Clock, SystemClock};
     let version = format!("lock:{}", sha256_tagged(lock_text.as_bytes()));
     let target = match (server, tool) {
         (Some(server), Some(tool)) => format!("upstream:{server}/{tool}"),
         (Some(server), None) => format!("upstream:{server}"),
         _ => "upstream:*".into(),
     };
-    let mut d = toolgate_store::AuditDraft::event(
-        SystemClock.now(),
-        AuditWho::new(&approval.by, "operator"),
-        target,
-        AuditDecision::LockApproval,
-        StepStatus::Done,
-        version.clone(),
-    );
-    d.inputs = serde_json::json!({
+    let pins = serde_json::json!({
         "server": server,
         "tool": tool,
         "pins": lines,
         "approved_at": approval.at,
         "lockfile": version,
     });
-    d.why.reason = Some(format!(
+    let reason = format!(
         "{} re-pinned {} definition(s) with `{command}`",
         approval.by,
         lines.len()
-    ));
-    d.why.rule = Some("lock.approve".into());
-    d
+    );
+    toolgate_store::AuditDraft::lock_approval(
+        SystemClock.now(),
+        &approval.by,
+        target,
+        pins,
+        reason,
+        version,
+    )
 }

@@ -2,7 +2,26 @@
 //! its compensating tool (or by itself with the values read before it), newest first, each
 //! as a compensation step with its own audit record.
 
+use toolgate_core::registry::Tool;
+
 use super::*;
+
+/// The call that undoes a done write step: which tool, with which inputs.
+struct Compensation<'a> {
+    tool: String,
+    declared: &'a Tool,
+    inputs: Value,
+    undoes: &'a Step,
+}
+
+/// A compensation step opened (running, committed), to be called.
+struct Opened {
+    step_id: String,
+    key: IdempotencyKey,
+    tool: String,
+    inputs: Value,
+    undoes: Step,
+}
 
 impl Executor {
     /// Aborts a run: steps not yet run are refused, then each done `write` step's compensating
@@ -11,13 +30,34 @@ impl Executor {
     pub async fn abort_run(&self, run_id: &str, note: &str) -> Result<Vec<StepReport>> {
         let now = self.clock.now();
         let mut tx = self.store.begin().await?;
-        let n = tx
-            .exec(
-                "UPDATE runs SET status = 'aborted', updated_at = $1 WHERE run_id = $2",
-                args![now.millis(), run_id],
-            )
+        let done = self.stop_run(&mut tx, run_id, note, now).await?;
+        let mut planned = Vec::new();
+        for s in &done {
+            if let Some(c) = self.compensation_for(&mut tx, s).await? {
+                planned.push(c);
+            }
+        }
+        let opened = self
+            .open_compensations(&mut tx, run_id, note, planned, now)
             .await?;
-        if n == 0 {
+        tx.commit().await?;
+        let mut reports = Vec::with_capacity(opened.len());
+        for o in opened {
+            reports.push(self.compensate(run_id, note, o).await?);
+        }
+        Ok(reports)
+    }
+
+    /// Marks the run aborted and refuses its steps not yet run; returns its done `write`
+    /// steps, newest first.
+    async fn stop_run(
+        &self,
+        tx: &mut Tx,
+        run_id: &str,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<Vec<Step>> {
+        if !runs::abort(tx, run_id, now).await? {
             return Err(StoreError::NotFound {
                 what: "run",
                 id: run_id.to_string(),
@@ -26,99 +66,97 @@ impl Executor {
         let mut refused = StepOutcome::status(StepStatus::Refused);
         refused.rule = Some("run.aborted".into());
         refused.error = Some(format!("the run was aborted: {note}"));
-        tx.exec(
-            "UPDATE steps SET status = 'refused', outcome = $1, retry_at = NULL, updated_at = $2 \
-             WHERE run_id = $3 AND status IN ('pending', 'failed', 'needs_approval')",
-            args![to_json(&refused), now.millis(), run_id],
-        )
-        .await?;
-        let rows = tx
-            .rows(
-                concat!(
-                    "SELECT ",
-                    step_cols!(),
-                    " FROM steps WHERE run_id = $1 AND status = 'done' AND effect = 'write' \
-                     AND kind <> 'compensation' ORDER BY seq DESC"
-                ),
-                args![run_id],
-            )
-            .await?;
-        let done = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
-        // Each compensation is numbered after the run's last step.
-        let mut seq = crate::ledger::runs::next_seq(&mut tx, run_id).await? - 1;
-        let mut todo = Vec::new();
-        for s in &done {
-            let Some(tool) = self.registry.tool(&s.tool) else {
-                continue;
+        steps::refuse_unrun_of_run(tx, run_id, &refused, now).await?;
+        steps::done_writes(tx, run_id).await
+    }
+
+    /// The call that undoes `s`: its own tool with the values read before the write set back
+    /// (`compensate_with`), or its declared compensating tool with the fields its schema names,
+    /// from the original inputs first, then from what the call returned. `None`: nothing
+    /// declared, or no previous values were kept (a person must undo it).
+    async fn compensation_for<'a>(
+        &'a self,
+        tx: &mut Tx,
+        s: &'a Step,
+    ) -> Result<Option<Compensation<'a>>> {
+        let Some(tool) = self.registry.tool(&s.tool) else {
+            return Ok(None);
+        };
+        if tool.config.compensate_with.is_some() {
+            let Some(previous) = steps::previous(tx, &s.step_id).await? else {
+                tracing::error!(step = %s.step_id, "no previous values kept: a person must undo it");
+                return Ok(None);
             };
-            if tool.config.compensate_with.is_some() {
-                // The same tool, with the values read before the write set back.
-                let previous = tx
-                    .opt(
-                        "SELECT previous FROM steps WHERE step_id = $1",
-                        args![&s.step_id],
-                    )
-                    .await?
-                    .map(|r| r.opt_text("previous"))
-                    .transpose()?
-                    .flatten();
-                let Some(previous) = previous else {
-                    tracing::error!(step = %s.step_id, "no previous values kept: a person must undo it");
-                    continue;
-                };
-                let previous: Value = serde_json::from_str(&previous).map_err(|e| {
-                    StoreError::Corrupt(format!(
-                        "the previous values kept with step {} do not parse: {e}",
-                        s.step_id
-                    ))
+            let previous: Value =
+                serde_json::from_str(&previous).map_err(|source| StoreError::Unparsable {
+                    what: format!("the previous values kept with step {}", s.step_id),
+                    source,
                 })?;
-                let inputs = toolgate_core::config::CompensateWithConfig::compensation_inputs(
-                    &s.inputs, &previous,
-                );
-                todo.push((tool.name().to_string(), tool, inputs, s));
-                continue;
-            }
-            let Some(comp) = tool.config.compensate.clone() else {
-                continue;
-            };
-            let Some(comp_tool) = self.registry.tool(&comp) else {
-                continue;
-            };
-            // The compensating call takes the fields its schema names, from the original
-            // inputs first, then from what the call returned.
-            let mut inputs = serde_json::Map::new();
-            if let Some(props) = comp_tool
-                .config
-                .input_schema
-                .get("properties")
-                .and_then(Value::as_object)
-            {
-                for name in props.keys() {
-                    let v = s.inputs.get(name).cloned().or_else(|| {
-                        s.outcome
-                            .as_ref()
-                            .and_then(|o| o.result.as_ref())
-                            .and_then(|r| r.get(name).cloned())
-                    });
-                    if let Some(v) = v {
-                        inputs.insert(name.clone(), v);
-                    }
-                }
-            }
-            todo.push((comp, comp_tool, Value::Object(inputs), s));
+            let inputs = toolgate_core::config::CompensateWithConfig::compensation_inputs(
+                &s.inputs, &previous,
+            );
+            return Ok(Some(Compensation {
+                tool: tool.name().to_string(),
+                declared: tool,
+                inputs,
+                undoes: s,
+            }));
         }
-        let mut calls = Vec::new();
-        for (comp, comp_tool, inputs, s) in todo {
+        let Some(comp) = tool.config.compensate.clone() else {
+            return Ok(None);
+        };
+        let Some(comp_tool) = self.registry.tool(&comp) else {
+            return Ok(None);
+        };
+        let mut inputs = serde_json::Map::new();
+        let names = comp_tool
+            .config
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object);
+        for name in names.into_iter().flat_map(|p| p.keys()) {
+            let returned = || {
+                s.outcome
+                    .as_ref()
+                    .and_then(|o| o.result.as_ref())
+                    .and_then(|r| r.get(name).cloned())
+            };
+            if let Some(v) = s.inputs.get(name).cloned().or_else(returned) {
+                inputs.insert(name.clone(), v);
+            }
+        }
+        Ok(Some(Compensation {
+            tool: comp,
+            declared: comp_tool,
+            inputs: Value::Object(inputs),
+            undoes: s,
+        }))
+    }
+
+    /// Opens a running compensation step for each planned call, numbered after the run's last
+    /// step, each with its own key and lease.
+    async fn open_compensations(
+        &self,
+        tx: &mut Tx,
+        run_id: &str,
+        note: &str,
+        planned: Vec<Compensation<'_>>,
+        now: Timestamp,
+    ) -> Result<Vec<Opened>> {
+        let mut seq = runs::next_seq(tx, run_id).await? - 1;
+        let mut opened = Vec::with_capacity(planned.len());
+        for c in planned {
             seq += 1;
+            let s = c.undoes;
             let key = IdempotencyKey::for_step(
                 run_id,
                 seq as u32,
-                &json!({"compensates": s.step_id, "inputs": inputs}),
+                &json!({"compensates": s.step_id, "inputs": c.inputs}),
             );
             let id = new_id();
             let lease = now.millis() + self.store.config().lease.as_millis() as i64;
             insert_step(
-                &mut tx,
+                tx,
                 NewStep {
                     step_id: &id,
                     run_id,
@@ -126,14 +164,14 @@ impl Executor {
                     kind: StepKind::Compensation,
                     principal: &s.principal,
                     role: &s.role,
-                    tool: &comp,
-                    effect: comp_tool.config.effect,
-                    tier: comp_tool.config.tier,
+                    tool: &c.tool,
+                    effect: c.declared.config.effect,
+                    tier: c.declared.config.tier,
                     purpose: s.purpose.as_deref(),
                     reason: Some(note),
                     evidence: &[],
                     actor: &Actor::default(),
-                    inputs: &inputs,
+                    inputs: &c.inputs,
                     idem_key: key.as_str(),
                     status: StepStatus::Running,
                     attempts: 1,
@@ -144,99 +182,101 @@ impl Executor {
                 },
             )
             .await?;
-            calls.push((id, key, comp, inputs, s.clone()));
-        }
-        tx.commit().await?;
-
-        let mut reports = Vec::new();
-        for (id, key, comp, inputs, original) in calls {
-            let meta = CallMeta {
-                idempotency_key: key.clone(),
-                run_id: run_id.to_string(),
-                step_id: id.clone(),
-                approval_tokens: Vec::new(),
-                principal: original.principal.clone(),
-            };
-            let target = self.target(&comp);
-            let started = Instant::now();
-            let res = match system_inputs_fit(&self.registry, &comp, &inputs) {
-                // Never sent: recorded failed, for a person to undo by hand.
-                Err(why) => Err(HandlerError::Failed(why)),
-                Ok(()) => match tokio::time::timeout(
-                    self.store.config().call_timeout,
-                    self.handler.call(&target, &inputs, &meta),
-                )
-                .await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(HandlerError::Timeout),
-                },
-            };
-            let now = self.clock.now();
-            let mut outcome = match res {
-                Ok(out) => {
-                    let mut o = StepOutcome::status(StepStatus::Done);
-                    o.result = Some(out.result);
-                    o.target_ref = out.target_ref;
-                    o
-                }
-                Err(HandlerError::Failed(e)) => {
-                    let mut o = StepOutcome::status(StepStatus::Failed);
-                    o.error = Some(e);
-                    o
-                }
-                Err(HandlerError::Timeout) => {
-                    let mut o = StepOutcome::status(StepStatus::Unknown);
-                    o.error = Some("the compensation timed out; check the target".into());
-                    o
-                }
-                Err(HandlerError::Unanswered(e)) => {
-                    let mut o = StepOutcome::status(StepStatus::Unknown);
-                    o.error = Some(format!(
-                        "the compensation got no clean answer ({e}); check the target"
-                    ));
-                    o
-                }
-            };
-            outcome.latency_ms = Some(started.elapsed().as_millis() as i64);
-            outcome.rule = Some(format!("compensates.{}", original.step_id));
-            let step = Step {
-                step_id: id.clone(),
-                seq: 0,
-                kind: StepKind::Compensation,
-                tool: comp.clone(),
-                inputs: inputs.clone(),
-                idem_key: key.clone(),
-                input_hash: InputHash::of(&inputs),
-                reason: Some(note.to_string()),
-                ..original.clone()
-            };
-            let settle = Settle {
-                step_id: id.clone(),
-                outcome: outcome.clone(),
-                retry_at: None,
-                idem_key: key.to_string(),
-                idem: IdemAction::Keep,
-                budget: BudgetAction::Hold,
-                now,
-            };
-            let draft = self.system_draft(
-                &step,
-                AuditDecision::Compensation,
-                &format!("compensates.{}", original.step_id),
-                &outcome,
-                now,
-            );
-            self.store
-                .commit_record(Some(Ledger::Settle(settle)), draft)
-                .await?;
-            reports.push(StepReport {
+            opened.push(Opened {
                 step_id: id,
-                status: outcome.status,
-                outcome: Some(outcome),
-                replayed: false,
+                key,
+                tool: c.tool,
+                inputs: c.inputs,
+                undoes: s.clone(),
             });
         }
-        Ok(reports)
+        Ok(opened)
+    }
+
+    /// Calls one opened compensation and records what came back (never retried: a failure or
+    /// an unclear answer is for a person to look at).
+    async fn compensate(&self, run_id: &str, note: &str, o: Opened) -> Result<StepReport> {
+        let meta = CallMeta {
+            idempotency_key: o.key.clone(),
+            run_id: run_id.to_string(),
+            step_id: o.step_id.clone(),
+            approval_tokens: Vec::new(),
+            principal: o.undoes.principal.clone(),
+        };
+        let target = self.target(&o.tool);
+        let started = Instant::now();
+        let res = match system_inputs_fit(&self.registry, &o.tool, &o.inputs) {
+            // Never sent: recorded failed, for a person to undo by hand.
+            Err(why) => Err(HandlerError::Failed(why.to_string())),
+            Ok(()) => match tokio::time::timeout(
+                self.store.config().call_timeout,
+                self.handler.call(&target, &o.inputs, &meta),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(HandlerError::Timeout),
+            },
+        };
+        let now = self.clock.now();
+        let rule = format!("compensates.{}", o.undoes.step_id);
+        let mut outcome = compensation_outcome(res);
+        outcome.latency_ms = Some(started.elapsed().as_millis() as i64);
+        outcome.rule = Some(rule.clone());
+        let step = Step {
+            step_id: o.step_id.clone(),
+            seq: 0,
+            kind: StepKind::Compensation,
+            tool: o.tool,
+            input_hash: InputHash::of(&o.inputs),
+            inputs: o.inputs,
+            idem_key: o.key.clone(),
+            reason: Some(note.to_string()),
+            ..o.undoes
+        };
+        let settle = Settle {
+            step_id: o.step_id.clone(),
+            outcome: outcome.clone(),
+            retry_at: None,
+            idem_key: o.key.to_string(),
+            idem: IdemAction::Keep,
+            budget: BudgetAction::Hold,
+            now,
+        };
+        let draft = self.system_draft(&step, AuditDecision::Compensation, &rule, &outcome, now);
+        self.store
+            .commit_record(Some(Ledger::Settle(settle)), draft)
+            .await?;
+        Ok(StepReport {
+            step_id: o.step_id,
+            status: outcome.status,
+            outcome: Some(outcome),
+            replayed: false,
+        })
+    }
+}
+
+/// What a compensating call's answer makes of its step.
+fn compensation_outcome(res: std::result::Result<HandlerOutput, HandlerError>) -> StepOutcome {
+    match res {
+        Ok(out) => StepOutcome {
+            result: Some(out.result),
+            target_ref: out.target_ref,
+            ..StepOutcome::status(StepStatus::Done)
+        },
+        Err(HandlerError::Failed(e)) => StepOutcome {
+            error: Some(e),
+            ..StepOutcome::status(StepStatus::Failed)
+        },
+        Err(HandlerError::Timeout) => StepOutcome {
+            error: Some("the compensation timed out; check the target".into()),
+            ..StepOutcome::status(StepStatus::Unknown)
+        },
+        Err(HandlerError::Unanswered(e)) => StepOutcome {
+            error: Some(format!(
+                "the compensation got no clean answer ({e}); check the target"
+            )),
+            ..StepOutcome::status(StepStatus::Unknown)
+        },
     }
 }

@@ -82,7 +82,7 @@ impl Executor {
         let target = self.target(&l.tool);
         let started = Instant::now();
         let res = match system_inputs_fit(&self.registry, &l.tool, &l.inputs) {
-            Err(why) => Err(HandlerError::Failed(why)),
+            Err(why) => Err(HandlerError::Failed(why.to_string())),
             Ok(()) => match tokio::time::timeout(
                 self.store.config().call_timeout,
                 self.handler.call(&target, &l.inputs, &meta),
@@ -141,7 +141,7 @@ impl Executor {
         &self,
         p: &Pending,
         tool: &toolgate_core::registry::Tool,
-    ) -> std::result::Result<(), String> {
+    ) -> Result<()> {
         let Some(w) = &tool.config.compensate_with else {
             return Ok(());
         };
@@ -169,9 +169,10 @@ impl Executor {
             {
                 Ok(Ok(out)) => w
                     .previous(&out.result, &p.inputs)
-                    .map(|prev| (prev, out.target_ref)),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(HandlerError::Timeout.to_string()),
+                    .map(|prev| (prev, out.target_ref))
+                    .map_err(StoreError::from),
+                Ok(Err(e)) => Err(StoreError::from(e)),
+                Err(_) => Err(StoreError::from(HandlerError::Timeout)),
             },
         };
         let rule = format!("compensate_with.{}", w.read);
@@ -187,7 +188,7 @@ impl Executor {
                 outcome.result = Some(prev.clone());
                 outcome.target_ref = target_ref.clone();
             }
-            Err(why) => outcome.error = Some(why.clone()),
+            Err(why) => outcome.error = Some(why.to_string()),
         }
         let lp = Pending {
             tool: w.read.clone(),
@@ -205,17 +206,13 @@ impl Executor {
         let keep = async {
             let mut tx = self.store.begin().await?;
             if let Ok((prev, _)) = &res {
-                tx.exec(
-                    "UPDATE steps SET previous = $1 WHERE step_id = $2",
-                    args![to_json(prev), &p.step_id],
-                )
-                .await?;
+                steps::keep_previous(&mut tx, &p.step_id, prev).await?;
             }
             audit::append(&mut tx, vec![d]).await?;
             tx.commit().await
         };
         if let Err(e) = keep.await {
-            return Err(format!("the previous values could not be stored: {e}"));
+            return Err(StoreError::PreviousNotKept(Box::new(e)));
         }
         res.map(|_| ())
     }
@@ -229,7 +226,7 @@ impl Executor {
         run_id: Option<&str>,
         tool: &str,
         inputs: &Value,
-    ) -> std::result::Result<Value, String> {
+    ) -> Result<Value> {
         system_inputs_fit(&self.registry, tool, inputs)?;
         let with: Vec<String> = inputs
             .as_object()
@@ -251,8 +248,10 @@ impl Executor {
         .await
         {
             Ok(Ok(out)) => Ok(out.result),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("{tool} did not answer in time")),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(StoreError::NoAnswer {
+                tool: tool.to_string(),
+            }),
         }
     }
 }

@@ -11,7 +11,8 @@
 //!   about by key, and undoing an aborted run.
 //! - `dry`: a parked call decided again without doing anything, for the approval page.
 //!
-//! None of these write SQL for the ledgers they use; that is [`crate::ledger`]'s.
+//! Apart from the call's reservation phase, none of these write SQL: the ledgers they use are
+//! [`crate::ledger`]'s.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -29,13 +30,16 @@ use toolgate_core::{
     Verdict, canonical, destination_lookups,
 };
 
-use crate::audit::{self, AuditApproval, AuditDecision, AuditDraft, AuditOutcome, AuditWho};
+use crate::audit::{
+    self, AuditApproval, AuditCall, AuditDecision, AuditDraft, AuditOutcome, AuditWho,
+};
 use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
+use crate::ledger::{runs, steps};
 use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};
 use crate::store::{
     BudgetAction, IdemAction, Ledger, NewStep, Settle, Store, insert_next_step, insert_step,
-    new_id, step_cols, step_from_row, to_json, used_nonces,
+    new_id, to_json, used_nonces,
 };
 
 /// A boxed future, so [`Handler`] stays object-safe.
@@ -352,17 +356,16 @@ fn decision_json(d: &Decision) -> String {
 /// The schema check (3) for toolgate's own calls — destination lookups, reconciliation and
 /// compensation — whose inputs toolgate builds: inputs the tool would refuse are never sent.
 /// The other checks do not apply to them (see README, "Design notes").
-fn system_inputs_fit(registry: &Registry, tool: &str, inputs: &Value) -> Result<(), String> {
+fn system_inputs_fit(registry: &Registry, tool: &str, inputs: &Value) -> Result<()> {
     let Some(t) = registry.tool(tool) else {
-        return Err(format!("tool '{tool}' is not in the registry"));
+        return Err(StoreError::UnknownTool(tool.to_string()));
     };
-    t.schema.validate(inputs).map_err(|errors| {
-        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        format!(
-            "the inputs built for {tool} do not fit its schema: {}",
-            list.join("; ")
-        )
-    })
+    t.schema
+        .validate(inputs)
+        .map_err(|errors| StoreError::InputsUnfit {
+            tool: tool.to_string(),
+            errors,
+        })
 }
 
 impl Executor {
@@ -388,6 +391,53 @@ impl Executor {
     /// The decision engine over this executor's registry and keys.
     pub fn engine(&self) -> Engine<'_> {
         Engine::new(&self.registry, &self.keys)
+    }
+
+    /// `p` as its audit records name it: the tool as the registry declares it, the inputs
+    /// redacted as the tool redacts them, and, when `decision`'s schema check did not admit them
+    /// (an unknown tool's, or refused by the schema check), bounded: the caller's to size, so
+    /// past a bound they are kept as their size and hash.
+    pub(crate) fn audit_call(&self, p: &Pending, decision: &Decision) -> AuditCall {
+        let tool = self.registry.tool(&p.tool);
+        let (inputs, redacted) = match tool {
+            Some(t) => self
+                .store
+                .config()
+                .redactor
+                .redact(&p.inputs, &t.config.redact),
+            None => (p.inputs.clone(), Vec::new()),
+        };
+        let admitted = tool.is_some()
+            && decision
+                .checks
+                .iter()
+                .all(|c| c.name != CheckName::Schema || c.outcome == toolgate_core::Outcome::Pass);
+        let inputs = if admitted {
+            inputs
+        } else {
+            toolgate_core::clip::bounded_inputs(&inputs).into_owned()
+        };
+        let name = match tool {
+            Some(_) => p.tool.clone(),
+            None => {
+                toolgate_core::clip::clip(&p.tool, toolgate_core::clip::NAME_CHARS).into_owned()
+            }
+        };
+        let who = AuditWho {
+            actor: p.actor.clone(),
+            ..AuditWho::of(&self.registry, &p.principal)
+        };
+        AuditCall {
+            run_id: Some(p.run_id.clone()),
+            step_id: (!p.step_id.is_empty()).then(|| p.step_id.clone()),
+            inputs,
+            redacted,
+            idem_key: Some(p.idem_key.to_string()),
+            purpose: p.purpose.clone(),
+            reason: p.reason.clone(),
+            evidence: p.evidence.clone(),
+            ..AuditCall::new(who, name, tool)
+        }
     }
 
     fn point(&self, at: SyncPoint) {

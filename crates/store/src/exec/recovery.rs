@@ -13,16 +13,7 @@ impl Executor {
         s: &Step,
         now: Timestamp,
     ) -> Result<Option<AuditDraft>> {
-        let Some(text) = tx
-            .opt(
-                "SELECT decision FROM steps WHERE step_id = $1",
-                args![&s.step_id],
-            )
-            .await?
-            .map(|r| r.opt_text("decision"))
-            .transpose()?
-            .flatten()
-        else {
+        let Some(text) = steps::kept_decision(tx, &s.step_id).await? else {
             return Ok(None);
         };
         #[derive(serde::Deserialize)]
@@ -32,11 +23,9 @@ impl Executor {
             shadow: Vec<toolgate_core::ShadowRule>,
             registry_version: String,
         }
-        let kept: Kept = serde_json::from_str(&text).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "the decision kept with step {} does not parse: {e}",
-                s.step_id
-            ))
+        let kept: Kept = serde_json::from_str(&text).map_err(|source| StoreError::Unparsable {
+            what: format!("the decision kept with step {}", s.step_id),
+            source,
         })?;
         let decision = Decision {
             verdict: Verdict::Allow,
@@ -52,16 +41,7 @@ impl Executor {
              outcome was recorded"
                 .into(),
         );
-        let mut d = self.draft(
-            &Pending::from_step(s),
-            &decision,
-            AuditDecision::Allow,
-            &outcome,
-            &[],
-            &[],
-            now,
-        );
-        d.approval = s
+        let approval = s
             .approval
             .as_ref()
             .and_then(|a| a.get("by"))
@@ -74,7 +54,16 @@ impl Executor {
                     .collect(),
                 token_fingerprints: Vec::new(),
             });
-        d.outcome.governance_us = None;
+        let call = self.audit_call(&Pending::from_step(s), &decision);
+        let d = AuditDraft::call(
+            now,
+            AuditDecision::Allow,
+            call,
+            &decision,
+            approval,
+            &outcome,
+            None,
+        );
         Ok(Some(d))
     }
 
@@ -84,17 +73,7 @@ impl Executor {
     pub async fn recover_stale(&self) -> Result<Vec<StepReport>> {
         let now = self.clock.now();
         let mut tx = self.store.begin().await?;
-        let rows = tx
-            .rows(
-                concat!(
-                    "SELECT ",
-                    step_cols!(),
-                    " FROM steps WHERE status = 'running' AND lease_until < $1 ORDER BY seq"
-                ),
-                args![now.millis()],
-            )
-            .await?;
-        let stale = rows.iter().map(step_from_row).collect::<Result<Vec<_>>>()?;
+        let stale = steps::stale(&mut tx, now).await?;
         let mut drafts = Vec::new();
         let mut reports = Vec::new();
         for s in &stale {

@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 use toolgate_core::Tier;
 
-use crate::db::{Tx, args};
+use crate::db::{Sql, Tx, args};
 use crate::error::Result;
+use crate::model::BudgetUse;
 use crate::store::parse_tier;
 
 /// What `principal` used of each tier's budget on `day`.
@@ -199,4 +200,24 @@ async fn charge_pg(
         .await?;
     }
     Ok(true)
+}
+
+/// Every principal's use of each tier's budget on `day`, by principal and tier.
+pub(crate) async fn usage_on(c: &mut impl Sql, day: i64) -> Result<Vec<BudgetUse>> {
+    c.rows(
+        "SELECT principal, tier, day, used FROM budget_usage WHERE day = $1 \
+         ORDER BY principal, tier",
+        args![day],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(BudgetUse {
+            principal: r.text("principal")?,
+            tier: parse_tier(&r.text("tier")?)?,
+            day: r.i64("day")?,
+            used: r.i64("used")?,
+        })
+    })
+    .collect()
 }

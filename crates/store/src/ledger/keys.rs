@@ -110,3 +110,12 @@ pub(crate) async fn archive(tx: &mut Tx, key: &IdempotencyKey) -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// Forgets settled keys whose retention ran out at `now`; how many.
+pub(crate) async fn purge_settled(tx: &mut Tx, now: Timestamp) -> Result<u64> {
+    tx.exec(
+        "DELETE FROM idempotency WHERE state = 'done' AND expires_at <= $1",
+        args![now.millis()],
+    )
+    .await
+}

@@ -1,12 +1,13 @@
-//! What a run did so far, as the engine's policies and rate limits count it. Read as counts
-//! (one `GROUP BY` over the run's steps), not as the steps themselves, so a call in a long run
-//! — a client that never names a run joins its principal's implicit one — costs about what a
-//! call in a short one does.
+//! Runs: who owns each and whether it is open, each principal's current run, and what a run
+//! did so far as the engine's policies and rate limits count it. That is read as counts (one
+//! `GROUP BY` over the run's steps), not as the steps themselves, so a call in a long run — a
+//! client that never names a run joins its principal's implicit one — costs about what a call
+//! in a short one does.
 
-use toolgate_core::{PriorCall, PriorCalls, PriorOutcome, RunHistory, StepStatus, Tier};
+use toolgate_core::{PriorCall, PriorCalls, PriorOutcome, RunHistory, StepStatus, Tier, Timestamp};
 
-use crate::db::{Db, Tx, args};
-use crate::error::Result;
+use crate::db::{Sql, Tx, args};
+use crate::error::{Result, StoreError};
 use crate::store::{parse_status, parse_tier};
 
 /// How an earlier step of the run counts: `None` for one that decided nothing yet (pending) or
@@ -30,7 +31,7 @@ fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
 /// one result. Also whether any step row of the run was counted: then the run's row exists (a
 /// step references it, and runs are never deleted).
 pub(crate) async fn history(
-    db: &mut Db<'_>,
+    db: &mut impl Sql,
     run_id: &str,
     before: Option<i64>,
 ) -> Result<(RunHistory, bool)> {
@@ -108,10 +109,154 @@ pub(crate) async fn next_seq(tx: &mut Tx, run_id: &str) -> Result<i64> {
         .unwrap_or(1))
 }
 
+/// Where a run stands: open for calls, or aborted (nothing more runs in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunState {
+    Open,
+    Aborted,
+}
+
+impl RunState {
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            RunState::Open => "open",
+            RunState::Aborted => "aborted",
+        }
+    }
+}
+
+/// Opens run `run_id` for `principal` (fails if it exists).
+pub(crate) async fn open(
+    tx: &mut Tx,
+    run_id: &str,
+    principal: &str,
+    purpose: Option<&str>,
+    now: Timestamp,
+) -> Result<()> {
+    tx.exec(
+        "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+         VALUES ($1, $2, $3, $5, $4, $4)",
+        args![
+            run_id,
+            principal,
+            purpose,
+            now.millis(),
+            RunState::Open.as_str()
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Opens run `run_id` for `principal` unless it exists.
+pub(crate) async fn ensure(
+    tx: &mut Tx,
+    run_id: &str,
+    principal: &str,
+    purpose: Option<&str>,
+    now: Timestamp,
+) -> Result<()> {
+    tx.exec(
+        "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+         VALUES ($1, $2, $3, $5, $4, $4) ON CONFLICT (run_id) DO NOTHING",
+        args![
+            run_id,
+            principal,
+            purpose,
+            now.millis(),
+            RunState::Open.as_str()
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Marks run `run_id` aborted; whether there is such a run.
+pub(crate) async fn abort(tx: &mut Tx, run_id: &str, now: Timestamp) -> Result<bool> {
+    let n = tx
+        .exec(
+            "UPDATE runs SET status = $3, updated_at = $1 WHERE run_id = $2",
+            args![now.millis(), run_id, RunState::Aborted.as_str()],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// Who a run belongs to, and whether it is a submitted plan's.
+pub(crate) struct RunOwner {
+    pub principal: String,
+    pub planned: bool,
+}
+
+/// The owner of run `run_id`, if there is such a run.
+pub(crate) async fn owner(c: &mut impl Sql, run_id: &str) -> Result<Option<RunOwner>> {
+    c.opt(
+        "SELECT r.principal, p.run_id AS plan_run FROM runs r \
+         LEFT JOIN plans p ON p.run_id = r.run_id WHERE r.run_id = $1",
+        args![run_id],
+    )
+    .await?
+    .map(|r| {
+        Ok(RunOwner {
+            principal: r.text("principal")?,
+            planned: r.opt_text("plan_run")?.is_some(),
+        })
+    })
+    .transpose()
+}
+
+/// A run as `run.status` reports it, without its steps.
+pub(crate) struct RunSummary {
+    pub principal: String,
+    pub status: String,
+    /// The goal, for a submitted plan.
+    pub goal: Option<String>,
+}
+
+/// Run `run_id` with its plan's goal, if there is such a run.
+pub(crate) async fn summary(c: &mut impl Sql, run_id: &str) -> Result<Option<RunSummary>> {
+    c.opt(
+        "SELECT r.principal, r.status, p.goal FROM runs r \
+         LEFT JOIN plans p ON p.run_id = r.run_id WHERE r.run_id = $1",
+        args![run_id],
+    )
+    .await?
+    .map(|r| {
+        Ok(RunSummary {
+            principal: r.text("principal")?,
+            status: r.text("status")?,
+            goal: r.opt_text("goal")?,
+        })
+    })
+    .transpose()
+}
+
+/// `principal`'s current run at `now`: the one it last called in, unless that was before
+/// `idle_since` (ms), in which case `fresh` becomes it.
+pub(crate) async fn current(
+    tx: &mut Tx,
+    principal: &str,
+    fresh: &str,
+    now: Timestamp,
+    idle_since: i64,
+) -> Result<String> {
+    tx.opt(
+        "INSERT INTO principal_runs (principal, run_id, last_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (principal) DO UPDATE SET \
+         run_id = CASE WHEN principal_runs.last_at < $4 THEN excluded.run_id \
+         ELSE principal_runs.run_id END, last_at = excluded.last_at \
+         RETURNING run_id",
+        args![principal, fresh, now.millis(), idle_since],
+    )
+    .await?
+    .ok_or_else(|| StoreError::Bug("the current-run upsert returned no row".into()))?
+    .text("run_id")
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use toolgate_core::{Effect, StepStatus, Tier, Timestamp};
+    use toolgate_core::{Effect, StepStatus, Tier};
 
     use super::*;
     use crate::model::{Actor, StepKind};
@@ -191,7 +336,7 @@ mod tests {
             .unwrap();
         assert_eq!(rows.i64("n").unwrap(), 2);
 
-        let (run, has_steps) = history(&mut tx.db(), "r", None).await.unwrap();
+        let (run, has_steps) = history(&mut tx, "r", None).await.unwrap();
         assert!(has_steps);
         assert!(run.calls.is_empty(), "no call is listed one by one");
         // done, refused, needs_approval steps, the stepless refusals and reads: five kinds.
@@ -204,7 +349,7 @@ mod tests {
         assert_eq!(run.counts("look").tool_calls, 25);
         // A planned step sees only the steps before it and every stepless refusal, not the
         // stepless reads (which have no place in the plan's order).
-        let c = history(&mut tx.db(), "r", Some(11))
+        let c = history(&mut tx, "r", Some(11))
             .await
             .unwrap()
             .0
@@ -221,7 +366,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let (run, has_steps) = history(&mut tx.db(), "only-stepless", None).await.unwrap();
+        let (run, has_steps) = history(&mut tx, "only-stepless", None).await.unwrap();
         assert_eq!(run.counts("pay").denials, 1);
         assert!(!has_steps);
     }

@@ -1,11 +1,13 @@
-//! The step rows as the call path claims and settles them.
+//! The step rows: as the call path claims and settles them, as plans, reviews, approvals,
+//! recovery, reconciliation and aborted runs change them, and as they are read back.
 
-use toolgate_core::Timestamp;
+use serde_json::Value;
+use toolgate_core::{InputHash, StepStatus, Timestamp};
 
-use crate::db::{Tx, args};
+use crate::db::{Sql, Tx, args};
 use crate::error::Result;
-use crate::model::{Step, StepOutcome};
-use crate::store::{step_cols, step_from_row, to_json};
+use crate::model::{Step, StepKind, StepOutcome};
+use crate::store::{parse_status, step_cols, step_from_row, to_json};
 
 /// Records `outcome` on the step and ends its lease.
 pub(crate) async fn settle(
@@ -90,6 +92,280 @@ pub(crate) async fn claim_one(
             step_id,
             i64::from(toolgate_core::MAX_ATTEMPTS)
         ],
+    )
+    .await?
+    .iter()
+    .map(step_from_row)
+    .collect()
+}
+
+/// The step `step_id`, if there is one.
+pub(crate) async fn by_id(c: &mut impl Sql, step_id: &str) -> Result<Option<Step>> {
+    c.opt(
+        concat!("SELECT ", step_cols!(), " FROM steps WHERE step_id = $1"),
+        args![step_id],
+    )
+    .await?
+    .map(|r| step_from_row(&r))
+    .transpose()
+}
+
+/// The steps of run `run_id` in order (compensations after the steps they undo).
+pub(crate) async fn of_run(c: &mut impl Sql, run_id: &str) -> Result<Vec<Step>> {
+    c.rows(
+        concat!(
+            "SELECT ",
+            step_cols!(),
+            " FROM steps WHERE run_id = $1 ORDER BY seq"
+        ),
+        args![run_id],
+    )
+    .await?
+    .iter()
+    .map(step_from_row)
+    .collect()
+}
+
+/// How many steps are in each status (all runs), by status.
+pub(crate) async fn count_by_status(c: &mut impl Sql) -> Result<Vec<(StepStatus, i64)>> {
+    c.rows(
+        "SELECT status, COUNT(*) AS n FROM steps GROUP BY status ORDER BY status",
+        args![],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok((parse_status(&r.text("status")?)?, r.i64("n")?)))
+    .collect()
+}
+
+/// Whether run `run_id` has a step of `principal`'s.
+pub(crate) async fn any_of(c: &mut impl Sql, run_id: &str, principal: &str) -> Result<bool> {
+    Ok(c.opt(
+        "SELECT 1 FROM steps WHERE run_id = $1 AND principal = $2 LIMIT 1",
+        args![run_id, principal],
+    )
+    .await?
+    .is_some())
+}
+
+/// A planned step assigned to a principal, as a plan-bound call looks for it.
+pub(crate) struct Assigned {
+    pub step_id: String,
+    pub run_id: String,
+    pub status: StepStatus,
+}
+
+/// The planned steps of `principal` calling `tool` with inputs hashing to `input_hash`, oldest
+/// first. (`planned` is spelled in the statement for the partial index `steps_assigned`.)
+pub(crate) async fn assigned(
+    c: &mut impl Sql,
+    principal: &str,
+    tool: &str,
+    input_hash: &InputHash,
+) -> Result<Vec<Assigned>> {
+    c.rows(
+        "SELECT step_id, run_id, status FROM steps WHERE kind = 'planned' \
+         AND principal = $1 AND tool = $2 AND input_hash = $3 ORDER BY created_at, seq",
+        args![principal, tool, input_hash.as_str()],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Assigned {
+            step_id: r.text("step_id")?,
+            run_id: r.text("run_id")?,
+            status: parse_status(&r.text("status")?)?,
+        })
+    })
+    .collect()
+}
+
+/// Refuses the step `step_id` with `outcome` if it has not run (pending, parked for a person,
+/// or waiting to retry); whether it was.
+pub(crate) async fn refuse_unrun(
+    tx: &mut Tx,
+    step_id: &str,
+    outcome: &StepOutcome,
+    now: Timestamp,
+) -> Result<bool> {
+    let n = tx
+        .exec(
+            "UPDATE steps SET status = $4, outcome = $1, retry_at = NULL, updated_at = $2 \
+             WHERE step_id = $3 AND status IN ($5, $6, $7)",
+            args![
+                to_json(outcome),
+                now.millis(),
+                step_id,
+                StepStatus::Refused.as_str(),
+                StepStatus::Pending.as_str(),
+                StepStatus::NeedsApproval.as_str(),
+                StepStatus::Failed.as_str()
+            ],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// Refuses every step of run `run_id` that has not run, with `outcome` (an aborted run).
+pub(crate) async fn refuse_unrun_of_run(
+    tx: &mut Tx,
+    run_id: &str,
+    outcome: &StepOutcome,
+    now: Timestamp,
+) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET status = $4, outcome = $1, retry_at = NULL, updated_at = $2 \
+         WHERE run_id = $3 AND status IN ($5, $6, $7)",
+        args![
+            to_json(outcome),
+            now.millis(),
+            run_id,
+            StepStatus::Refused.as_str(),
+            StepStatus::Pending.as_str(),
+            StepStatus::Failed.as_str(),
+            StepStatus::NeedsApproval.as_str()
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Refuses the step `step_id` with `outcome` if it is parked for a person; whether it was.
+pub(crate) async fn refuse_parked(
+    tx: &mut Tx,
+    step_id: &str,
+    outcome: &StepOutcome,
+    now: Timestamp,
+) -> Result<bool> {
+    let n = tx
+        .exec(
+            "UPDATE steps SET status = $4, outcome = $1, updated_at = $2 \
+             WHERE step_id = $3 AND status = $5",
+            args![
+                to_json(outcome),
+                now.millis(),
+                step_id,
+                StepStatus::Refused.as_str(),
+                StepStatus::NeedsApproval.as_str()
+            ],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// Puts the step `step_id` back in the queue if it is parked for a person (its approvals are
+/// complete).
+pub(crate) async fn requeue_parked(tx: &mut Tx, step_id: &str, now: Timestamp) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET status = $3, updated_at = $1 WHERE step_id = $2 AND status = $4",
+        args![
+            now.millis(),
+            step_id,
+            StepStatus::Pending.as_str(),
+            StepStatus::NeedsApproval.as_str()
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Wakes the workers waiting for queued steps when `tx` commits: a notification on PostgreSQL
+/// (workers wait in `LISTEN`); nothing on SQLite, whose workers poll.
+pub(crate) async fn signal_queued(tx: &mut Tx, run_id: &str) -> Result<()> {
+    if tx.is_pg() {
+        tx.exec("SELECT pg_notify('toolgate_steps', $1)", args![run_id])
+            .await?;
+    }
+    Ok(())
+}
+
+/// The done `write` steps of run `run_id` (compensations left out), newest first: what
+/// aborting the run undoes.
+pub(crate) async fn done_writes(tx: &mut Tx, run_id: &str) -> Result<Vec<Step>> {
+    tx.rows(
+        concat!(
+            "SELECT ",
+            step_cols!(),
+            " FROM steps WHERE run_id = $1 AND status = $2 AND effect = $3 \
+             AND kind <> $4 ORDER BY seq DESC"
+        ),
+        args![
+            run_id,
+            StepStatus::Done.as_str(),
+            toolgate_core::Effect::Write.as_str(),
+            StepKind::Compensation.as_str()
+        ],
+    )
+    .await?
+    .iter()
+    .map(step_from_row)
+    .collect()
+}
+
+/// Keeps the values a compensable write is about to change with its step.
+pub(crate) async fn keep_previous(tx: &mut Tx, step_id: &str, previous: &Value) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET previous = $1 WHERE step_id = $2",
+        args![to_json(previous), step_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The values kept with the step `step_id` before its write ([`keep_previous`]), as stored.
+pub(crate) async fn previous(tx: &mut Tx, step_id: &str) -> Result<Option<String>> {
+    Ok(tx
+        .opt(
+            "SELECT previous FROM steps WHERE step_id = $1",
+            args![step_id],
+        )
+        .await?
+        .map(|r| r.opt_text("previous"))
+        .transpose()?
+        .flatten())
+}
+
+/// The decision the reservation kept with the step `step_id`, as stored (none for a step
+/// reserved before decisions were kept).
+pub(crate) async fn kept_decision(tx: &mut Tx, step_id: &str) -> Result<Option<String>> {
+    Ok(tx
+        .opt(
+            "SELECT decision FROM steps WHERE step_id = $1",
+            args![step_id],
+        )
+        .await?
+        .map(|r| r.opt_text("decision"))
+        .transpose()?
+        .flatten())
+}
+
+/// Steps whose lease ran out at `now` while `running` (their worker stopped mid-call), in
+/// order. (`running` is spelled in the statement for the partial index `steps_running`.)
+pub(crate) async fn stale(tx: &mut Tx, now: Timestamp) -> Result<Vec<Step>> {
+    tx.rows(
+        concat!(
+            "SELECT ",
+            step_cols!(),
+            " FROM steps WHERE status = 'running' AND lease_until < $1 ORDER BY seq"
+        ),
+        args![now.millis()],
+    )
+    .await?
+    .iter()
+    .map(step_from_row)
+    .collect()
+}
+
+/// Steps whose outcome is `unknown`, longest unknown first. (`unknown` is spelled in the
+/// statement for the partial index `steps_unknown`.)
+pub(crate) async fn unknown(tx: &mut Tx) -> Result<Vec<Step>> {
+    tx.rows(
+        concat!(
+            "SELECT ",
+            step_cols!(),
+            " FROM steps WHERE status = 'unknown' ORDER BY updated_at, seq"
+        ),
+        args![],
     )
     .await?
     .iter()

@@ -121,7 +121,7 @@ impl Executor {
         let in_flight = InFlightRead::start(&self.store, &p.run_id, &p.tool);
         let (mut run, run_exists) = {
             let mut conn = self.store.inner.pool.conn().await?;
-            crate::ledger::runs::history(&mut conn.db(), &p.run_id, None).await?
+            crate::ledger::runs::history(&mut conn, &p.run_id, None).await?
         };
         self.store
             .count_unrecorded(&p.run_id, Some(&p.tool), &mut run);

@@ -295,7 +295,7 @@ impl Executor {
         let reg: &Registry = &self.registry;
         // Window budgets first (`window`), so a refusal there leaves no counter to undo.
         if let Some(t) = reg.tool(&p.tool).filter(|t| !t.windows.is_empty())
-            && !crate::window::reserve(tx, t, chain, &p.inputs, &p.step_id, now).await?
+            && !crate::ledger::windows::reserve(tx, t, chain, &p.inputs, &p.step_id, now).await?
         {
             self.unreserve_key(tx, p).await?;
             return Ok(Some(Lost::Budget));
@@ -311,7 +311,7 @@ impl Executor {
                 .collect();
             limited.sort();
             if !crate::ledger::budgets::charge(tx, cache, &p.step_id, &limited, tier, day).await? {
-                crate::window::release(tx, &p.step_id).await?;
+                crate::ledger::windows::release(tx, &p.step_id).await?;
                 self.unreserve_key(tx, p).await?;
                 return Ok(Some(Lost::Budget));
             }

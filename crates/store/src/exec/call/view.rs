@@ -110,8 +110,7 @@ impl Executor {
             StepKind::Direct => None,
             _ => Some(p.seq),
         };
-        let (mut run, exists) =
-            crate::ledger::runs::history(&mut tx.db(), &p.run_id, before).await?;
+        let (mut run, exists) = crate::ledger::runs::history(tx, &p.run_id, before).await?;
         if before.is_none() {
             self.store.count_unrecorded(&p.run_id, None, &mut run);
         }
@@ -174,7 +173,7 @@ impl Executor {
             .tool(&p.tool)
             .filter(|t| !t.windows.is_empty())
         {
-            budgets.windows = crate::window::load(tx, t, chain, &p.inputs, now).await?;
+            budgets.windows = crate::ledger::windows::load(tx, t, chain, &p.inputs, now).await?;
         }
         Ok(budgets)
     }

@@ -15,9 +15,8 @@ use toolgate_core::Timestamp;
 use toolgate_core::budget::{Held, WindowBudget, WindowView};
 use toolgate_core::registry::Tool;
 
-use crate::db::{Row, Tx, args};
+use crate::db::{Sql, Tx, args};
 use crate::error::Result;
-use crate::store::Store;
 
 /// What the windows of `tool`'s budgets hold for this call's key, for each principal of the
 /// chain (the caller, then its ancestors). A plain read: the engine decides on it, and
@@ -64,20 +63,7 @@ pub(crate) async fn reserve(
     // One lock order everywhere: no two reservations wait on each other.
     entries.sort_by(|a, b| (&a.0.id, a.1, &a.2).cmp(&(&b.0.id, b.1, &b.2)));
     for (b, id, key, need) in entries {
-        if tx.is_pg() {
-            tx.exec(
-                "INSERT INTO window_locks (budget, principal, key_value) VALUES ($1, $2, $3) \
-                 ON CONFLICT (budget, principal, key_value) DO NOTHING",
-                args![&b.id, id, &key],
-            )
-            .await?;
-            tx.exec(
-                "SELECT 1 FROM window_locks WHERE budget = $1 AND principal = $2 AND key_value = $3 \
-                 FOR UPDATE",
-                args![&b.id, id, &key],
-            )
-            .await?;
-        }
+        lock(tx, &b.id, id, &key).await?;
         // What left the window is never read again.
         tx.exec(
             "DELETE FROM window_reservations WHERE budget = $1 AND principal = $2 \
@@ -101,6 +87,28 @@ pub(crate) async fn reserve(
     Ok(true)
 }
 
+/// Makes reservations of one window (budget, principal, key) take turns until `tx` ends: on
+/// PostgreSQL a lock row, taken `FOR UPDATE`; on SQLite nothing, as its transaction is the only
+/// writer.
+async fn lock(tx: &mut Tx, budget: &str, principal: &str, key: &str) -> Result<()> {
+    if !tx.is_pg() {
+        return Ok(());
+    }
+    tx.exec(
+        "INSERT INTO window_locks (budget, principal, key_value) VALUES ($1, $2, $3) \
+         ON CONFLICT (budget, principal, key_value) DO NOTHING",
+        args![budget, principal, key],
+    )
+    .await?;
+    tx.exec(
+        "SELECT 1 FROM window_locks WHERE budget = $1 AND principal = $2 AND key_value = $3 \
+         FOR UPDATE",
+        args![budget, principal, key],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Gives back what a step reserved in any window (its failure means nothing was spent).
 pub(crate) async fn release(tx: &mut Tx, step_id: &str) -> Result<()> {
     tx.exec(
@@ -111,56 +119,26 @@ pub(crate) async fn release(tx: &mut Tx, step_id: &str) -> Result<()> {
     Ok(())
 }
 
-/// The live reservations of one window, oldest first.
-async fn live(
-    tx: &mut Tx,
+/// The live reservations of one window (`b`, `principal`, `key`) at `now`, oldest first.
+pub(crate) async fn live(
+    c: &mut impl Sql,
     b: &WindowBudget,
     principal: &str,
     key: &str,
     now: Timestamp,
 ) -> Result<Vec<Held>> {
-    let rows = tx
-        .rows(
-            LIVE,
-            args![&b.id, principal, key, now.millis() - b.window_ms],
-        )
-        .await?;
-    held(&rows)
-}
-
-/// The live reservations of one window (budget, principal, key), oldest first.
-const LIVE: &str = "SELECT at, amount FROM window_reservations WHERE budget = $1 \
-                    AND principal = $2 AND key_value = $3 AND at > $4 ORDER BY at";
-
-fn held(rows: &[Row]) -> Result<Vec<Held>> {
-    rows.iter()
-        .map(|r| {
-            Ok(Held {
-                at: Timestamp::from_millis(r.i64("at")?),
-                amount: r.i64("amount")?,
-            })
+    c.rows(
+        "SELECT at, amount FROM window_reservations WHERE budget = $1 \
+         AND principal = $2 AND key_value = $3 AND at > $4 ORDER BY at",
+        args![&b.id, principal, key, now.millis() - b.window_ms],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Held {
+            at: Timestamp::from_millis(r.i64("at")?),
+            amount: r.i64("amount")?,
         })
-        .collect()
-}
-
-impl Store {
-    /// What one window holds at `now`: the live reservations of `budget` for `principal` under
-    /// `key` (empty for a budget without a key), oldest first. Amounts are in units of
-    /// 1/10,000 for a sum, 1 per call for a count.
-    pub async fn window_use(
-        &self,
-        budget: &WindowBudget,
-        principal: &str,
-        key: &str,
-        now: Timestamp,
-    ) -> Result<Vec<Held>> {
-        let mut conn = self.inner.pool.conn().await?;
-        let rows = conn
-            .rows(
-                LIVE,
-                args![&budget.id, principal, key, now.millis() - budget.window_ms],
-            )
-            .await?;
-        held(&rows)
-    }
+    })
+    .collect()
 }
