@@ -33,6 +33,7 @@ mod serve;
 mod server;
 pub mod sessions;
 pub mod upstream;
+mod watch;
 mod worker;
 
 pub use auth::{Authenticator, Caller, CredentialKind};

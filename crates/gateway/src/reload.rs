@@ -282,21 +282,9 @@ impl Reloader {
     /// Watches the folder and reloads once it has been quiet for [`DEBOUNCE`] after a change,
     /// until `stop` is cancelled. Only registry files count (YAML, Cedar, JSON, the lockfile),
     /// never the store's database files or the status folder.
-    pub fn watch(self: &Arc<Self>, stop: CancellationToken) -> Result<(), notify::Error> {
-        use notify::{RecursiveMode, Watcher};
+    pub fn watch(self: &Arc<Self>, stop: CancellationToken) -> std::io::Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let root = self.dir.clone();
-        let mut watcher =
-            notify::recommended_watcher(move |ev: notify::Result<notify::Event>| match ev {
-                Ok(ev) if ev.kind.is_access() => {}
-                Ok(ev) => {
-                    if ev.paths.iter().any(|p| is_registry_file(&root, p)) {
-                        let _ = tx.send(());
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "file watch error"),
-            })?;
-        watcher.watch(&self.dir, RecursiveMode::Recursive)?;
+        let watcher = crate::watch::watch(&self.dir, is_registry_file, tx)?;
         let me = self.clone();
         tokio::spawn(async move {
             let _keep = watcher;
@@ -453,7 +441,6 @@ pub(crate) fn log_review(registry: &Registry) {
 /// For `toolgate worker`: SIGHUP and (debounced) changes of registry files in `dir`, as
 /// triggers, for as long as the receiver lives.
 pub(crate) fn folder_signals(dir: &Path) -> tokio::sync::mpsc::UnboundedReceiver<Trigger> {
-    use notify::{RecursiveMode, Watcher};
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Trigger>();
     #[cfg(unix)]
     {
@@ -479,17 +466,7 @@ pub(crate) fn folder_signals(dir: &Path) -> tokio::sync::mpsc::UnboundedReceiver
         }
     }
     let (raw_tx, mut raw) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let root = dir.to_path_buf();
-    let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if let Ok(ev) = ev
-            && !ev.kind.is_access()
-            && ev.paths.iter().any(|p| is_registry_file(&root, p))
-        {
-            let _ = raw_tx.send(());
-        }
-    })
-    .and_then(|mut w| w.watch(dir, RecursiveMode::Recursive).map(|()| w));
-    match watcher {
+    match crate::watch::watch(dir, is_registry_file, raw_tx) {
         Ok(w) => {
             // Ends, dropping the watch, with the receiver (the worker stopped).
             tokio::spawn(async move {
