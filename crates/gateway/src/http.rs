@@ -40,6 +40,7 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
     // A reply that is one message goes back as plain JSON, not as an event stream of one
     // event (rmcp still streams when the handler sends progress or a request first): 50–100 µs
     // less per call at one call at a time.
+    let hosts: Arc<[String]> = allowed_hosts.clone().into();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts)
         .with_json_response(true);
@@ -48,6 +49,7 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
     let lean = Arc::new(crate::lean::Lean {
         server: GatewayServer::new(gateway.clone(), None),
         owners: owners.clone(),
+        hosts,
     });
     let mcp = StreamableHttpService::new(
         move || Ok(GatewayServer::new(gateway.clone(), None)),

@@ -38,11 +38,14 @@ use crate::sessions::SessionOwners;
 /// The largest body the lean path reads (rmcp's own limit).
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
-/// What the lean path needs: the server every call runs through, and the sessions' owners.
+/// What the lean path needs: the server every call runs through, the sessions' owners, and
+/// the `Host` values the endpoint answers to (rmcp's DNS-rebinding check, which this path
+/// would otherwise skip).
 #[derive(Clone)]
 pub(crate) struct Lean {
     pub(crate) server: GatewayServer,
     pub(crate) owners: Arc<SessionOwners>,
+    pub(crate) hosts: Arc<[String]>,
 }
 
 /// axum middleware on `/mcp`, inside the credential check and the session-owner check.
@@ -51,7 +54,7 @@ pub(crate) async fn tools_call(
     req: Request,
     next: Next,
 ) -> Response {
-    let Some((caller, session)) = eligible(&req) else {
+    let Some((caller, session)) = eligible(&req, &lean.hosts) else {
         return next.run(req).await;
     };
     let (parts, body) = req.into_parts();
@@ -93,11 +96,15 @@ pub(crate) async fn tools_call(
 }
 
 /// The caller and session of a request the lean path may take, judged by its head alone.
-fn eligible(req: &Request) -> Option<(Caller, String)> {
+fn eligible(req: &Request, hosts: &[String]) -> Option<(Caller, String)> {
     if req.method() != Method::POST {
         return None;
     }
     let headers = req.headers();
+    if !served_host(headers, hosts) || headers.contains_key(header::ORIGIN) {
+        // rmcp judges the host and a browser's origin, and refuses what it must.
+        return None;
+    }
     let session = headers.get("mcp-session-id")?.to_str().ok()?.to_string();
     if !accepts_json_and_events(headers) || !is_json(headers) || !plain_mcp_headers(headers) {
         return None;
@@ -113,6 +120,26 @@ fn eligible(req: &Request) -> Option<(Caller, String)> {
     }
     let caller = req.extensions().get::<Caller>()?.clone();
     Some((caller, session))
+}
+
+/// The `Host` header names one of `hosts` exactly (as rmcp would allow it: the same name, and
+/// the same port when the allowed entry names one). Anything less plain is left to rmcp.
+fn served_host(headers: &HeaderMap, hosts: &[String]) -> bool {
+    let Some(authority) = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| axum::http::uri::Authority::try_from(v).ok())
+    else {
+        return false;
+    };
+    let host = authority.host().trim_matches(['[', ']']);
+    hosts.iter().any(|allowed| {
+        let (name, port) = match axum::http::uri::Authority::try_from(allowed.as_str()) {
+            Ok(a) => (a.host().trim_matches(['[', ']']).to_string(), a.port_u16()),
+            Err(_) => (allowed.trim_matches(['[', ']']).to_string(), None),
+        };
+        name.eq_ignore_ascii_case(host) && port.is_none_or(|p| authority.port_u16() == Some(p))
+    })
 }
 
 /// `Accept` lists both `application/json` and `text/event-stream`, with no parameters (a
@@ -249,6 +276,40 @@ mod tests {
             );
         }
         h
+    }
+
+    #[test]
+    fn only_a_host_the_endpoint_serves_is_taken() {
+        let hosts: Vec<String> = ["localhost", "127.0.0.1:8480", "::1", "gw.example.com"]
+            .map(String::from)
+            .to_vec();
+        for served in [
+            "localhost",
+            "localhost:8480",
+            "LOCALHOST:9",
+            "127.0.0.1:8480",
+            "[::1]:8480",
+            "gw.example.com",
+        ] {
+            assert!(
+                served_host(&headers(&[("host", served)]), &hosts),
+                "{served}"
+            );
+        }
+        for other in [
+            "127.0.0.1:8481",
+            "127.0.0.1",
+            "attacker.example",
+            "localhost.attacker.example",
+            "gw.example.com.evil",
+            "",
+        ] {
+            assert!(
+                !served_host(&headers(&[("host", other)]), &hosts),
+                "{other}"
+            );
+        }
+        assert!(!served_host(&HeaderMap::new(), &hosts), "no Host at all");
     }
 
     #[test]

@@ -72,6 +72,19 @@ async fn a_plain_call_on_a_session_is_one_json_reply_and_the_rest_is_rmcps() {
     assert!(r.body.contains("\"id\":42"), "{}", r.body);
     assert_eq!(h.records_for("draft_note").len(), 2);
 
+    // A request naming a host toolgate does not serve (DNS rebinding) is refused as rmcp
+    // refuses it, on a live session too, and nothing runs.
+    let r = raw
+        .send_with(
+            WORKER_KEY,
+            Some(&session),
+            draft(44, "INV-20260613", json!({})),
+            &[("host", "attacker.example")],
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(h.records_for("draft_note").len(), 2);
+
     // A closed session is rmcp's to answer, and nothing runs.
     let closed = raw.delete(WORKER_KEY, &session).await;
     assert!((200..300).contains(&closed.0), "{closed:?}");

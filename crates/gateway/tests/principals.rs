@@ -45,6 +45,17 @@ impl Raw {
     }
 
     pub(crate) async fn send(&self, key: &str, session: Option<&str>, body: Value) -> Reply {
+        self.send_with(key, session, body, &[]).await
+    }
+
+    /// As [`Raw::send`], with `headers` added (or replacing the client's own, such as `host`).
+    pub(crate) async fn send_with(
+        &self,
+        key: &str,
+        session: Option<&str>,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut req = self
             .http
             .post(&self.url)
@@ -55,6 +66,9 @@ impl Raw {
             .json(&body);
         if let Some(s) = session {
             req = req.header("mcp-session-id", s);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         let r = req.send().await.unwrap();
         let header = |name: &str| {

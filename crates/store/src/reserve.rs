@@ -47,8 +47,9 @@ pub(crate) fn spawn(pool: Pool, max: usize) -> mpsc::UnboundedSender<ReserveJob>
 }
 
 async fn task(pool: Pool, mut rx: mpsc::UnboundedReceiver<ReserveJob>, max: usize) {
+    let mut gather = crate::store::Gather::new(max);
     while let Some(first) = rx.recv().await {
-        let jobs = crate::store::take_waiting(&mut rx, first, max).await;
+        let jobs = gather.take(&mut rx, first).await;
         run(&pool, jobs).await;
     }
 }
