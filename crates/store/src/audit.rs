@@ -240,32 +240,6 @@ impl AuditCall {
 
 /// One constructor per kind of record, each taking what its event has.
 impl AuditDraft {
-    /// A blank record: `who` made an event of `kind` about `tool` at `ts`, ending `status`,
-    /// under `registry_version` — in no run, with no inputs, reason or checks. Outside this
-    /// module only the executor's call record still starts from it; it should use
-    /// [`AuditDraft::call`], [`AuditDraft::lookup`] and [`AuditDraft::system`].
-    pub(crate) fn event(
-        ts: Timestamp,
-        who: AuditWho,
-        tool: impl Into<String>,
-        kind: AuditDecision,
-        status: StepStatus,
-        registry_version: impl Into<String>,
-    ) -> Self {
-        let call = AuditCall::new(who, tool, None);
-        let outcome = AuditOutcome::of(status);
-        AuditDraft::about(
-            ts,
-            kind,
-            call,
-            None,
-            None,
-            outcome,
-            None,
-            registry_version.into(),
-        )
-    }
-
     /// An event of `kind` about `call` that ended as `outcome` says, decided by `rule` (when
     /// one decided), with the checks and shadow rules of `decision` (when the engine was
     /// asked) and the approvers of `approval`.

@@ -30,9 +30,7 @@ use toolgate_core::{
     Verdict, canonical, destination_lookups,
 };
 
-use crate::audit::{
-    self, AuditApproval, AuditCall, AuditDecision, AuditDraft, AuditOutcome, AuditWho,
-};
+use crate::audit::{self, AuditApproval, AuditCall, AuditDecision, AuditDraft, AuditWho};
 use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
 use crate::ledger::{runs, steps};
@@ -391,53 +389,6 @@ impl Executor {
     /// The decision engine over this executor's registry and keys.
     pub fn engine(&self) -> Engine<'_> {
         Engine::new(&self.registry, &self.keys)
-    }
-
-    /// `p` as its audit records name it: the tool as the registry declares it, the inputs
-    /// redacted as the tool redacts them, and, when `decision`'s schema check did not admit them
-    /// (an unknown tool's, or refused by the schema check), bounded: the caller's to size, so
-    /// past a bound they are kept as their size and hash.
-    pub(crate) fn audit_call(&self, p: &Pending, decision: &Decision) -> AuditCall {
-        let tool = self.registry.tool(&p.tool);
-        let (inputs, redacted) = match tool {
-            Some(t) => self
-                .store
-                .config()
-                .redactor
-                .redact(&p.inputs, &t.config.redact),
-            None => (p.inputs.clone(), Vec::new()),
-        };
-        let admitted = tool.is_some()
-            && decision
-                .checks
-                .iter()
-                .all(|c| c.name != CheckName::Schema || c.outcome == toolgate_core::Outcome::Pass);
-        let inputs = if admitted {
-            inputs
-        } else {
-            toolgate_core::clip::bounded_inputs(&inputs).into_owned()
-        };
-        let name = match tool {
-            Some(_) => p.tool.clone(),
-            None => {
-                toolgate_core::clip::clip(&p.tool, toolgate_core::clip::NAME_CHARS).into_owned()
-            }
-        };
-        let who = AuditWho {
-            actor: p.actor.clone(),
-            ..AuditWho::of(&self.registry, &p.principal)
-        };
-        AuditCall {
-            run_id: Some(p.run_id.clone()),
-            step_id: (!p.step_id.is_empty()).then(|| p.step_id.clone()),
-            inputs,
-            redacted,
-            idem_key: Some(p.idem_key.to_string()),
-            purpose: p.purpose.clone(),
-            reason: p.reason.clone(),
-            evidence: p.evidence.clone(),
-            ..AuditCall::new(who, name, tool)
-        }
     }
 
     fn point(&self, at: SyncPoint) {

@@ -54,7 +54,7 @@ impl Executor {
                     .collect(),
                 token_fingerprints: Vec::new(),
             });
-        let call = self.audit_call(&Pending::from_step(s), &decision);
+        let call = self.audit_call(&Pending::from_step(s), &decision.checks);
         let d = AuditDraft::call(
             now,
             AuditDecision::Allow,

@@ -1,54 +1,17 @@
 //! The audit records the executor writes: a governed call's (inputs redacted by data class,
 //! bounded when no schema admitted them), and those of the reads and settlements toolgate
-//! makes itself (lookups, recovery, reconciliation, compensation).
+//! makes itself (lookups, recovery, reconciliation, compensation). Each is built by its
+//! kind's constructor in [`crate::audit`]; what is the executor's is what the call is about.
 
 use crate::exec::*;
 
 impl Executor {
-    /// The audit record of a read toolgate made itself (a destination lookup, the previous
-    /// values before a write): allowed by no check of its own, under `rule`, with no governance
-    /// time.
-    pub(crate) fn lookup_draft(
-        &self,
-        lookup: &Pending,
-        outcome: &StepOutcome,
-        rule: String,
-    ) -> AuditDraft {
-        let decision = Decision {
-            verdict: Verdict::Allow,
-            checks: Vec::new(),
-            input_hash: InputHash::of(&lookup.inputs),
-            approvals: Vec::new(),
-            shadow: Vec::new(),
-            registry_version: self.registry.version.hash.clone(),
-        };
-        let mut d = self.draft(
-            lookup,
-            &decision,
-            AuditDecision::Lookup,
-            outcome,
-            &[],
-            &[],
-            self.clock.now(),
-        );
-        d.why.rule = Some(rule);
-        d.outcome.governance_us = None;
-        d
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn draft(
-        &self,
-        p: &Pending,
-        decision: &Decision,
-        kind: AuditDecision,
-        outcome: &StepOutcome,
-        tokens: &[ApprovalToken],
-        approvals: &[ApprovalClaims],
-        now: Timestamp,
-    ) -> AuditDraft {
-        let reg: &Registry = &self.registry;
-        let tool = reg.tool(&p.tool);
+    /// `p` as its audit records name it: the tool as the registry declares it, the inputs
+    /// redacted as the tool redacts them, and, when the schema check among `checks` did not
+    /// admit them (an unknown tool's, or refused by the schema check), bounded: the caller's to
+    /// size, so past a bound they are kept as their size and hash.
+    pub(crate) fn audit_call(&self, p: &Pending, checks: &[toolgate_core::Check]) -> AuditCall {
+        let tool = self.registry.tool(&p.tool);
         let (inputs, redacted) = match tool {
             Some(t) => self
                 .store
@@ -57,11 +20,8 @@ impl Executor {
                 .redact(&p.inputs, &t.config.redact),
             None => (p.inputs.clone(), Vec::new()),
         };
-        // Inputs no schema admitted (an unknown tool's, or refused by the schema check) are
-        // the caller's to size: past a bound they are kept as their size and hash.
         let admitted = tool.is_some()
-            && decision
-                .checks
+            && checks
                 .iter()
                 .all(|c| c.name != CheckName::Schema || c.outcome == toolgate_core::Outcome::Pass);
         let inputs = if admitted {
@@ -77,41 +37,68 @@ impl Executor {
         };
         let who = AuditWho {
             actor: p.actor.clone(),
-            ..AuditWho::of(reg, &p.principal)
+            ..AuditWho::of(&self.registry, &p.principal)
         };
-        let version = decision.registry_version.clone();
-        let mut d = AuditDraft::event(now, who, name, kind, outcome.status, version);
-        d.run_id = Some(p.run_id.clone());
-        d.step_id = (!p.step_id.is_empty()).then(|| p.step_id.clone());
-        d.tool_version = tool.map(|t| t.config.version.clone());
-        d.effect = tool.map(|t| t.config.effect);
-        d.tier = tool.map(|t| t.config.tier);
-        (d.inputs, d.redacted) = (inputs, redacted);
-        d.idem_key = Some(p.idem_key.to_string());
-        d.why.purpose = p.purpose.clone();
-        d.why.reason = p.reason.clone();
-        d.why.evidence = p.evidence.clone();
-        d.why.rule = decision
-            .rule()
-            .map(str::to_string)
-            .or_else(|| outcome.rule.clone());
-        d.why.checks = decision.checks.clone();
-        d.why.shadow = decision.shadow.clone();
-        d.approval = (!approvals.is_empty()).then(|| AuditApproval {
+        AuditCall {
+            run_id: Some(p.run_id.clone()),
+            step_id: (!p.step_id.is_empty()).then(|| p.step_id.clone()),
+            inputs,
+            redacted,
+            idem_key: Some(p.idem_key.to_string()),
+            purpose: p.purpose.clone(),
+            reason: p.reason.clone(),
+            evidence: p.evidence.clone(),
+            ..AuditCall::new(who, name, tool)
+        }
+    }
+
+    /// The audit record of a read toolgate made itself (a destination lookup, the previous
+    /// values before a write): allowed by no check of its own, under `rule`.
+    pub(crate) fn lookup_draft(
+        &self,
+        lookup: &Pending,
+        outcome: &StepOutcome,
+        rule: String,
+    ) -> AuditDraft {
+        AuditDraft::lookup(
+            self.clock.now(),
+            self.audit_call(lookup, &[]),
+            rule,
+            outcome,
+            self.registry.version.hash.clone(),
+        )
+    }
+
+    /// The record of a governed call as `decision` decided it (`kind`), with what came back
+    /// and the approvals it consumed (`approvals`, by the tokens' fingerprints).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn draft(
+        &self,
+        p: &Pending,
+        decision: &Decision,
+        kind: AuditDecision,
+        outcome: &StepOutcome,
+        tokens: &[ApprovalToken],
+        approvals: &[ApprovalClaims],
+        now: Timestamp,
+    ) -> AuditDraft {
+        let approval = (!approvals.is_empty()).then(|| AuditApproval {
             approvers: approvals.iter().map(|c| c.approver.clone()).collect(),
             token_fingerprints: tokens.iter().map(|t| t.fingerprint()).collect(),
         });
-        d.outcome = AuditOutcome {
-            target_ref: outcome.target_ref.clone(),
-            latency_ms: outcome.latency_ms,
-            latency_us: outcome.latency_us,
-            error: outcome.error.clone(),
-            governance_us: Some(p.governance_us.unwrap_or_else(|| p.elapsed_us())),
-            ..AuditOutcome::of(outcome.status)
-        };
-        d
+        AuditDraft::call(
+            now,
+            kind,
+            self.audit_call(p, &decision.checks),
+            decision,
+            approval,
+            outcome,
+            Some(p.governance_us.unwrap_or_else(|| p.elapsed_us())),
+        )
     }
 
+    /// The record of a step toolgate settled or undid itself (`kind`: recovery, reconcile,
+    /// compensation), under `rule`.
     pub(crate) fn system_draft(
         &self,
         s: &Step,
@@ -120,18 +107,13 @@ impl Executor {
         outcome: &StepOutcome,
         now: Timestamp,
     ) -> AuditDraft {
-        let p = Pending::from_step(s);
-        let decision = Decision {
-            verdict: Verdict::Allow,
-            checks: Vec::new(),
-            input_hash: s.input_hash.clone(),
-            approvals: Vec::new(),
-            shadow: Vec::new(),
-            registry_version: self.registry.version.hash.clone(),
-        };
-        let mut d = self.draft(&p, &decision, kind, outcome, &[], &[], now);
-        d.why.rule = Some(rule.to_string());
-        d.outcome.governance_us = None;
-        d
+        AuditDraft::system(
+            now,
+            kind,
+            self.audit_call(&Pending::from_step(s), &[]),
+            rule,
+            outcome,
+            self.registry.version.hash.clone(),
+        )
     }
 }
