@@ -2,8 +2,8 @@
 //! whose grants reach `internal` data only sees a confidential payment's account nowhere on
 //! the page (not in the inputs, the facts, the reason, the evidence or the canonical form);
 //! a group offered for bulk approval leaves out first-time payees, a mismatch with the looked-up
-//! invoice, an account changed recently and amounts from the bulk limit, each with its reason,
-//! and totals each currency apart.
+//! invoice, an account changed recently, amounts from the bulk limit, a step a reviewer rejected
+//! and a two-person payment, each with its reason, and totals each currency apart.
 
 use crate::common::*;
 use axum::http::StatusCode;
@@ -95,11 +95,37 @@ async fn bulk_leaves_out_what_is_not_low_risk_and_says_why() {
     let like_b = park(&e, vec![transfer("SUP-0001", "INV-20260802", 4180.0)]).await;
     let mismatch = park(&e, vec![transfer("SUP-0001", "INV-20260803", 4810.0)]).await;
     let new_payee = park(&e, vec![transfer("SUP-0009", "INV-20260804", 4180.0)]).await;
+    // Like the two above in every way but one: a reviewer rejected it, which closes it ...
+    let flagged = park(&e, vec![transfer("SUP-0001", "INV-20260806", 4180.0)]).await;
+    e.store
+        .review_step(
+            &e.exec.registry,
+            &flagged.step,
+            "model-reviewer",
+            toolgate_store::ReviewVerdict::Rejected,
+            "the invoice was disputed",
+            e.clock_now(),
+        )
+        .await
+        .unwrap();
+    // ... and a small same-day payment that two people approve.
+    let urgent = park(
+        &e,
+        vec![step(
+            "payment.urgent",
+            json!({"supplier_id": "SUP-0001", "invoice_id": "INV-20260807", "amount": 120.0}),
+            &[],
+        )],
+    )
+    .await;
 
     let all = e.store.approvals(None).await.unwrap();
     let group: Vec<_> = all
         .iter()
-        .filter(|r| r.tool == "payment.transfer" && r.approval_id != first.approval)
+        .filter(|r| {
+            ["payment.transfer", "payment.urgent"].contains(&r.tool.as_str())
+                && r.approval_id != first.approval
+        })
         .cloned()
         .collect();
     let (offer, out) =
@@ -110,6 +136,8 @@ async fn bulk_leaves_out_what_is_not_low_risk_and_says_why() {
     assert_eq!(why(&mismatch.approval), Some("facts mismatch"));
     assert_eq!(why(&new_payee.approval), Some("first-time payee"));
     assert_eq!(why(&large.approval), Some("amount above the bulk limit"));
+    assert_eq!(why(&flagged.approval), Some("not open"));
+    assert_eq!(why(&urgent.approval), Some("two-person"));
     let offer = offer.expect("the two like transfers are offered");
     let ids: Vec<&str> = offer.members.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids.len(), 2, "{ids:?} {out:?}");
