@@ -33,12 +33,12 @@ use toolgate_store::{
 };
 
 use crate::render::{self, Asked, NotDone, Refusal};
-use crate::server::GatewayState;
+use crate::server::Surface;
 
 /// The executor a call to `tool` runs under: for a built-in, the current one with toolgate's
 /// own handler in place of the upstreams.
-pub(crate) fn executor_for(state: &GatewayState, tool: &str) -> Executor {
-    let ex = state.executor();
+pub(crate) fn executor_for(surface: &Surface, tool: &str) -> Executor {
+    let ex = surface.executor.clone();
     match ex.registry.tool(tool).and_then(|t| t.builtin()) {
         Some(_) => Executor {
             handler: Arc::new(Builtins {
@@ -55,11 +55,11 @@ pub(crate) fn executor_for(state: &GatewayState, tool: &str) -> Executor {
 /// Answers the calls that do not take the direct governed path: `run.status`, and every call
 /// of a plan-bound principal to a tool its role lists. `None`: the governed path decides.
 pub(crate) async fn intercept(
-    state: &GatewayState,
+    surface: &Surface,
     call: &DirectCall,
     run_named: bool,
 ) -> Option<Result<CallToolResult, ErrorData>> {
-    let ex = state.executor();
+    let ex = surface.executor.clone();
     let reg = ex.registry.clone();
     let principal = reg.principal(&call.principal)?;
     let tool = reg
@@ -94,13 +94,13 @@ fn structured(v: Value) -> CallToolResult {
 /// recorded outside that run (a refusal caused by one principal never counts against
 /// another's run), without running anything.
 pub(crate) async fn foreign_run(
-    state: &GatewayState,
+    surface: &Surface,
     caller: &crate::auth::Caller,
     tool: &str,
     split: &toolgate_core::why::Split,
     run: &str,
 ) -> Result<CallToolResult, ErrorData> {
-    let ex = state.executor();
+    let ex = &surface.executor;
     let detail = format!(
         "run '{run}' is not one of yours, so this call cannot join it; leave _meta.run_id out \
          (your calls then belong to your current run) or name a run you started"

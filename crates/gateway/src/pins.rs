@@ -25,7 +25,7 @@ use toolgate_contract::{
     ContractError, DefinitionHash, Lockfile, PinSet, PinVerdict, ServerIdentity,
 };
 use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Clock, SystemClock};
+use toolgate_core::{Clock, Registry, SystemClock};
 use toolgate_store::{AuditDraft, DirectCall, Store};
 
 use crate::auth::Caller;
@@ -396,8 +396,12 @@ pub fn listed(state: &GatewayState, tool: &toolgate_core::registry::Tool) -> boo
 /// it, and a tool it blocks re-reads `toolgate.lock` once, so an approval given since takes
 /// effect without a restart. Nothing for a tool the caller's role is not granted: the engine
 /// refuses that without naming any upstream.
-pub async fn freshen(state: &GatewayState, caller: &Caller, call: &DirectCall) {
-    let registry = state.registry();
+pub async fn freshen(
+    state: &GatewayState,
+    registry: &Registry,
+    caller: &Caller,
+    call: &DirectCall,
+) {
     let Some(tool) = registry.tool(&call.tool) else {
         return;
     };

@@ -200,7 +200,7 @@ impl GatewayServer {
             })
     }
 
-    /// One governed `tools/call` for an authenticated caller.
+    /// One governed `tools/call` for an authenticated caller, under the current registry.
     pub async fn governed(
         &self,
         caller: &Caller,
@@ -208,17 +208,30 @@ impl GatewayServer {
         arguments: Option<JsonObject>,
         meta: &JsonObject,
     ) -> Result<rmcp::model::CallToolResult, ErrorData> {
+        self.governed_in(&self.state.surface(), caller, tool, arguments, meta)
+            .await
+    }
+
+    /// One governed `tools/call` under `surface`, the one registry version the whole call
+    /// keeps, however long it takes: a reload in the middle does not mix two versions' rules.
+    async fn governed_in(
+        &self,
+        surface: &Surface,
+        caller: &Caller,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        meta: &JsonObject,
+    ) -> Result<rmcp::model::CallToolResult, ErrorData> {
         let ctx = CallContext::from_meta(meta);
-        let registry = self.state.registry();
+        let registry = &surface.registry;
         let mut split =
-            split_arguments(&registry, caller, tool, arguments.unwrap_or_default(), &ctx);
+            split_arguments(registry, caller, tool, arguments.unwrap_or_default(), &ctx);
         split.errors.extend(ctx.problems.iter().cloned());
         let run_named = ctx.run_id.is_some();
-        let run_id = match self.run_for(caller, ctx.run_id).await? {
+        let run_id = match self.run_in(surface, caller, ctx.run_id).await? {
             Ok(run) => run,
             Err(named) => {
-                return crate::builtins::foreign_run(&self.state, caller, tool, &split, &named)
-                    .await;
+                return crate::builtins::foreign_run(surface, caller, tool, &split, &named).await;
             }
         };
         let call = DirectCall {
@@ -236,11 +249,11 @@ impl GatewayServer {
         };
         let started = std::time::Instant::now();
         let started_at = std::time::SystemTime::now();
-        if let Some(answer) = crate::builtins::intercept(&self.state, &call, run_named).await {
+        if let Some(answer) = crate::builtins::intercept(surface, &call, run_named).await {
             return answer;
         }
-        crate::pins::freshen(&self.state, caller, &call).await;
-        let executor = crate::builtins::executor_for(&self.state, tool);
+        crate::pins::freshen(&self.state, registry, caller, &call).await;
+        let executor = crate::builtins::executor_for(surface, tool);
         let unrecorded = |e: toolgate_store::StoreError| {
             tracing::error!(error = %e, "a governed call could not be recorded");
             ErrorData::internal_error(
@@ -297,6 +310,16 @@ impl GatewayServer {
         caller: &Caller,
         named: Option<String>,
     ) -> Result<Result<String, String>, ErrorData> {
+        self.run_in(&self.state.surface(), caller, named).await
+    }
+
+    /// [`GatewayServer::run_for`] under a snapshot the request already holds.
+    async fn run_in(
+        &self,
+        surface: &Surface,
+        caller: &Caller,
+        named: Option<String>,
+    ) -> Result<Result<String, String>, ErrorData> {
         let store = &self.state.store;
         let unrecorded = |e: toolgate_store::StoreError| {
             ErrorData::internal_error(
@@ -310,15 +333,15 @@ impl GatewayServer {
                     .may_join_run(
                         &run,
                         &caller.principal,
-                        self.state.registry().reviews_plans(&caller.role),
+                        surface.registry.reviews_plans(&caller.role),
                     )
                     .await
                     .map_err(unrecorded)?;
                 Ok(if ok { Ok(run) } else { Err(run) })
             }
             None => {
-                let idle = self.state.registry().gateway.runs.idle_minutes;
-                let now = toolgate_core::Clock::now(self.state.executor().clock.as_ref());
+                let idle = surface.registry.gateway.runs.idle_minutes;
+                let now = toolgate_core::Clock::now(surface.executor.clock.as_ref());
                 store
                     .current_run(
                         &caller.principal,
@@ -524,7 +547,7 @@ impl GatewayServer {
         Box::pin(async move {
             let tool = request.name.to_string();
             let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
-            let registry = self.state.registry();
+            let surface = self.state.surface();
             // For the upstream call this may lead to (a preview commit's too): progress and the
             // trace context of this request.
             let forward = crate::relay::Forward {
@@ -532,12 +555,12 @@ impl GatewayServer {
                 span: crate::otlp::CallSpan::start(&meta),
             };
             let call = async {
-                match crate::preview::route(&registry, &caller.role, &tool) {
+                match crate::preview::route(&surface.registry, &caller.role, &tool) {
                     Some(route) => {
                         crate::preview::handle(self, &caller, route, request.arguments, &meta).await
                     }
                     None => {
-                        self.governed(&caller, &tool, request.arguments, &meta)
+                        self.governed_in(&surface, &caller, &tool, request.arguments, &meta)
                             .await
                     }
                 }
