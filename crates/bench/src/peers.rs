@@ -19,7 +19,9 @@
 //! (then, as an unmodified client, none: every call joins the principal's current run). A reply
 //! that is an error (HTTP status, JSON-RPC error or a tool error) is counted and shown; the
 //! figures of a cell with errors are not comparable. Rounds alternate the paths, so drift on the
-//! machine falls on all of them alike; every figure is a range over rounds.
+//! machine falls on all of them alike; every figure is a range over rounds. For the toolgate
+//! paths the table also gives how much the store grew per call (its SQLite pages in use, read
+//! before and after each load).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -152,6 +154,9 @@ pub(crate) struct Sample {
     pub(crate) errors: u64,
     /// The first error reply, as wrk saw it.
     pub(crate) first_error: Option<String>,
+    /// How much the store grew per call (bytes in use, free pages not counted); governed
+    /// paths only.
+    pub(crate) store_bytes: Option<f64>,
 }
 
 struct Endpoint {
@@ -161,6 +166,8 @@ struct Endpoint {
     /// One session per connection of the largest load, per tool (as many clients would hold).
     read_sessions: Vec<String>,
     write_sessions: Vec<String>,
+    /// A governed path's SQLite store.
+    store: Option<PathBuf>,
 }
 
 /// Runs the benchmark and returns its table (Markdown).
@@ -184,6 +191,7 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
     let mut endpoints = Vec::new();
     let paths = hops(opts);
     for &hop in &paths {
+        let mut store_path = None;
         let (url, child) = match hop {
             Hop::Direct => (upstream.clone(), None),
             Hop::Haproxy => {
@@ -231,6 +239,7 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
                 let addr = free_port()?;
                 let log = scratch.path().join(format!("{build}-{durability}.log"));
                 let child = spawn_gateway(binary, &dir, addr, &log).await?;
+                store_path = Some(dir.join("bench.db"));
                 (format!("http://{addr}/mcp"), Some(child))
             }
         };
@@ -260,6 +269,7 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
             pid,
             read_sessions,
             write_sessions,
+            store: store_path,
         });
     }
 
@@ -288,7 +298,12 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
                         opts.implicit_runs,
                     )?;
                     block += 1;
-                    let sample = wrk(&e.url, &script, c, opts.secs, e.pid).await?;
+                    let before = e.store.as_deref().map(store_bytes).transpose()?;
+                    let mut sample = wrk(&e.url, &script, c, opts.secs, e.pid).await?;
+                    let after = e.store.as_deref().map(store_bytes).transpose()?;
+                    sample.store_bytes = before
+                        .zip(after)
+                        .map(|(b, a)| (a as f64 - b as f64) / sample.requests.max(1.0));
                     eprintln!(
                         "round {round} {tool:?} c={c} {}: p50 {:.0} µs, {:.0}/s, errors {}",
                         e.hop.label(),
@@ -587,7 +602,20 @@ pub(crate) async fn wrk(
             .lines()
             .find_map(|l| l.strip_prefix("TG_FIRST_ERROR "))
             .map(str::to_string),
+        store_bytes: None,
     })
+}
+
+/// The bytes a SQLite store holds: its pages in use, what was committed to the write-ahead
+/// log included (read through a read-only connection beside the gateway's).
+fn store_bytes(path: &Path) -> anyhow::Result<u64> {
+    let db =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .with_context(|| format!("opening {} to read its size", path.display()))?;
+    let pragma = |name: &str| -> anyhow::Result<u64> {
+        Ok(db.query_row(&format!("PRAGMA {name}"), [], |r| r.get::<_, i64>(0))? as u64)
+    };
+    Ok((pragma("page_count")? - pragma("freelist_count")?) * pragma("page_size")?)
 }
 
 pub(crate) fn range(values: impl Iterator<Item = f64>) -> String {
@@ -648,12 +676,12 @@ fn table(
                 " c={c} p50 µs | added p50 | p99 µs | calls/s | CPU/call µs |"
             );
         }
-        let _ = writeln!(t, " errors |");
+        let _ = writeln!(t, " store bytes/call | errors |");
         let _ = write!(t, "|---|");
         for _ in &opts.conc {
             let _ = write!(t, "---:|---:|---:|---:|---:|");
         }
-        let _ = writeln!(t, "---:|");
+        let _ = writeln!(t, "---:|---:|");
         for &hop in paths {
             let _ = write!(t, "| {} |", hop.label());
             let mut errors = 0;
@@ -688,7 +716,11 @@ fn table(
                     range(cell.iter().filter_map(|(_, s)| s.cpu_us)),
                 );
             }
-            let _ = writeln!(t, " {errors} |");
+            let grew = samples
+                .iter()
+                .filter(|(tl, h, _, _)| *tl == tool && *h == hop)
+                .filter_map(|(_, _, _, s)| s.store_bytes);
+            let _ = writeln!(t, " {} | {errors} |", range(grew));
         }
         let _ = writeln!(t);
     }
