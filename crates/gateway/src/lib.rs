@@ -14,6 +14,7 @@
 pub mod auth;
 mod builtins;
 mod error;
+mod hop;
 pub mod http;
 mod https;
 pub mod jwt;
@@ -32,6 +33,7 @@ mod render;
 mod serve;
 mod server;
 pub mod sessions;
+mod sse;
 pub mod upstream;
 mod watch;
 mod worker;
