@@ -62,10 +62,11 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 const POOL_IDLE: Duration = Duration::from_secs(60);
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// The MCP session rmcp's transport opened, as it sends it on every post.
+/// The MCP session rmcp's transport opened, as it sends it on every post (a stateless upstream
+/// gives no id: then only the headers).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Session {
-    pub id: Arc<str>,
+    pub id: Option<Arc<str>>,
     bearer: Option<String>,
     headers: Vec<(HeaderName, HeaderValue)>,
 }
@@ -80,9 +81,9 @@ impl SessionCell {
     }
 
     /// Forgets `id` if it is still the current session (another call may have replaced it).
-    pub fn forget(&self, id: &str) -> bool {
+    pub fn forget(&self, id: Option<&str>) -> bool {
         let cur = self.0.load();
-        if cur.as_ref().is_some_and(|s| &*s.id == id) {
+        if cur.as_ref().is_some_and(|s| s.id.as_deref() == id) {
             self.0.compare_and_swap(&*cur, None);
             return true;
         }
@@ -91,7 +92,7 @@ impl SessionCell {
 
     fn record(
         &self,
-        id: Arc<str>,
+        id: Option<Arc<str>>,
         bearer: Option<String>,
         custom: &HashMap<HeaderName, HeaderValue>,
     ) {
@@ -182,11 +183,11 @@ impl StreamableHttpClient for TappedClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        if let Some(id) = &session_id
-            && !is_initialize(&message)
-        {
+        // Every post after `initialize` is made in the session it opened (with no id, when the
+        // upstream is stateless).
+        if !is_initialize(&message) {
             self.session
-                .record(id.clone(), auth_header.clone(), &custom_headers);
+                .record(session_id.clone(), auth_header.clone(), &custom_headers);
         }
         self.inner
             .post_message_with_response_limits(
@@ -207,7 +208,7 @@ impl StreamableHttpClient for TappedClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.session.forget(&session_id);
+        self.session.forget(Some(&session_id));
         self.inner
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
@@ -422,7 +423,7 @@ impl LeanHop {
 
     /// Forgets an expired session (unless another call already replaced it); true if it did.
     pub fn forget(&self, session: &Session) -> bool {
-        self.session.forget(&session.id)
+        self.session.forget(session.id.as_deref())
     }
 
     /// A fresh request id, which is also the call's progress token.
@@ -470,7 +471,9 @@ impl LeanHop {
         for (k, v) in &session.headers {
             builder = builder.header(k, v);
         }
-        builder = builder.header(SESSION_HEADER, &*session.id);
+        if let Some(id) = &session.id {
+            builder = builder.header(SESSION_HEADER, &**id);
+        }
         let bytes = serde_json::to_vec(body).expect("a JSON value serialises");
         builder
             .body(Full::new(Bytes::from(bytes)))
@@ -495,7 +498,7 @@ impl LeanHop {
         listener: &dyn Listener,
     ) -> Result<CallToolResult, HopError> {
         let status = response.status();
-        if status == StatusCode::NOT_FOUND {
+        if status == StatusCode::NOT_FOUND && session.id.is_some() {
             return Err(HopError::Expired);
         }
         let media = media_type(&response);
