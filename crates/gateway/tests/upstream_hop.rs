@@ -11,11 +11,20 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use axum::serve::ListenerExt;
+#[allow(deprecated)]
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ListToolsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ServerConfig,
+};
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
+use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
+use toolgate_fakes::finance::Finance;
 use toolgate_fakes::{FakeServer, FaultPlan, Recorder};
 
 /// How the fake is served.
@@ -34,12 +43,18 @@ struct Fake {
     accepted: Arc<AtomicUsize>,
 }
 
-async fn start_fake(record: &std::path::Path, shape: Shape) -> Fake {
-    let server = FakeServer::new(
-        toolgate_fakes::finance::Finance::seeded(),
+fn finance(record: &std::path::Path) -> FakeServer<Finance> {
+    FakeServer::new(
+        Finance::seeded(),
         Recorder::to_file(record).expect("record file"),
         FaultPlan::new(Vec::new(), 1),
-    );
+    )
+}
+
+async fn start_fake<S: ServerHandler + Clone + Send + Sync + 'static>(
+    server: S,
+    shape: Shape,
+) -> Fake {
     let stop = CancellationToken::new();
     let sessions = Arc::new(LocalSessionManager::default());
     let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop.clone());
@@ -78,7 +93,7 @@ async fn start_fake(record: &std::path::Path, shape: Shape) -> Fake {
 async fn harness(shape: Shape) -> (Harness, Fake) {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("erp-calls.jsonl");
-    let fake = start_fake(&record, shape).await;
+    let fake = start_fake(finance(&record), shape).await;
     let h = Harness::serve(dir, record, fake.addr, fake.stop.clone(), "", None).await;
     (h, fake)
 }
@@ -220,6 +235,80 @@ async fn kept_connections_do_not_wait_on_nagle() {
         "calls share kept connections: {opened} opened for {CALLS} calls"
     );
     all_lean(&h, "search_invoices", CALLS + 1);
+    let _ = client.cancel().await;
+    h.shutdown().await;
+}
+
+/// The finance fake, chattier: before answering a call it logs a line and asks its client for
+/// its roots, in the call's own stream, and keeps what the client answered.
+#[derive(Clone)]
+struct Chatty {
+    inner: FakeServer<Finance>,
+    heard: Arc<Mutex<Vec<String>>>,
+}
+
+impl ServerHandler for Chatty {
+    fn get_info(&self) -> ServerConfig {
+        self.inner.get_info()
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.inner.list_tools(request, context).await
+    }
+
+    // Log lines and roots are deprecated in the newest protocol revision, but a server on
+    // 2025-11-25 (what toolgate's client negotiates) still sends them.
+    #[allow(deprecated)]
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let _ = context
+            .peer
+            .notify_logging_message(LoggingMessageNotificationParam::new(
+                LoggingLevel::Info,
+                json!("looking the invoice up"),
+            ))
+            .await;
+        let roots = context.peer.list_roots().await;
+        self.heard.lock().unwrap().push(match roots {
+            Ok(r) => format!("roots: {}", r.roots.len()),
+            Err(e) => format!("roots failed: {e}"),
+        });
+        self.inner.call_tool(request, context).await
+    }
+}
+
+/// A request the upstream makes of its client in the call's stream is answered (as rmcp's
+/// client answers it: no roots), so the upstream goes on to answer the call; its log line is
+/// not relayed, and does not end the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_log_lines_in_the_calls_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("erp-calls.jsonl");
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let chatty = Chatty {
+        inner: finance(&record),
+        heard: heard.clone(),
+    };
+    let fake = start_fake(
+        chatty,
+        Shape {
+            json: false,
+            nodelay: true,
+        },
+    )
+    .await;
+    let h = Harness::serve(dir, record, fake.addr, fake.stop.clone(), "", None).await;
+    let client = h.client(WORKER_KEY).await;
+    search(&client, "chatty").await;
+    assert_eq!(*heard.lock().unwrap(), vec!["roots: 0".to_string()]);
+    all_lean(&h, "search_invoices", 1);
     let _ = client.cancel().await;
     h.shutdown().await;
 }
