@@ -245,6 +245,8 @@ async fn kept_connections_do_not_wait_on_nagle() {
 struct Chatty {
     inner: FakeServer<Finance>,
     heard: Arc<Mutex<Vec<String>>>,
+    /// Instead: hold every call until it is cancelled, and note the cancellation.
+    stall: bool,
 }
 
 impl ServerHandler for Chatty {
@@ -268,6 +270,13 @@ impl ServerHandler for Chatty {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if self.stall {
+            tokio::select! {
+                _ = context.ct.cancelled() => self.heard.lock().unwrap().push("cancelled".into()),
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+            return Err(ErrorData::internal_error("stalled", None));
+        }
         let _ = context
             .peer
             .notify_logging_message(LoggingMessageNotificationParam::new(
@@ -295,6 +304,7 @@ async fn requests_and_log_lines_in_the_calls_stream() {
     let chatty = Chatty {
         inner: finance(&record),
         heard: heard.clone(),
+        stall: false,
     };
     let fake = start_fake(
         chatty,
@@ -309,6 +319,52 @@ async fn requests_and_log_lines_in_the_calls_stream() {
     search(&client, "chatty").await;
     assert_eq!(*heard.lock().unwrap(), vec!["roots: 0".to_string()]);
     all_lean(&h, "search_invoices", 1);
+    let _ = client.cancel().await;
+    h.shutdown().await;
+}
+
+/// A call the upstream does not answer within the tool's timeout (2 s here) is a timeout for
+/// the caller, and the upstream is told the call is cancelled, as rmcp's client tells it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_is_cancelled_at_the_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("erp-calls.jsonl");
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let stalling = Chatty {
+        inner: finance(&record),
+        heard: heard.clone(),
+        stall: true,
+    };
+    let fake = start_fake(
+        stalling,
+        Shape {
+            json: false,
+            nodelay: true,
+        },
+    )
+    .await;
+    let h = Harness::serve(dir, record, fake.addr, fake.stop.clone(), "", None).await;
+    let client = h.client(WORKER_KEY).await;
+    let at = Instant::now();
+    let r = call(
+        &client,
+        "invoice.search",
+        json!({"invoice_id": "INV-20260615"}),
+        billing("lean hop", "stalled"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.is_error, Some(true), "a timeout is a failed call: {r:?}");
+    assert!(at.elapsed() < Duration::from_secs(8), "{:?}", at.elapsed());
+    let mut told = false;
+    for _ in 0..50 {
+        if heard.lock().unwrap().iter().any(|h| h == "cancelled") {
+            told = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(told, "the upstream was told the call is cancelled");
     let _ = client.cancel().await;
     h.shutdown().await;
 }
