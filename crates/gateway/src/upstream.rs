@@ -18,6 +18,8 @@
 //! `tools/list`. Each connect, reconnect and change is checked against `toolgate.lock` (see
 //! [`crate::pins`]) before anything of the new list is served, then handed to a hook. Progress
 //! the upstream reports on a call goes back to the client that made it ([`crate::relay`]).
+//! A `tools/call` to a plain-`http` upstream goes out on the lean hop ([`crate::hop`]) in the
+//! session rmcp opened, with the same mapping of what came back; rmcp carries everything else.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
