@@ -261,7 +261,8 @@ pub enum HopError {
     /// The upstream answered the request with a JSON-RPC error.
     #[error("error {code}: {message}")]
     Rpc { code: i32, message: String },
-    /// Something the lean hop does not follow (a redirect): nothing was delivered, rmcp may try.
+    /// Something the lean hop does not follow (a redirect): nothing was delivered, and the call
+    /// fails cleanly (it is not tried again through rmcp).
     #[error("{0}")]
     Unsupported(String),
     /// The request may have been delivered (and its effect committed) but no answer came.
