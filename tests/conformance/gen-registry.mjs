@@ -1,6 +1,8 @@
 // Writes a toolgate registry folder that puts an MCP server behind toolgate with every tool it
 // lists declared as a read tool for one test principal, the input schema copied verbatim.
 // Usage: node gen-registry.mjs <server-url> <out-dir> <api-key> <upstream-command> [args...]
+// With `--url` as the upstream command, toolgate reaches the server at <server-url> over
+// streamable HTTP instead of starting it.
 import { createHash } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -34,8 +36,7 @@ writeFileSync(join(out, "toolgate.yaml"), [
   "  url: \"sqlite://conformance.db\"",
   "upstreams:",
   "  fixture:",
-  `    command: ${q(command)}`,
-  `    args: ${q(args)}`,
+  ...(command === "--url" ? [`    url: ${q(url)}`] : [`    command: ${q(command)}`, `    args: ${q(args)}`]),
   "    package: \"toolgate-fakes@0.1.0\"",
   "    timeout_secs: 30",
   "",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the official MCP conformance suite's server scenarios twice: against the conformance
-# fixture fake alone, then through toolgate (the same fake as a stdio upstream, every fixture
+# Runs the official MCP conformance suite's server scenarios against the conformance fixture
+# fake alone, then through toolgate twice (the same fake as a stdio upstream, and as a
+# streamable-HTTP upstream whose calls take the lean hop; every fixture
 # tool declared as a read tool for one test principal; an adapter adds that principal's API key
 # and a purpose, which the suite itself cannot send; the fixture's definitions are pinned with
 # `toolgate lock approve` first). Fails if a scenario that passes alone
@@ -39,22 +40,30 @@ echo "== conformance against the fixture server alone"
 "$node" "$suite" server --url "http://localhost:$p_fake/mcp" -o "$work/alone" >"$work/alone.log" 2>&1 || true
 sed -n '/=== SUMMARY ===/,$p' "$work/alone.log"
 
-# 2. The same fixtures through toolgate.
-key="tg-conformance-$(date +%s)-$RANDOM"
-"$node" "$here/gen-registry.mjs" "http://127.0.0.1:$p_fake/mcp" "$work/registry" "$key" "$fake"
-# toolgate serves an upstream tool only at a definition pinned in toolgate.lock. The registry is
-# generated from what the fixture lists, so its pins are too: approved here, by this script, from
-# the same stdio upstream toolgate will spawn (and recorded in the run's audit chain).
-"$toolgate" lock approve --config "$work/registry" --by conformance-run >"$work/lock.log" 2>&1 \
-  || { cat "$work/lock.log" >&2; exit 1; }
-p_gw="$(free_port)"; p_proxy="$(free_port)"
-RUST_LOG="${RUST_LOG:-warn}" "$toolgate" serve --dev --config "$work/registry" --http "127.0.0.1:$p_gw" 2>"$work/toolgate.log" & pids+=($!)
-wait_http "http://127.0.0.1:$p_gw/healthz"
-"$node" "$here/auth-proxy.mjs" "$p_proxy" "http://127.0.0.1:$p_gw" "$key" 2>"$work/proxy.log" & pids+=($!)
-wait_http "http://127.0.0.1:$p_proxy/healthz"
-echo "== conformance through toolgate"
-"$node" "$suite" server --url "http://localhost:$p_proxy/mcp" -o "$work/through" >"$work/through.log" 2>&1 || true
-sed -n '/=== SUMMARY ===/,$p' "$work/through.log"
-
-echo "== comparison"
-"$node" "$here/compare.mjs" "$work/alone" "$work/through" "$here/exclusions.txt"
+# 2. The same fixtures through toolgate: first as a stdio upstream toolgate starts, then as the
+#    streamable-HTTP upstream above (its calls take the lean hop, crates/gateway/src/hop.rs).
+through() { # <label> <upstream command> [args...]
+  local label="$1"; shift
+  local key="tg-conformance-$(date +%s)-$RANDOM"
+  "$node" "$here/gen-registry.mjs" "http://127.0.0.1:$p_fake/mcp" "$work/registry-$label" "$key" "$@"
+  # toolgate serves an upstream tool only at a definition pinned in toolgate.lock. The registry
+  # is generated from what the fixture lists, so its pins are too: approved here, by this
+  # script, from the same upstream toolgate will reach (and recorded in the run's audit chain).
+  "$toolgate" lock approve --config "$work/registry-$label" --by conformance-run >"$work/lock-$label.log" 2>&1 \
+    || { cat "$work/lock-$label.log" >&2; exit 1; }
+  local p_gw p_proxy
+  p_gw="$(free_port)"; p_proxy="$(free_port)"
+  RUST_LOG="${RUST_LOG:-warn}" "$toolgate" serve --dev --config "$work/registry-$label" --http "127.0.0.1:$p_gw" 2>"$work/toolgate-$label.log" & pids+=($!)
+  wait_http "http://127.0.0.1:$p_gw/healthz"
+  "$node" "$here/auth-proxy.mjs" "$p_proxy" "http://127.0.0.1:$p_gw" "$key" 2>"$work/proxy-$label.log" & pids+=($!)
+  wait_http "http://127.0.0.1:$p_proxy/healthz"
+  echo "== conformance through toolgate ($label upstream)"
+  "$node" "$suite" server --url "http://localhost:$p_proxy/mcp" -o "$work/through-$label" >"$work/through-$label.log" 2>&1 || true
+  sed -n '/=== SUMMARY ===/,$p' "$work/through-$label.log"
+  echo "== comparison ($label upstream)"
+  "$node" "$here/compare.mjs" "$work/alone" "$work/through-$label" "$here/exclusions.txt"
+}
+status=0
+through stdio "$fake" || status=1
+through http --url || status=1
+exit "$status"

@@ -241,11 +241,14 @@ pub struct UpstreamConfig {
     #[serde(default = "default_timeout")]
     #[schemars(example = 30.0)]
     pub timeout_secs: f64,
-    /// Streamable HTTP only: keep connections to the upstream open and reuse them, instead of
-    /// one new TCP connection per request (rmcp's default). Saves a connection set-up per call;
-    /// turn it on only for an upstream that sets `TCP_NODELAY` on its connections (Node's and
-    /// Python's HTTP servers do; an rmcp server behind a plain `axum::serve` does not), because
-    /// against Nagle's algorithm a reused connection waits for delayed ACKs, about 40 ms a call.
+    /// Streamable HTTP only: keep the connections of toolgate's MCP client to the upstream
+    /// (`initialize`, `tools/list`, prompts, resources) open and reuse them, instead of one new
+    /// TCP connection per request (rmcp's default). Governed tool calls always go over kept
+    /// connections of their own, which acknowledge at once and so never wait on the upstream's
+    /// Nagle algorithm. Turn this on only for an upstream that sets `TCP_NODELAY` on its
+    /// connections (Node's and Python's HTTP servers do; an rmcp server behind a plain
+    /// `axum::serve` does not): otherwise a reused connection waits for delayed ACKs, about 40 ms
+    /// a request.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(example = false)]
     pub keep_alive: bool,

@@ -8,11 +8,15 @@
 //! holding one JSON-RPC `tools/call` request on a live session the caller opened, with the
 //! headers rmcp requires and nothing it would have to validate further. It runs the same
 //! [`GatewayServer::call`] rmcp's handler runs and answers with one JSON reply, which the
-//! transport allows whenever the client accepts `application/json`.
+//! transport allows whenever the client accepts `application/json`. A call with a progress
+//! token (rmcp's client, among others, sends one with every request) is answered as an event
+//! stream instead: each progress notification as the upstream reports it, under the caller's
+//! token, then the result; the relay ([`crate::relay`]) hands progress over before the call
+//! returns, so none comes after the result.
 //!
 //! Anything else goes on to rmcp untouched (the body, when read, is put back as it was): no
 //! session or another principal's, a batch, a notification, a response, another method, a
-//! progress token (progress needs the session's peer), an `MCP-Protocol-Version` rmcp does not
+//! progress token that is neither a string nor an integer, an `MCP-Protocol-Version` rmcp does not
 //! know, request-level protocol metadata or standard `Mcp-*` headers, a body without a
 //! `Content-Length` or over the limit, or one that does not parse. rmcp then answers as it
 //! always has, errors included.
@@ -28,10 +32,16 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::model::{CallToolRequestParams, JsonObject, ProtocolVersion};
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, JsonObject, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion,
+};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use crate::auth::Caller;
+use crate::relay::ProgressSink;
 use crate::server::GatewayServer;
 use crate::sessions::SessionOwners;
 
@@ -63,7 +73,7 @@ pub(crate) async fn tools_call(
         // Content-Length said it fits; a body that does not is the client's error.
         Err(_) => return (StatusCode::BAD_REQUEST, "Bad Request: unreadable body").into_response(),
     };
-    let Some((id, params, meta)) = parse(&bytes) else {
+    let Some(call) = parse(&bytes) else {
         return next
             .run(Request::from_parts(parts, Body::from(bytes)))
             .await;
@@ -74,17 +84,17 @@ pub(crate) async fn tools_call(
             .await;
     }
     let server = lean.server.clone();
+    let LeanCall {
+        id,
+        params,
+        meta,
+        progress,
+    } = call;
+    if let Some(token) = progress {
+        return answer_as_stream(server, caller, id, params, meta, token);
+    }
     let call = tokio::spawn(async move { server.call(caller, params, meta, None).await });
-    let reply = match call.await {
-        Ok(Ok(result)) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Ok(Err(error)) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
-        Err(e) => {
-            tracing::error!(error = %e, "a tools/call task failed");
-            json!({"jsonrpc": "2.0", "id": id, "error": {
-                "code": -32603, "message": "toolgate failed while handling this call"}})
-        }
-    };
-    let body = serde_json::to_vec(&reply).expect("a JSON value serialises");
+    let body = serde_json::to_vec(&reply(&id, call.await)).expect("a JSON value serialises");
     (
         [(
             header::CONTENT_TYPE,
@@ -93,6 +103,85 @@ pub(crate) async fn tools_call(
         body,
     )
         .into_response()
+}
+
+type CallOutcome = Result<Result<CallToolResult, ErrorData>, tokio::task::JoinError>;
+
+/// The JSON-RPC reply to the call `id`.
+fn reply(id: &Value, outcome: CallOutcome) -> Value {
+    match outcome {
+        Ok(Ok(result)) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Ok(Err(error)) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+        Err(e) => {
+            tracing::error!(error = %e, "a tools/call task failed");
+            json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32603, "message": "toolgate failed while handling this call"}})
+        }
+    }
+}
+
+/// One server-sent event holding `message`.
+fn event(message: &Value) -> Bytes {
+    let mut out = b"data: ".to_vec();
+    serde_json::to_writer(&mut out, message).expect("a JSON value serialises");
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// Runs the call (in a task of its own, like the JSON answer) and answers as an event stream:
+/// its progress under `token` as it comes, then its reply.
+fn answer_as_stream(
+    server: GatewayServer,
+    caller: Caller,
+    id: Value,
+    params: CallToolRequestParams,
+    meta: JsonObject,
+    token: ProgressToken,
+) -> Response {
+    let (progress_tx, mut progress) = mpsc::unbounded_channel();
+    let relay = crate::relay::Caller {
+        to: ProgressSink::Stream(progress_tx),
+        token,
+    };
+    let mut call =
+        tokio::spawn(async move { server.call(caller, params, meta, Some(relay)).await });
+    let (frames, body) = mpsc::unbounded_channel::<Bytes>();
+    tokio::spawn(async move {
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                Some(p) = progress.recv() => {
+                    let _ = frames.send(event(&progress_message(p)));
+                }
+                out = &mut call => break out,
+            }
+        };
+        // Everything the relay told before the call returned is queued: it goes first.
+        while let Ok(p) = progress.try_recv() {
+            let _ = frames.send(event(&progress_message(p)));
+        }
+        let _ = frames.send(event(&reply(&id, outcome)));
+    });
+    let body = futures_util::stream::unfold(body, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+fn progress_message(p: ProgressNotificationParam) -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": p})
 }
 
 /// The caller and session of a request the lean path may take, judged by its head alone.
@@ -189,9 +278,19 @@ fn plain_mcp_headers(headers: &HeaderMap) -> bool {
     })
 }
 
-/// One JSON-RPC `tools/call` request: its id, its parameters and its `_meta`. None for any
-/// other message, and for a request whose `_meta` holds a progress token or protocol metadata.
-fn parse(bytes: &Bytes) -> Option<(Value, CallToolRequestParams, JsonObject)> {
+/// One `tools/call` the lean path takes.
+struct LeanCall {
+    id: Value,
+    params: CallToolRequestParams,
+    meta: JsonObject,
+    /// The caller's progress token, when it asked for progress.
+    progress: Option<ProgressToken>,
+}
+
+/// One JSON-RPC `tools/call` request: its id, its parameters, its `_meta` and progress token.
+/// None for any other message, and for a request whose `_meta` holds protocol metadata or a
+/// progress token that is neither a string nor an integer.
+fn parse(bytes: &Bytes) -> Option<LeanCall> {
     let Value::Object(message) = serde_json::from_slice::<Value>(bytes).ok()? else {
         return None;
     };
@@ -214,15 +313,26 @@ fn parse(bytes: &Bytes) -> Option<(Value, CallToolRequestParams, JsonObject)> {
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return None,
     };
-    if meta.keys().any(|k| {
-        k == "progressToken"
-            || k.contains("protocolVersion")
-            || k.starts_with("io.modelcontextprotocol")
-    }) {
+    if meta
+        .keys()
+        .any(|k| k.contains("protocolVersion") || k.starts_with("io.modelcontextprotocol"))
+    {
         return None;
     }
+    let progress = match meta.get("progressToken") {
+        None => None,
+        Some(t) if t.is_string() || t.is_i64() || t.is_u64() => {
+            Some(serde_json::from_value::<ProgressToken>(t.clone()).ok()?)
+        }
+        Some(_) => return None,
+    };
     let params: CallToolRequestParams = serde_json::from_value(params.clone()).ok()?;
-    Some((id.clone(), params, meta))
+    Some(LeanCall {
+        id: id.clone(),
+        params,
+        meta,
+        progress,
+    })
 }
 
 #[cfg(test)]
@@ -230,7 +340,31 @@ mod tests {
     use super::*;
 
     fn parsed(body: &str) -> Option<(Value, String, JsonObject)> {
-        parse(&Bytes::from(body.to_string())).map(|(id, p, m)| (id, p.name.to_string(), m))
+        parse(&Bytes::from(body.to_string())).map(|c| (c.id, c.params.name.to_string(), c.meta))
+    }
+
+    #[test]
+    fn a_progress_token_is_taken_when_it_is_a_string_or_an_integer() {
+        let with = |token: &str| {
+            parse(&Bytes::from(format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x","_meta":{{"progressToken":{token}}}}}}}"#
+            )))
+        };
+        let call = with("3").expect("an integer token");
+        assert_eq!(
+            call.progress,
+            Some(serde_json::from_value(json!(3)).unwrap())
+        );
+        assert_eq!(call.meta.get("progressToken"), Some(&json!(3)));
+        assert!(with(r#""abc""#).unwrap().progress.is_some());
+        for odd in ["1.5", "null", "[1]", "{}", "true"] {
+            assert!(with(odd).is_none(), "taken with token {odd}");
+        }
+        let plain = parse(&Bytes::from(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+        ))
+        .unwrap();
+        assert!(plain.progress.is_none());
     }
 
     #[test]
@@ -253,8 +387,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
-            // progress wanted, protocol metadata, an odd id, an extra member, no name
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":3}}}"#,
+            // protocol metadata, an odd id, an extra member, no name
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}}}"#,
             r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"x"}}"#,
             r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"x"}}"#,

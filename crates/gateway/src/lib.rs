@@ -7,13 +7,15 @@
 //! - [`reload`]: hot reload of the registry folder (file watch, SIGHUP, `toolgate reload`).
 //! - [`GatewayServer`]: the hand-written rmcp `ServerHandler` (per-role `tools/list`, governed
 //!   `tools/call`).
-//! - [`Upstreams`]: rmcp clients to the upstream servers, as the store's [`toolgate_store::Handler`].
+//! - [`Upstreams`]: rmcp clients to the upstream servers, as the store's [`toolgate_store::Handler`];
+//!   tool calls to a streamable-HTTP upstream take a lean hyper hop in rmcp's session (`hop`).
 //! - [`auth`]: API keys and OAuth 2.1 bearer tokens at the HTTP boundary.
 //! - [`keys`]: the approval and redaction keys a process refuses to start without.
 
 pub mod auth;
 mod builtins;
 mod error;
+mod hop;
 pub mod http;
 mod https;
 pub mod jwt;
@@ -32,6 +34,7 @@ mod render;
 mod serve;
 mod server;
 pub mod sessions;
+mod sse;
 pub mod upstream;
 mod watch;
 mod worker;

@@ -40,11 +40,20 @@ pub struct Forward {
     pub span: CallSpan,
 }
 
-/// Who to tell about a call's progress: the client's session and the token it chose.
+/// Who to tell about a call's progress: where the client hears it and the token it chose.
 #[derive(Clone)]
 pub struct Caller {
-    pub peer: Peer<RoleServer>,
+    pub to: ProgressSink,
     pub token: ProgressToken,
+}
+
+/// Where a caller hears progress.
+#[derive(Clone)]
+pub enum ProgressSink {
+    /// The client's rmcp session (a call rmcp's handler serves).
+    Peer(Peer<RoleServer>),
+    /// The event stream that answers the call on the lean path ([`crate::lean`]).
+    Stream(mpsc::UnboundedSender<ProgressNotificationParam>),
 }
 
 /// Runs `fut` (one `tools/call`) with `forward` for the upstream call it may lead to.
@@ -222,7 +231,16 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
 /// Passes `progress` to `caller` under the caller's own token.
 async fn tell(caller: &Caller, mut progress: ProgressNotificationParam) {
     progress.progress_token = caller.token.clone();
-    if let Err(e) = caller.peer.notify_progress(progress).await {
-        tracing::debug!(error = %e, "a client was not told of its call's progress");
+    match &caller.to {
+        ProgressSink::Peer(peer) => {
+            if let Err(e) = peer.notify_progress(progress).await {
+                tracing::debug!(error = %e, "a client was not told of its call's progress");
+            }
+        }
+        ProgressSink::Stream(events) => {
+            if events.send(progress).is_err() {
+                tracing::debug!("a client hung up before hearing of its call's progress");
+            }
+        }
     }
 }

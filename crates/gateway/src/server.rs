@@ -519,7 +519,7 @@ impl ServerHandler for GatewayServer {
             .get_progress_token()
             .or_else(|| request.meta.as_ref()?.get_progress_token())
             .map(|token| crate::relay::Caller {
-                peer: context.peer.clone(),
+                to: crate::relay::ProgressSink::Peer(context.peer.clone()),
                 token,
             });
         let result = self.call(caller, request, meta, progress).await?;

@@ -18,6 +18,8 @@
 //! `tools/list`. Each connect, reconnect and change is checked against `toolgate.lock` (see
 //! [`crate::pins`]) before anything of the new list is served, then handed to a hook. Progress
 //! the upstream reports on a call goes back to the client that made it ([`crate::relay`]).
+//! A `tools/call` to a plain-`http` upstream goes out on the lean hop ([`crate::hop`]) in the
+//! session rmcp opened, with the same mapping of what came back; rmcp carries everything else.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,7 +28,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, JsonObject, MetaObject, RequestMetaObject, ServerResult, Tool,
+    ClientRequest, Implementation, JsonObject, MetaObject, NumberOrString,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject, ServerResult,
+    Tool,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -37,6 +41,7 @@ use toolgate_contract::{DefinitionHash, PinVerdict, ServerIdentity};
 use toolgate_core::config::UpstreamConfig;
 use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Served, Target};
 
+use crate::hop::{HopError, LeanHop, Listener, Session, SessionCell, TappedClient};
 use crate::pins::{PinGuard, Pins};
 use crate::relay::{Routes, Watched};
 use crate::render::to_stored;
@@ -63,8 +68,15 @@ impl ClientHandler for UpstreamClient {
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        let this = self.clone();
-        let peer = context.peer.clone();
+        self.clone().reread(context.peer.clone());
+    }
+}
+
+impl UpstreamClient {
+    /// Re-reads the upstream's `tools/list` after it announced a change, checks it against
+    /// `toolgate.lock` and hands it to the hook (in a task of its own).
+    fn reread(self, peer: Peer<RoleClient>) {
+        let this = self;
         tokio::spawn(async move {
             match peer.list_all_tools().await {
                 Ok(tools) => {
@@ -106,6 +118,10 @@ struct Upstream {
     pins: Arc<PinGuard>,
     /// Progress tokens of calls in flight, back to their callers.
     routes: Arc<Routes>,
+    /// The session rmcp's HTTP transport opened, as the lean hop reuses it.
+    session: Arc<SessionCell>,
+    /// The lean `tools/call` hop, for a plain-`http` upstream ([`crate::hop`]).
+    lean: Option<LeanHop>,
 }
 
 /// Why an upstream could not be connected (or is not there to connect). Each names the
@@ -169,12 +185,7 @@ impl Upstream {
         if let Some(old) = guard.take() {
             let _ = old.cancel().await;
         }
-        let handler = UpstreamClient {
-            name: self.name.clone(),
-            tools: self.tools.clone(),
-            hook: self.hook.clone(),
-            pins: self.pins.clone(),
-        };
+        let handler = self.client_handler();
         let service = tokio::time::timeout(
             self.timeout.max(Duration::from_secs(5)),
             self.start(handler),
@@ -209,22 +220,16 @@ impl Upstream {
 
     async fn start(&self, handler: UpstreamClient) -> Result<Client, UpstreamError> {
         if let Some(url) = &self.cfg.url {
-            let transport = if self.cfg.keep_alive {
-                let client = reqwest::Client::builder()
-                    .tcp_nodelay(true)
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .map_err(|source| UpstreamError::HttpClient {
-                        name: self.name.clone(),
-                        source,
-                    })?;
-                StreamableHttpClientTransport::with_client(
-                    client,
-                    StreamableHttpClientTransportConfig::with_uri(url.as_str()),
-                )
-            } else {
-                StreamableHttpClientTransport::from_uri(url.as_str())
-            };
+            let client = self
+                .http_client()
+                .map_err(|source| UpstreamError::HttpClient {
+                    name: self.name.clone(),
+                    source,
+                })?;
+            let transport = StreamableHttpClientTransport::with_client(
+                TappedClient::new(client, self.session.clone()),
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()),
+            );
             return handler
                 .serve(Watched::new(transport, self.routes.clone()))
                 .await
@@ -265,6 +270,32 @@ impl Upstream {
                 name: self.name.clone(),
                 source,
             })
+    }
+
+    fn client_handler(&self) -> UpstreamClient {
+        UpstreamClient {
+            name: self.name.clone(),
+            tools: self.tools.clone(),
+            hook: self.hook.clone(),
+            pins: self.pins.clone(),
+        }
+    }
+
+    /// The reqwest client rmcp's transport posts through: kept-alive connections with
+    /// `keep_alive`, otherwise as rmcp's own default client (a connection per request,
+    /// same-origin 307/308 redirects followed).
+    fn http_client(&self) -> Result<reqwest::Client, reqwest::Error> {
+        let builder = reqwest::Client::builder();
+        let builder = if self.cfg.keep_alive {
+            builder
+                .tcp_nodelay(true)
+                .redirect(reqwest::redirect::Policy::none())
+        } else {
+            builder
+                .pool_max_idle_per_host(0)
+                .redirect(same_origin_redirects())
+        };
+        builder.build()
     }
 
     /// Forgets a broken connection so the next call reconnects.
@@ -309,49 +340,24 @@ impl Upstream {
         }
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(m)));
+        if let Some(lean) = self.lean_session(&peer) {
+            return match tokio::time::timeout(
+                self.timeout,
+                self.call_lean(tool, &peer, lean, params),
+            )
+            .await
+            {
+                Err(_) => Err(HandlerError::Timeout),
+                Ok(out) => out,
+            };
+        }
         match tokio::time::timeout(self.timeout, self.send_call(&peer, params)).await {
             Err(_) | Ok(Err(ServiceError::Timeout { .. })) => Err(HandlerError::Timeout),
-            Ok(Ok(result)) => {
-                if result.is_error == Some(true) {
-                    let text: Vec<String> = result
-                        .content
-                        .iter()
-                        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-                        .collect();
-                    let msg = if text.is_empty() {
-                        "the upstream reported an error without a message".to_string()
-                    } else {
-                        text.join("\n")
-                    };
-                    return Err(HandlerError::Failed(msg));
-                }
-                let target_ref = result
-                    .structured_content
-                    .as_ref()
-                    .and_then(|s| s.get("target_ref").or_else(|| s.get("reference")))
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                Ok(HandlerOutput {
-                    result: to_stored(&result),
-                    target_ref,
-                })
-            }
+            Ok(Ok(result)) => output_of(result),
             // A request the server rejected as such (unparsable, unknown method, bad params) did
             // nothing; an internal or server-defined error (what a JSON-RPC 500 carries) may
             // come after the effect committed.
-            Ok(Err(ServiceError::McpError(e))) => {
-                if rejected_before_running(e.code.0) {
-                    Err(HandlerError::Failed(format!(
-                        "the upstream refused the call: {}",
-                        e.message
-                    )))
-                } else {
-                    Err(HandlerError::Unanswered(format!(
-                        "upstream '{}' answered with error {}: {}",
-                        self.name, e.code.0, e.message
-                    )))
-                }
-            }
+            Ok(Err(ServiceError::McpError(e))) => Err(self.rpc_error(e.code.0, &e.message)),
             Ok(Err(ServiceError::TransportSend(e))) => {
                 self.drop_peer();
                 let msg = format!("could not send the call to upstream '{}': {e}", self.name);
@@ -373,6 +379,122 @@ impl Upstream {
                     self.name
                 )))
             }
+        }
+    }
+
+    /// A JSON-RPC error answer: refused before running, or possibly after an effect.
+    fn rpc_error(&self, code: i32, message: &str) -> HandlerError {
+        if rejected_before_running(code) {
+            HandlerError::Failed(format!("the upstream refused the call: {message}"))
+        } else {
+            HandlerError::Unanswered(format!(
+                "upstream '{}' answered with error {code}: {message}",
+                self.name
+            ))
+        }
+    }
+
+    /// The session a call can take the lean hop in: an HTTP upstream whose rmcp transport has
+    /// opened one, on a protocol version whose requests carry no per-message headers.
+    fn lean_session(&self, peer: &Peer<RoleClient>) -> Option<Arc<Session>> {
+        let lean = self.lean.as_ref()?;
+        let info = peer.peer_info()?;
+        if info.protocol_version >= ProtocolVersion::STANDARD_HEADERS {
+            return None;
+        }
+        lean.session()
+    }
+
+    /// Sends one `tools/call` over the lean hop in `session`. An expired session was left
+    /// without the call: the upstream is reconnected through rmcp and the call sent once more,
+    /// in the new session (or through rmcp, if it has none yet). Nothing else is sent twice.
+    async fn call_lean(
+        &self,
+        tool: &str,
+        peer: &Peer<RoleClient>,
+        session: Arc<Session>,
+        params: CallToolRequestParams,
+    ) -> Result<HandlerOutput, HandlerError> {
+        let lean = self.lean.as_ref().expect("a lean session has a lean hop");
+        let mut params = serde_json::to_value(&params).expect("tool call parameters serialise");
+        let answer = match self
+            .send_lean(lean, session.clone(), peer, &mut params)
+            .await
+        {
+            Err(HopError::Expired) => {
+                tracing::info!(upstream = %self.name, "upstream session expired; reconnecting before sending the call again");
+                if lean.forget(&session) {
+                    self.drop_peer();
+                }
+                let peer = self.connected().await.map_err(|e| {
+                    HandlerError::Failed(format!(
+                        "upstream '{}' forgot the session and could not be reconnected: {e}",
+                        self.name
+                    ))
+                })?;
+                if let Err(refusal) = self.pins.allows(tool) {
+                    return Err(HandlerError::Failed(refusal));
+                }
+                match self.lean_session(&peer) {
+                    Some(fresh) => self.send_lean(lean, fresh, &peer, &mut params).await,
+                    None => {
+                        let params = serde_json::from_value(params)
+                            .expect("parameters read back as they were written");
+                        return match self.send_call(&peer, params).await {
+                            Ok(result) => output_of(result),
+                            Err(e) => Err(HandlerError::Unanswered(format!(
+                                "the call to upstream '{}' failed after reconnecting: {e}",
+                                self.name
+                            ))),
+                        };
+                    }
+                }
+            }
+            other => other,
+        };
+        match answer {
+            Ok(result) => output_of(result),
+            Err(HopError::Rpc { code, message }) => Err(self.rpc_error(code, &message)),
+            Err(e @ (HopError::Refused(_) | HopError::Unsupported(_))) => {
+                Err(HandlerError::Failed(e.to_string()))
+            }
+            Err(HopError::Expired) => Err(HandlerError::Failed(format!(
+                "upstream '{}' forgot its new session too (HTTP 404); the call was not delivered",
+                self.name
+            ))),
+            Err(HopError::Lost(msg)) => {
+                tracing::warn!(upstream = %self.name, error = %msg, "no answer to a call over the lean hop");
+                Err(HandlerError::Unanswered(msg))
+            }
+        }
+    }
+
+    /// One send over the lean hop, with a fresh id that is also its progress token; progress
+    /// on it goes to the caller when it asked for progress.
+    async fn send_lean(
+        &self,
+        lean: &LeanHop,
+        session: Arc<Session>,
+        peer: &Peer<RoleClient>,
+        params: &mut Value,
+    ) -> Result<CallToolResult, HopError> {
+        let id = lean.next_id();
+        params["_meta"]["progressToken"] = json!(&*id);
+        let route = if crate::relay::wanted() {
+            self.routes
+                .open(ProgressToken(NumberOrString::String(id.clone())))
+        } else {
+            None
+        };
+        let listener = CallListener {
+            upstream: self,
+            peer,
+            relay: route.is_some(),
+        };
+        let call = lean.call(session, id, params.clone(), &listener);
+        match route {
+            Some(route) => route.relay(call).await,
+            None => call.await,
         }
     }
 
@@ -407,6 +529,52 @@ impl Upstream {
     }
 }
 
+/// What a tool result means for the store: an `isError` result is a clean "no".
+fn output_of(result: CallToolResult) -> Result<HandlerOutput, HandlerError> {
+    if result.is_error == Some(true) {
+        let text: Vec<String> = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
+        let msg = if text.is_empty() {
+            "the upstream reported an error without a message".to_string()
+        } else {
+            text.join("\n")
+        };
+        return Err(HandlerError::Failed(msg));
+    }
+    let target_ref = result
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("target_ref").or_else(|| s.get("reference")))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(HandlerOutput {
+        result: to_stored(&result),
+        target_ref,
+    })
+}
+
+/// What a call over the lean hop hears on the way: progress for its caller, a changed list.
+struct CallListener<'a> {
+    upstream: &'a Upstream,
+    peer: &'a Peer<RoleClient>,
+    relay: bool,
+}
+
+impl Listener for CallListener<'_> {
+    fn progress(&self, progress: ProgressNotificationParam) {
+        if self.relay {
+            self.upstream.routes.arrived(progress);
+        }
+    }
+
+    fn tools_changed(&self) {
+        self.upstream.client_handler().reread(self.peer.clone());
+    }
+}
+
 /// JSON-RPC errors that say the request itself was refused before any tool ran: parse error,
 /// invalid request, method not found, invalid params.
 fn rejected_before_running(code: i32) -> bool {
@@ -428,6 +596,28 @@ fn never_delivered(e: &rmcp::transport::DynamicTransportError) -> bool {
         Some(StreamableHttpError::Client(r)) => r.is_connect() || r.is_builder(),
         _ => false,
     }
+}
+
+/// Redirects as rmcp's default client follows them: same-origin 307 and 308 only (they keep the
+/// method and the body), at most ten; any other is returned as the answer.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > 10 {
+            attempt.error("exceeded 10 redirects")
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 fn resolve_command(dir: &Path, command: &str) -> PathBuf {
@@ -463,6 +653,7 @@ impl Upstreams {
                 } else {
                     30.0
                 };
+                let session = Arc::new(SessionCell::default());
                 (
                     name.clone(),
                     Arc::new(Upstream {
@@ -480,6 +671,11 @@ impl Upstreams {
                             pins.clone(),
                         )),
                         routes: Arc::default(),
+                        lean: cfg
+                            .url
+                            .as_deref()
+                            .and_then(|url| LeanHop::new(name, url, session.clone())),
+                        session,
                     }),
                 )
             })

@@ -28,3 +28,4 @@ mod stdio;
 mod third_party_pinned;
 mod unmodified;
 mod upstream_errors;
+mod upstream_hop;

@@ -1,6 +1,7 @@
 //! The lean path: a plain `tools/call` on a live session is answered by toolgate itself as one
-//! JSON reply, the same governed call rmcp's handler makes; what it does not take (here, a
-//! call that wants progress, and a call on a closed session) is answered by rmcp as before.
+//! JSON reply (or, when the call wants progress, as an event stream: its progress, then its
+//! reply), the same governed call rmcp's handler makes; what it does not take (here, a call on
+//! a closed session) is answered by rmcp as before.
 
 use serde_json::{Value, json};
 
@@ -55,7 +56,8 @@ async fn a_plain_call_on_a_session_is_one_json_reply_and_the_rest_is_rmcps() {
     assert_eq!(reply["id"], "x-1");
     assert_eq!(reply["result"]["isError"], true, "{reply}");
 
-    // A call that wants progress goes through rmcp, which streams its reply.
+    // A call that wants progress is answered by the lean path as an event stream: only its
+    // reply here (the fake reports no progress on a quick call).
     let r = raw
         .send(
             WORKER_KEY,
@@ -69,7 +71,21 @@ async fn a_plain_call_on_a_session_is_one_json_reply_and_the_rest_is_rmcps() {
         "{}",
         r.content_type
     );
-    assert!(r.body.contains("\"id\":42"), "{}", r.body);
+    // rmcp's session streams give every event an id (for resumption); the lean one has none.
+    assert!(
+        !r.body.lines().any(|l| l.starts_with("id:")),
+        "answered by rmcp, not the lean path: {}",
+        r.body
+    );
+    let events: Vec<Value> = r
+        .body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).expect("each event is one JSON message"))
+        .collect();
+    assert_eq!(events.len(), 1, "{}", r.body);
+    assert_eq!(events[0]["id"], 42);
+    assert_ne!(events[0]["result"]["isError"], true, "{}", r.body);
     assert_eq!(h.records_for("draft_note").len(), 2);
 
     // A request naming a host toolgate does not serve (DNS rebinding) is refused as rmcp
