@@ -673,31 +673,37 @@ struct AuditRow {
     hash: String,
 }
 
-/// Appends drafts to the chain inside `tx`, returning their sequence numbers. The chain head
-/// is locked (`FOR UPDATE` on PostgreSQL; SQLite's `BEGIN IMMEDIATE` already holds the only
-/// write lock) so concurrent appenders in other processes queue behind this one.
-pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i64>> {
-    if drafts.is_empty() {
-        return Ok(Vec::new());
-    }
-    let head = if tx.is_pg() {
-        tx.opt(
-            "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
-            args![],
-        )
-        .await?
-    } else {
-        tx.opt("SELECT seq, hash FROM audit_head WHERE id = 1", args![])
-            .await?
-    };
-    let head =
-        head.ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
-    let (mut seq, mut prev) = (head.i64("seq")?, head.text("hash")?);
+/// Drafts hashed onto the chain after a known head: the rows to store, their numbers, the
+/// refusals their runs count (a refused call without a step row; see `ledger::runs`), and
+/// the head they leave. Pure: nothing is written until the rows are, under the head they
+/// were linked to.
+pub(crate) struct Linked {
+    rows: Vec<AuditRow>,
+    pub seqs: Vec<i64>,
+    pub refusals: Vec<crate::ledger::runs::Stepless>,
+    /// The head before these records (what the chain must still end at when they are written).
+    pub after: ChainPoint,
+    /// The head after them.
+    pub head: ChainPoint,
+}
+
+/// A record as [`AuditRecord`] serialises it, over a borrowed draft: the same canonical JSON
+/// without copying the draft.
+#[derive(Serialize)]
+struct RecordOf<'a> {
+    seq: i64,
+    prev: &'a str,
+    #[serde(flatten)]
+    body: &'a AuditDraft,
+}
+
+/// Links `drafts` onto the chain after `head`.
+pub(crate) fn link(head: &ChainPoint, drafts: &[&AuditDraft]) -> Linked {
+    let (mut seq, mut prev) = (head.seq, head.hash.clone());
     let mut seqs = Vec::with_capacity(drafts.len());
     let mut rows = Vec::with_capacity(drafts.len());
-    // A refusal without a step row is counted with its run (see `ledger::runs`).
     let mut refusals = Vec::new();
-    for body in drafts {
+    for &body in drafts {
         seq += 1;
         let principal = body.who.principal.clone();
         let (run_id, step_id, ts) = (body.run_id.clone(), body.step_id.clone(), body.ts.millis());
@@ -711,8 +717,12 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
                 status: StepStatus::Refused,
             });
         }
-        let record = AuditRecord { seq, prev, body };
-        let text = record.canonical();
+        let record = RecordOf {
+            seq,
+            prev: &prev,
+            body,
+        };
+        let text = canonical(&serde_json::to_value(&record).expect("audit records serialise"));
         let hash = sha256_tagged(text.as_bytes());
         prev = hash.clone();
         rows.push(AuditRow {
@@ -726,29 +736,89 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
         });
         seqs.push(seq);
     }
+    Linked {
+        rows,
+        seqs,
+        refusals,
+        after: head.clone(),
+        head: ChainPoint { seq, hash: prev },
+    }
+}
+
+impl Linked {
+    /// PostgreSQL: the rows as seven column arrays, in the order of the `audit` columns
+    /// `seq, ts, principal, run_id, step_id, record, hash` (one statement of stable text
+    /// inserts any number of them with `unnest`).
+    pub(crate) fn take_columns(&mut self) -> Vec<crate::db::Arg> {
+        let rows = std::mem::take(&mut self.rows);
+        let n = rows.len();
+        let (mut seq, mut ts, mut principal) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut run_id, mut step_id) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut record, mut hash) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for r in rows {
+            seq.push(r.seq);
+            ts.push(r.ts);
+            principal.push(r.principal);
+            run_id.push(r.run_id);
+            step_id.push(r.step_id);
+            record.push(r.record);
+            hash.push(r.hash);
+        }
+        args![seq, ts, principal, run_id, step_id, record, hash]
+    }
+}
+
+/// The chain head, locked for this transaction on PostgreSQL (`FOR UPDATE`: appenders in
+/// other transactions and processes queue behind it); SQLite's `BEGIN IMMEDIATE` already
+/// holds the only write lock.
+pub(crate) async fn lock_head(tx: &mut Tx) -> Result<ChainPoint> {
+    let head = if tx.is_pg() {
+        tx.opt(
+            "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
+            args![],
+        )
+        .await?
+    } else {
+        tx.opt("SELECT seq, hash FROM audit_head WHERE id = 1", args![])
+            .await?
+    };
+    let head =
+        head.ok_or_else(|| StoreError::Corrupt("the audit chain head row is missing".into()))?;
+    Ok(ChainPoint {
+        seq: head.i64("seq")?,
+        hash: head.text("hash")?,
+    })
+}
+
+/// Appends drafts to the chain inside `tx`, returning their sequence numbers. The chain head
+/// is locked ([`lock_head`]) so concurrent appenders in other processes queue behind this one.
+pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i64>> {
+    append_linked(tx, &drafts.iter().collect::<Vec<_>>()).await
+}
+
+/// As [`append`], for borrowed drafts.
+pub(crate) async fn append_linked(tx: &mut Tx, drafts: &[&AuditDraft]) -> Result<Vec<i64>> {
+    if drafts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let head = lock_head(tx).await?;
+    let mut linked = link(&head, drafts);
     if tx.is_pg() {
-        // All rows in one statement (one round trip): the records travel as one JSON array.
-        let rows: Vec<Value> = rows
-            .into_iter()
-            .map(|r| {
-                serde_json::json!({
-                    "seq": r.seq, "ts": r.ts, "principal": r.principal, "run_id": r.run_id,
-                    "step_id": r.step_id, "record": r.record, "hash": r.hash,
-                })
-            })
-            .collect();
+        // All rows in one statement (one round trip): the records travel as column arrays.
         tx.exec(
             "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
-             SELECT seq, ts, principal, run_id, step_id, record, hash \
-             FROM jsonb_to_recordset($1::jsonb) AS j(seq bigint, ts bigint, principal text, \
-             run_id text, step_id text, record text, hash text)",
-            args![Value::Array(rows).to_string()],
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], \
+             $5::text[], $6::text[], $7::text[])",
+            linked.take_columns(),
         )
         .await?;
     } else {
-        // SQLite runs statements in process: one prepared insert per row is cheaper than
-        // packing the rows into JSON and unpacking them again.
-        for r in rows {
+        // SQLite runs statements in process: one prepared insert per row.
+        for r in std::mem::take(&mut linked.rows) {
             tx.exec(
                 "INSERT INTO audit (seq, ts, principal, run_id, step_id, record, hash) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -765,13 +835,13 @@ pub(crate) async fn append(tx: &mut Tx, drafts: Vec<AuditDraft>) -> Result<Vec<i
             .await?;
         }
     }
-    crate::ledger::runs::tally(tx, &refusals).await?;
+    crate::ledger::runs::tally(tx, &linked.refusals).await?;
     tx.exec(
         "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1",
-        args![seq, prev],
+        args![linked.head.seq, linked.head.hash],
     )
     .await?;
-    Ok(seqs)
+    Ok(linked.seqs)
 }
 
 /// A point on the chain: a record's number and hash (`0` and [`GENESIS`] before the first).

@@ -46,6 +46,9 @@ fn migrator(files: &[(i64, &'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(migrations)
 }
 
+/// How long a PostgreSQL connection may sit in the pool before it is pinged when taken out.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
+
 /// A bound value.
 #[derive(Debug, Clone)]
 pub(crate) enum Arg {
@@ -53,6 +56,12 @@ pub(crate) enum Arg {
     T(String),
     OptT(Option<String>),
     OptI(Option<i64>),
+    /// PostgreSQL only: an array (`$1::text[]`), so one statement of stable text carries a
+    /// batch of any size (`unnest`). SQLite has no arrays; binding one there is a bug.
+    Texts(Vec<String>),
+    OptTexts(Vec<Option<String>>),
+    Ints(Vec<i64>),
+    OptInts(Vec<Option<i64>>),
 }
 
 impl From<i64> for Arg {
@@ -90,6 +99,26 @@ impl From<Option<i64>> for Arg {
         Arg::OptI(v)
     }
 }
+impl From<Vec<String>> for Arg {
+    fn from(v: Vec<String>) -> Self {
+        Arg::Texts(v)
+    }
+}
+impl From<Vec<Option<String>>> for Arg {
+    fn from(v: Vec<Option<String>>) -> Self {
+        Arg::OptTexts(v)
+    }
+}
+impl From<Vec<i64>> for Arg {
+    fn from(v: Vec<i64>) -> Self {
+        Arg::Ints(v)
+    }
+}
+impl From<Vec<Option<i64>>> for Arg {
+    fn from(v: Vec<Option<i64>>) -> Self {
+        Arg::OptInts(v)
+    }
+}
 
 /// `args![a, b, c]`: a list of bound values.
 macro_rules! args {
@@ -106,6 +135,10 @@ macro_rules! bind_all {
                 Arg::T(v) => q.bind(v),
                 Arg::OptT(v) => q.bind(v),
                 Arg::OptI(v) => q.bind(v),
+                Arg::Texts(v) => q.bind(v),
+                Arg::OptTexts(v) => q.bind(v),
+                Arg::Ints(v) => q.bind(v),
+                Arg::OptInts(v) => q.bind(v),
             };
         }
         q
@@ -314,8 +347,22 @@ impl Pool {
                 // The server acknowledges a commit before its WAL is flushed.
                 o = o.options([("synchronous_commit", "off")]);
             }
+            // sqlx pings a connection (a round trip) when it goes back to the pool and again
+            // when it is taken out; the second only finds what died while it sat idle. A busy
+            // gateway takes connections out many times a second, so only one idle for longer
+            // than a second is pinged; one that died sooner fails its statement, which the
+            // callers already retry or report as a failure of the store.
             let pool = PgPoolOptions::new()
                 .max_connections(opts.max_connections)
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for > IDLE_BEFORE_PING {
+                            sqlx::Connection::ping(conn).await?;
+                        }
+                        Ok(true)
+                    })
+                })
                 .connect_with(o)
                 .await?;
             if apply {
@@ -345,6 +392,15 @@ impl Pool {
 
     pub fn is_pg(&self) -> bool {
         matches!(self, Pool::Postgres(_))
+    }
+
+    /// Resolves when the pool is being closed (PostgreSQL; never on SQLite): a task that keeps
+    /// a connection between uses gives it back then, or closing would wait for it.
+    pub async fn closing(&self) {
+        match self {
+            Pool::Postgres(p) => p.close_event().await,
+            Pool::Sqlite(..) => std::future::pending().await,
+        }
     }
 
     /// SQLite whose durable commits are fsync'd (`durability: fsync`): a relaxed commit that

@@ -14,6 +14,7 @@ pub mod checkpoint;
 mod db;
 pub mod error;
 pub mod exec;
+mod group;
 mod ledger;
 mod lite;
 pub mod model;

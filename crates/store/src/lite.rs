@@ -379,6 +379,11 @@ impl LiteConn {
                 Arg::T(v) => st.raw_bind_parameter(i, v)?,
                 Arg::OptT(v) => st.raw_bind_parameter(i, v)?,
                 Arg::OptI(v) => st.raw_bind_parameter(i, v)?,
+                Arg::Texts(_) | Arg::OptTexts(_) | Arg::Ints(_) | Arg::OptInts(_) => {
+                    return Err(StoreError::Bug(format!(
+                        "an array bound to a SQLite statement: {sql}"
+                    )));
+                }
             }
         }
         let width = st.column_count();

@@ -19,6 +19,7 @@ use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoin
 use crate::db::{ConnectOptions, Migrations, Pool, Row, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
+use crate::group::{ChainWriter, Changes};
 use crate::ledger::{approvals, budgets, keys, runs, steps};
 use crate::model::{
     Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
@@ -1356,51 +1357,69 @@ pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
     crate::ledger::windows::release(tx, step_id).await
 }
 
-async fn apply_batch(pool: &Pool, jobs: &[WriteJob]) -> Result<Vec<i64>> {
-    let mut tx = pool.begin().await?;
-    let mut settles: Vec<&Settle> = Vec::new();
-    let mut stepless: Vec<&SteplessCall> = Vec::new();
+/// Applies a batch of records in one commit: on PostgreSQL one statement when it fits
+/// ([`crate::group`]), else one transaction of a few statements.
+async fn apply_batch(pool: &Pool, chain: &mut ChainWriter, jobs: &[WriteJob]) -> Result<Vec<i64>> {
+    let mut changes = Changes::default();
     for unit in jobs.iter().flat_map(|j| &j.units) {
         match &unit.0 {
-            Some(Ledger::Settle(s)) => settles.push(s),
-            Some(Ledger::Stepless(c)) => stepless.push(c),
+            Some(Ledger::Settle(s)) => changes.settles.push(s),
+            Some(Ledger::Stepless(c)) => changes.stepless.push(c),
             None => {}
         }
     }
-    apply_settles(&mut tx, &settles).await?;
-    for c in &stepless {
+    changes.barrier = jobs.iter().all(|j| j.units.is_empty());
+    let drafts: Vec<&AuditDraft> = jobs
+        .iter()
+        .flat_map(|j| j.units.iter().map(|u| &u.1))
+        .collect();
+    if pool.is_pg() && changes.fit_one_statement() {
+        return chain.commit(pool, &drafts, &changes).await;
+    }
+    // The transaction below moves the chain head without the writer's knowing where to.
+    chain.forget();
+    let mut tx = pool.begin().await?;
+    apply_settles(&mut tx, &changes.settles).await?;
+    for c in &changes.stepless {
         let run = &c.tally.run_id;
         Store::ensure_run(&mut tx, run, &c.principal, c.purpose.as_deref(), c.now).await?;
     }
     // A read that failed is not counted (as a failed step is not); its record still is.
-    let tallies: Vec<_> = stepless
+    let tallies: Vec<_> = changes
+        .stepless
         .iter()
         .filter(|c| c.tally.status == StepStatus::Done)
         .map(|c| c.tally.clone())
         .collect();
     crate::ledger::runs::tally(&mut tx, &tallies).await?;
-    let drafts = jobs
-        .iter()
-        .flat_map(|j| j.units.iter().map(|u| u.1.clone()))
-        .collect();
-    if settles.is_empty() && tallies.is_empty() && jobs.iter().all(|j| j.units.is_empty()) {
+    if changes.barrier {
         // Only sync barriers: write something so the commit fsyncs the WAL.
         tx.exec("UPDATE sync_barrier SET n = n + 1 WHERE id = 1", args![])
             .await?;
     }
-    let seqs = audit::append(&mut tx, drafts).await?;
+    let seqs = audit::append_linked(&mut tx, &drafts).await?;
     tx.commit().await?;
     Ok(seqs)
 }
 
 /// The group-commit writer: takes every job waiting, applies them in one transaction, commits
 /// once, then answers each caller. A batch that fails is retried one job at a time so one bad
-/// record cannot sink the others.
+/// record cannot sink the others. On PostgreSQL it keeps a connection between batches, and
+/// gives it back when the pool closes.
 async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max: usize) {
     let mut gather = Gather::new(max);
-    while let Some(first) = rx.recv().await {
+    let mut chain = ChainWriter::default();
+    loop {
+        let first = tokio::select! {
+            job = rx.recv() => job,
+            () = pool.closing() => {
+                chain.release();
+                rx.recv().await
+            }
+        };
+        let Some(first) = first else { break };
         let jobs = gather.take(&mut rx, first).await;
-        match apply_batch(&pool, &jobs).await {
+        match apply_batch(&pool, &mut chain, &jobs).await {
             Ok(seqs) => {
                 let mut seqs = seqs.into_iter();
                 for j in jobs {
@@ -1411,12 +1430,13 @@ async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max:
             Err(batch_err) => {
                 tracing::warn!(error = %batch_err, n = jobs.len(), "group commit failed; retrying one by one");
                 for j in jobs {
-                    let mut res = apply_batch(&pool, std::slice::from_ref(&j)).await;
+                    let one = std::slice::from_ref(&j);
+                    let mut res = apply_batch(&pool, &mut chain, one).await;
                     for _ in 1..3 {
                         if res.is_ok() {
                             break;
                         }
-                        res = apply_batch(&pool, std::slice::from_ref(&j)).await;
+                        res = apply_batch(&pool, &mut chain, one).await;
                     }
                     let _ = j.reply.send(res);
                 }

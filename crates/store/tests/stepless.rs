@@ -15,6 +15,7 @@ both_backends!(
     a_read_under_way_counts_for_its_run_and_so_does_one_recorded,
     a_failed_read_is_recorded_and_not_counted,
     a_refused_read_is_counted_with_its_run,
+    gateways_sharing_a_store_append_to_one_chain,
 );
 
 fn run_count_registry() -> Arc<Registry> {
@@ -159,4 +160,63 @@ async fn a_refused_read_is_counted_with_its_run(db: &TestDb) {
     assert_eq!(records[0].body.why.decision, AuditDecision::Deny);
     let w = ex.governed_call(write("run-r", "D-1")).await.unwrap();
     assert_eq!(w.decision.rule(), Some("no-write-after-a-read"), "{w:?}");
+}
+
+/// Two gateways on one store (two `Store`s, as two processes hold), each group-committing its
+/// reads while the other appends: each commit lands on the head the other left (on
+/// PostgreSQL the writer's remembered head is stale after every turn of the other, and its
+/// commit must take the head under its lock instead), no record is lost or numbered twice,
+/// and every read is counted with its run.
+async fn gateways_sharing_a_store_append_to_one_chain(db: &TestDb) {
+    let a = db.store(StoreConfig::default()).await;
+    let b = db.store(StoreConfig::default()).await;
+    let (ex_a, ex_b) = (
+        executor_with(&a, Recorder::new()),
+        executor_with(&b, Recorder::new()),
+    );
+    // Turns: a, a, b, a, b, b, … — each gateway's head is stale whenever the other went last.
+    for i in 0..12 {
+        let ex = if i % 3 == 1 { &ex_b } else { &ex_a };
+        let r = ex
+            .governed_call(read("run-shared", &format!("D-{i}")))
+            .await
+            .unwrap();
+        assert_eq!(r.status, CallStatus::Done, "{r:?}");
+    }
+    // And at once, from both.
+    let mut calls = Vec::new();
+    for i in 0..16 {
+        let ex = if i % 2 == 0 {
+            ex_a.clone()
+        } else {
+            ex_b.clone()
+        };
+        calls.push(tokio::spawn(async move {
+            ex.governed_call(read(&format!("run-{}", i % 4), "D-1"))
+                .await
+                .unwrap()
+        }));
+    }
+    for c in calls {
+        assert_eq!(c.await.unwrap().status, CallStatus::Done);
+    }
+    let records = a.audit_records(None, None).await.unwrap();
+    assert_eq!(records.len(), 28, "every read recorded once");
+    let seqs: Vec<i64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=28).collect::<Vec<_>>(),
+        "numbered without a gap or a repeat"
+    );
+    assert_eq!(a.verify_chain().await.unwrap().broken, None);
+    assert_eq!(b.verify_chain().await.unwrap().broken, None);
+    // Every read counted with its run: a write there is refused by the fixture's policy.
+    for run in ["run-shared", "run-0", "run-3"] {
+        let w = ex_b.governed_call(write(run, "D-9")).await.unwrap();
+        assert_eq!(
+            w.decision.rule(),
+            Some("no-write-after-a-read"),
+            "{run}: {w:?}"
+        );
+    }
 }
