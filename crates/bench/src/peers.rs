@@ -163,9 +163,6 @@ struct Endpoint {
     hop: Hop,
     url: String,
     pid: Option<u32>,
-    /// One session per connection of the largest load, per tool (as many clients would hold).
-    read_sessions: Vec<String>,
-    write_sessions: Vec<String>,
     /// A governed path's SQLite store.
     store: Option<PathBuf>,
 }
@@ -247,28 +244,10 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
         if let Some(c) = child {
             children.push(c);
         }
-        let most = opts.conc.iter().copied().max().unwrap_or(1) as usize;
-        let (reader, writer) = if hop.governed() {
-            (READ_KEY, BENCH_KEY)
-        } else {
-            ("none", "none")
-        };
-        let read_sessions = (0..most)
-            .map(|_| open_session(&url, reader))
-            .collect::<anyhow::Result<_>>()?;
-        let write_sessions = if opts.writes {
-            (0..most)
-                .map(|_| open_session(&url, writer))
-                .collect::<anyhow::Result<_>>()?
-        } else {
-            Vec::new()
-        };
         endpoints.push(Endpoint {
             hop,
             url,
             pid,
-            read_sessions,
-            write_sessions,
             store: store_path,
         });
     }
@@ -279,25 +258,32 @@ pub async fn run_peers(opts: &PeersOptions) -> anyhow::Result<String> {
         &[Tool::Read]
     };
     let mut samples: Vec<(Tool, Hop, u32, Sample)> = Vec::new();
-    let mut block = 0u64;
+    // The next block of invoice ids for each tool's loads.
+    let mut blocks = [0u64; 2];
     for round in 1..=opts.rounds {
         for &tool in tools {
             for &c in &opts.conc {
                 for e in &endpoints {
-                    let (key, sessions) = match tool {
-                        Tool::Read => (READ_KEY, &e.read_sessions),
-                        Tool::Write => (BENCH_KEY, &e.write_sessions),
+                    let key = match (tool, e.hop.governed()) {
+                        (_, false) => "none",
+                        (Tool::Read, true) => READ_KEY,
+                        (Tool::Write, true) => BENCH_KEY,
                     };
+                    // A session per connection, opened just before its load, as a client
+                    // would hold one: sessions idle for minutes between loads may expire.
+                    let sessions = (0..c)
+                        .map(|_| open_session(&e.url, key))
+                        .collect::<anyhow::Result<Vec<_>>>()?;
                     let script = lua(
                         scratch.path(),
                         tool,
                         e.hop,
                         key,
-                        sessions,
-                        block,
+                        &sessions,
+                        blocks[tool as usize],
                         opts.implicit_runs,
                     )?;
-                    block += 1;
+                    blocks[tool as usize] += 1;
                     let before = e.store.as_deref().map(store_bytes).transpose()?;
                     let mut sample = wrk(&e.url, &script, c, opts.secs, e.pid).await?;
                     let after = e.store.as_deref().map(store_bytes).transpose()?;
@@ -476,14 +462,19 @@ pub(crate) fn lua(
         params["_meta"] = json!({"run_id": "bench-{RUN}"});
     }
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    // Ids: INV-9 and seven digits; each load has a block of 160,000 (5,000 per connection at
-    // c = 32, 160,000 at c = 1).
+    // Ids: INV-9 and seven digits; each load of a tool has a block of 160,000 (5,000 per
+    // connection at c = 32, 160,000 at c = 1), so a run may make 62 loads of each tool. Run ids
+    // name the tool too, so a read's and a write's load may share a block number.
     let per_thread = 160_000 / sessions.len().max(1) as u64;
     let base = block * 160_000;
     anyhow::ensure!(
         base + 160_000 <= 10_000_000,
-        "too many loads for distinct invoices"
+        "too many loads of one tool for distinct invoices"
     );
+    let tag = match tool {
+        Tool::Read => "r",
+        Tool::Write => "w",
+    };
     let sessions = sessions
         .iter()
         .map(|s| format!("\"{s}\""))
@@ -513,7 +504,7 @@ function request()
   counter = counter + 1
   local n = {base} + tid * {per_thread} + counter
   local body = string.gsub(template, "{{ID}}", string.format("%07d", n))
-  body = string.gsub(body, "{{RUN}}", string.format("%d-%d", {block}, n))
+  body = string.gsub(body, "{{RUN}}", string.format("{tag}%d-%d", {block}, n))
   return wrk.format(nil, nil, nil, body)
 end
 function response(status, headers, body)
