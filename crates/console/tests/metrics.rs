@@ -370,8 +370,7 @@ async fn metrics_count_gates_as_the_report_does_reviewers_and_auto_consumed_apar
     let e = env().await;
     let now = e.clock_now().millis();
     let (min, h) = (60_000, 3_600_000);
-    type Row<'a> = (&'a str, &'a str, &'a [(&'a str, i64)], Option<&'a str>);
-    let rows: &[Row] = &[
+    let rows: &[RawRequest] = &[
         ("r1", "rejected", &[], None),
         ("r2", "rejected", &[], Some("bob")),
         ("r3", "consumed", &[], None),
@@ -395,32 +394,7 @@ async fn metrics_count_gates_as_the_report_does_reviewers_and_auto_consumed_apar
         ),
     ];
     let start = now - 5 * h;
-    for (i, (id, status, grants, by)) in rows.iter().enumerate() {
-        let at = start + i as i64 * min;
-        e.store
-            .execute_raw(&format!(
-                "INSERT INTO approval_requests (approval_id, subject, run_id, principal, tool, \
-                 tool_version, input_hash, inputs, reason, evidence, rule, approvers_needed, \
-                 status, created_at, expires_at, decided_at, decided_by) VALUES ('{id}', 'sub-{id}', \
-                 'run-1', 'fin-worker', 'payment.urgent', '1.0.0', 'sha256:00', '{{}}', NULL, '[]', \
-                 'gate.always', 2, '{status}', {at}, {}, {}, {})",
-                if *status == "expired" { start + 3 * h } else { now + h },
-                at + 3,
-                by.map(|b| format!("'{b}'")).unwrap_or_else(|| "NULL".into())
-            ))
-            .await
-            .unwrap();
-        for (who, t) in grants.iter() {
-            e.store
-                .execute_raw(&format!(
-                    "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, \
-                     granted_at) VALUES ('{id}', '{who}', 't', 'f', 'n-{id}-{who}', {})",
-                    start + t
-                ))
-                .await
-                .unwrap();
-        }
-    }
+    insert_raw_requests(&e, rows, start, min, now + h, start + 3 * h).await;
     let report = toolgate_console::report::gather(&e.store, &e.exec.registry, None, e.clock_now())
         .await
         .unwrap();

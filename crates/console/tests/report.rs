@@ -2,6 +2,7 @@
 //! approval requests inserted as the executor writes them, then every figure compared with
 //! values counted by hand (below, next to the data).
 
+use crate::common::{RawRequest, insert_raw_requests};
 use serde_json::json;
 use toolgate_console::report::{self, Report};
 use toolgate_core::{StepStatus, Timestamp};
@@ -447,8 +448,7 @@ async fn text_and_prometheus_carry_the_same_figures() {
 async fn reviewer_closures_auto_consumed_and_approved_not_run_are_told_apart() {
     let e = crate::common::env().await;
     // (id, status, grants, decided_by): on the two-person tool payment.urgent.
-    type Row<'a> = (&'a str, &'a str, &'a [(&'a str, i64)], Option<&'a str>);
-    let rows: &[Row] = &[
+    let rows: &[RawRequest] = &[
         ("r1", "rejected", &[], None),        // a reviewer's step.reject
         ("r2", "rejected", &[], Some("bob")), // a person's rejection
         ("r3", "consumed", &[], None),        // consumed 3 ms after, by a retry
@@ -471,32 +471,7 @@ async fn reviewer_closures_auto_consumed_and_approved_not_run_are_told_apart() {
             None,
         ),
     ];
-    for (i, (id, status, grants, by)) in rows.iter().enumerate() {
-        let at = W2 + i as i64 * MIN;
-        e.store
-            .execute_raw(&format!(
-                "INSERT INTO approval_requests (approval_id, subject, run_id, principal, tool, \
-                 tool_version, input_hash, inputs, reason, evidence, rule, approvers_needed, \
-                 status, created_at, expires_at, decided_at, decided_by) VALUES ('{id}', 'sub-{id}', \
-                 'run-1', 'fin-worker', 'payment.urgent', '1.0.0', 'sha256:00', '{{}}', NULL, '[]', \
-                 'gate.always', 2, '{status}', {at}, {}, {}, {})",
-                if *status == "expired" { W2 + 3 * H } else { NOW + H },
-                at + 3,
-                by.map(|b| format!("'{b}'")).unwrap_or_else(|| "NULL".into())
-            ))
-            .await
-            .unwrap();
-        for (who, t) in grants.iter() {
-            e.store
-                .execute_raw(&format!(
-                    "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, \
-                     granted_at) VALUES ('{id}', '{who}', 't', 'f', 'n-{id}-{who}', {})",
-                    W2 + t
-                ))
-                .await
-                .unwrap();
-        }
-    }
+    insert_raw_requests(&e, rows, W2, MIN, NOW + H, W2 + 3 * H).await;
     let r = gather(&e, None).await;
     let g = r.gates.iter().find(|g| g.tool == "payment.urgent").unwrap();
     assert_eq!(g.raised, 6);

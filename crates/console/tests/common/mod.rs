@@ -436,3 +436,47 @@ impl Http {
             .await
     }
 }
+
+/// One raw approval request on the two-person tool `payment.urgent`: `(id, status, grants,
+/// decided_by)`, each grant `(person, offset)` from the request's own start.
+pub type RawRequest<'a> = (&'a str, &'a str, &'a [(&'a str, i64)], Option<&'a str>);
+
+/// Writes `rows` as stored approval requests and grants, bypassing the executor (for figures
+/// over states a test cannot reach quickly): row i raised at `start + i * step`, decided 3 ms
+/// later, open until `open_until` (an expired one until `expired_at`), each grant at
+/// `start + offset`.
+pub async fn insert_raw_requests(
+    e: &Env,
+    rows: &[RawRequest<'_>],
+    start: i64,
+    step: i64,
+    open_until: i64,
+    expired_at: i64,
+) {
+    for (i, (id, status, grants, by)) in rows.iter().enumerate() {
+        let at = start + i as i64 * step;
+        e.store
+            .execute_raw(&format!(
+                "INSERT INTO approval_requests (approval_id, subject, run_id, principal, tool, \
+                 tool_version, input_hash, inputs, reason, evidence, rule, approvers_needed, \
+                 status, created_at, expires_at, decided_at, decided_by) VALUES ('{id}', 'sub-{id}', \
+                 'run-1', 'fin-worker', 'payment.urgent', '1.0.0', 'sha256:00', '{{}}', NULL, '[]', \
+                 'gate.always', 2, '{status}', {at}, {}, {}, {})",
+                if *status == "expired" { expired_at } else { open_until },
+                at + 3,
+                by.map(|b| format!("'{b}'")).unwrap_or_else(|| "NULL".into())
+            ))
+            .await
+            .unwrap();
+        for (who, t) in grants.iter() {
+            e.store
+                .execute_raw(&format!(
+                    "INSERT INTO approval_grants (approval_id, approver, token, fingerprint, nonce, \
+                     granted_at) VALUES ('{id}', '{who}', 't', 'f', 'n-{id}-{who}', {})",
+                    start + t
+                ))
+                .await
+                .unwrap();
+        }
+    }
+}
