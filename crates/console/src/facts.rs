@@ -325,14 +325,7 @@ pub async fn first_time_party(
 ) -> bool {
     let mut earlier: Vec<&ApprovalRequest> = history
         .iter()
-        .filter(|o| {
-            o.approval_id != req.approval_id
-                && o.tool == req.tool
-                && matches!(
-                    o.status,
-                    ApprovalStatus::Approved | ApprovalStatus::Consumed
-                )
-        })
+        .filter(|o| approved_other_call(o, req))
         .collect();
     earlier.sort_by_key(|o| std::cmp::Reverse(o.created_at));
     let lookups = exec
@@ -384,4 +377,15 @@ pub fn duplicates<'a>(
                     .all(|f| o.inputs.get(f.as_str()) == req.inputs.get(f.as_str()))
         })
         .collect()
+}
+
+/// Whether `other` is another request for `req`'s tool that people approved (whether or not
+/// its call has run since): what "paid before" and "compared with" look among.
+pub(crate) fn approved_other_call(other: &ApprovalRequest, req: &ApprovalRequest) -> bool {
+    other.approval_id != req.approval_id
+        && other.tool == req.tool
+        && matches!(
+            other.status,
+            ApprovalStatus::Approved | ApprovalStatus::Consumed
+        )
 }

@@ -220,12 +220,7 @@ pub fn compare(
     let mut same: Vec<&ApprovalRequest> = all
         .iter()
         .filter(|o| {
-            o.approval_id != req.approval_id
-                && o.tool == req.tool
-                && matches!(
-                    o.status,
-                    ApprovalStatus::Approved | ApprovalStatus::Consumed
-                )
+            crate::facts::approved_other_call(o, req)
                 && o.created_at <= req.created_at
                 && (party
                     .as_ref()
