@@ -478,7 +478,7 @@ pub fn compute(
             let rejected = records.iter().find(|x| {
                 x.body.why.decision == AuditDecision::Rejected
                     && x.body.tool == a.tool
-                    && x.body.run_id == a.run_id
+                    && x.body.run_id.as_deref() == a.run_id.as_deref()
                     && x.body.ts >= a.created_at
                     && x.body
                         .step_id

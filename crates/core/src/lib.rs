@@ -11,6 +11,7 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod handler;
+pub mod ids;
 pub mod keyconfig;
 pub mod lint;
 pub mod model;
@@ -31,6 +32,7 @@ pub use decide::{
 };
 pub use error::CoreError;
 pub use handler::{Builtin, Handler};
+pub use ids::{ApprovalId, PrincipalId, RunId, StepId};
 pub use model::{
     Clock, Effect, FixedClock, Gate, PrincipalKind, Sensitivity, StepStatus, SystemClock, Tier,
     Timestamp,
