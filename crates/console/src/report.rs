@@ -541,9 +541,9 @@ fn shadow_uses(records: &[&AuditRecord]) -> Vec<ShadowUse> {
         let b = &r.body;
         for m in &b.why.shadow {
             let u = uses
-                .entry((m.rule.clone(), m.would))
+                .entry((m.rule.to_string(), m.would))
                 .or_insert_with(|| ShadowUse {
-                    rule: m.rule.clone(),
+                    rule: m.rule.to_string(),
                     would: m.would,
                     matched: 0,
                     let_through: 0,

@@ -18,6 +18,7 @@ pub mod model;
 pub mod policy;
 pub mod reference;
 pub mod registry;
+pub mod rule;
 pub mod rules;
 pub mod schema;
 pub mod token;
@@ -38,4 +39,5 @@ pub use model::{
     Timestamp,
 };
 pub use registry::{Finding, LoadError, Registry, RegistryVersion};
+pub use rule::Rule;
 pub use token::{ApprovalClaims, ApprovalKeys, ApprovalToken, TokenError};

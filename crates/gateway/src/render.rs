@@ -238,7 +238,7 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
                     reason,
                     approvers_needed,
                     ..
-                } => (rule.clone(), reason.clone(), *approvers_needed),
+                } => (rule.to_string(), reason.clone(), *approvers_needed),
                 _ => (String::new(), String::new(), 1),
             };
             let parked = NotDone::NeedsApproval {

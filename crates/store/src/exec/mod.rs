@@ -330,7 +330,7 @@ fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {
     let mut o = StepOutcome::status(status);
     match &decision.verdict {
         Verdict::Deny { rule, reason, .. } | Verdict::NeedsApproval { rule, reason, .. } => {
-            o.rule = Some(rule.clone());
+            o.rule = Some(rule.to_string());
             o.error = Some(reason.clone());
         }
         Verdict::Allow => {}
