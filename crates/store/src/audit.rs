@@ -1126,6 +1126,23 @@ pub(crate) async fn read_head(c: &mut Conn) -> Result<ChainPoint> {
     })
 }
 
+/// The store's identity, made at random when the database was created and never changed:
+/// every checkpoint of its chain names it.
+pub(crate) async fn store_id(c: &mut Conn) -> Result<String> {
+    c.opt("SELECT store_id FROM audit_store WHERE id = 1", args![])
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("the audit store identity row is missing".into()))?
+        .text("store_id")
+}
+
+/// Writes the sync barrier row, so that a commit carrying no record still flushes the log
+/// (a caller waiting for what was committed before it to be durable).
+pub(crate) async fn touch_sync_barrier(tx: &mut Tx) -> Result<()> {
+    tx.exec("UPDATE sync_barrier SET n = n + 1 WHERE id = 1", args![])
+        .await?;
+    Ok(())
+}
+
 /// What a walk of the chain found.
 pub(crate) struct Walk {
     pub report: ChainReport,
