@@ -8,8 +8,8 @@
 //! Uses the release binaries `toolgate` and `toolgate-fake-finance` (built here when missing).
 //! Run: `cargo bench -p toolgate-gateway --bench stdio_overhead` (`-- --calls N`, default 2000;
 //! `-- --durability process` leaves the commits unsynced, `store.durability: process`;
-//! `-- --baseline PATH` also measures another `toolgate` binary, an older build, in the same
-//! alternated rounds, on its own copy of the registry).
+//! `-- --baseline PATH`, repeatable, also measures other `toolgate` binaries, e.g. an older
+//! build, in the same alternated rounds, each on its own copy of the registry).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -148,19 +148,25 @@ fn main() {
         .iter()
         .position(|a| a == "--durability")
         .map_or("fsync", |i| args[i + 1].as_str());
-    let baseline = args
-        .iter()
-        .position(|a| a == "--baseline")
-        .map(|i| PathBuf::from(&args[i + 1]));
+    // `--baseline PATH` (any number): other toolgate binaries, measured in the same rounds.
+    let baselines: Vec<PathBuf> = args
+        .windows(2)
+        .filter(|w| w[0] == "--baseline")
+        .map(|w| PathBuf::from(&w[1]))
+        .collect();
     let (toolgate, fake) = binaries();
     let dir = tempfile::tempdir().unwrap();
     registry(dir.path(), &fake, durability);
     approve(&toolgate, dir.path());
-    let base_dir = tempfile::tempdir().unwrap();
-    if let Some(b) = &baseline {
-        registry(base_dir.path(), &fake, durability);
-        approve(b, base_dir.path());
-    }
+    let base_dirs: Vec<tempfile::TempDir> = baselines
+        .iter()
+        .map(|b| {
+            let d = tempfile::tempdir().unwrap();
+            registry(d.path(), &fake, durability);
+            approve(b, d.path());
+            d
+        })
+        .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -169,28 +175,31 @@ fn main() {
     rt.block_on(async {
         let direct = spawn(tokio::process::Command::new(&fake)).await;
         let through = spawn(serve_cmd(&toolgate, dir.path())).await;
-        let base = match &baseline {
-            Some(b) => Some(spawn(serve_cmd(b, base_dir.path())).await),
-            None => None,
-        };
+        let mut bases = Vec::new();
+        for (b, d) in baselines.iter().zip(&base_dirs) {
+            bases.push(spawn(serve_cmd(b, d.path())).await);
+        }
         // Warm-up, then alternate blocks so every path sees the same machine load.
         measure(&direct, "search_invoices", false, 100).await;
         measure(&through, "invoice.search", true, 100).await;
-        if let Some(b) = &base {
+        for b in &bases {
             measure(b, "invoice.search", true, 100).await;
         }
-        let (mut d, mut t, mut o) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut d, mut t) = (Vec::new(), Vec::new());
+        let mut o: Vec<Vec<u64>> = vec![Vec::new(); bases.len()];
         let block = (calls / 4).max(1);
         for _ in 0..4 {
             d.extend(measure(&direct, "search_invoices", false, block).await);
             t.extend(measure(&through, "invoice.search", true, block).await);
-            if let Some(b) = &base {
-                o.extend(measure(b, "invoice.search", true, block).await);
+            for (b, v) in bases.iter().zip(o.iter_mut()) {
+                v.extend(measure(b, "invoice.search", true, block).await);
             }
         }
         d.sort_unstable();
         t.sort_unstable();
-        o.sort_unstable();
+        for v in &mut o {
+            v.sort_unstable();
+        }
         let dm = pct(&d, 0.5);
         println!(
             "stdio, one call at a time, {} calls each (SQLite audit, durability: {durability})",
@@ -212,12 +221,12 @@ fn main() {
             );
         };
         row("through toolgate --stdio", &t);
-        if let Some(b) = &baseline {
-            row(&format!("through {}", b.display()), &o);
+        for (b, v) in baselines.iter().zip(&o) {
+            row(&format!("through {}", b.display()), v);
         }
         let _ = direct.cancel().await;
         let _ = through.cancel().await;
-        if let Some(b) = base {
+        for b in bases {
             let _ = b.cancel().await;
         }
     });

@@ -3,7 +3,9 @@
 //! instead of going through rmcp's client (a worker task, channels, and its own serialisation
 //! per request). rmcp's client still runs on the same child for everything else: `initialize`,
 //! `tools/list`, list-changed notifications, the requests the child makes of its client
-//! (answered by rmcp's default client handler), prompts, resources and shutdown.
+//! (answered by rmcp's default client handler), prompts, resources and shutdown. Measured (the
+//! stdio bench, three alternated runs, beside the same build with this hop off): 20–35 µs off a
+//! call's p50 on top of the lean stdio path ([`crate::stdio`]), and 15–60 µs on its own.
 //!
 //! - **One reader, one writer.** [`spawn`] starts the child and gives rmcp an in-process pipe
 //!   in place of the child's stdio. One task reads the child's stdout a line at a time: an

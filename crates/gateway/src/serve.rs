@@ -377,7 +377,12 @@ impl Gateway {
     ) -> Result<(), GatewayError> {
         tracing::info!(principal = %caller.principal, role = %caller.role, "serving MCP over stdio");
         let server = GatewayServer::new(self.state.clone(), Some(caller.clone()));
-        crate::stdio::serve(server, caller, input, output, shutdown).await
+        // On a worker thread of the runtime (not the thread that may be blocking on `serve`), so
+        // the calls it spawns start on the thread that read them.
+        let serving = crate::stdio::serve(server, caller, input, output, shutdown);
+        tokio::spawn(serving)
+            .await
+            .unwrap_or_else(|e| Err(GatewayError::Stdio(format!("the stdio task failed: {e}"))))
     }
 
     /// Works the plan queue under the serving registry version until `stop` is cancelled, as
