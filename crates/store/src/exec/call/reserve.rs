@@ -235,7 +235,7 @@ impl Executor {
                 }
                 None => {
                     p.attempts = 1;
-                    p.seq = insert_next_step(
+                    p.seq = steps::insert_next(
                         tx,
                         NewStep {
                             step_id: &p.step_id,
