@@ -96,7 +96,7 @@ impl Lines {
 /// What one line from the client is to the lean path.
 enum Inbound {
     /// A plain `tools/call` the lean path answers.
-    Call(LeanCall),
+    Call(Box<LeanCall>),
     /// `notifications/cancelled` for the request with this id (as JSON text).
     Cancelled(String),
     /// The client's `notifications/initialized`.
@@ -118,7 +118,7 @@ fn classify(line: &[u8], initialized: bool) -> Inbound {
     }
     match message.get("method").and_then(Value::as_str) {
         Some("tools/call") if initialized => crate::lean::parse_message(message)
-            .map(Inbound::Call)
+            .map(|call| Inbound::Call(Box::new(call)))
             .unwrap_or(Inbound::Other),
         Some("notifications/initialized") if !message.contains_key("id") => Inbound::Initialized,
         Some("notifications/cancelled") if !message.contains_key("id") => message
@@ -249,7 +249,7 @@ pub(crate) async fn serve(
         oversized = !whole;
         match kind {
             Inbound::Call(call) => {
-                spawn_call(&server, &caller, call, &out, &in_flight, &running);
+                spawn_call(&server, &caller, *call, &out, &in_flight, &running);
                 continue;
             }
             Inbound::Cancelled(key) => {
