@@ -371,12 +371,8 @@ impl Store {
         reviewer: bool,
     ) -> Result<bool> {
         let mut c = self.inner.pool.conn().await?;
-        match runs::owner(&mut c, run_id).await? {
-            None => Ok(true),
-            Some(o) if o.principal == principal => Ok(true),
-            Some(o) if o.planned && reviewer => Ok(true),
-            Some(_) => steps::any_of(&mut c, run_id, principal).await,
-        }
+        let owner = runs::owner(&mut c, run_id).await?;
+        runs::may_join(&mut c, run_id, owner, principal, reviewer).await
     }
 
     pub fn is_postgres(&self) -> bool {
@@ -388,7 +384,7 @@ impl Store {
     /// SQLite by polling (it has no notifications). Either way the caller then claims.
     pub async fn wait_for_work(&self, timeout: Duration) -> Result<()> {
         match &self.inner.pool {
-            Pool::Postgres(pool) => {
+            Pool::Postgres(pool, _) => {
                 let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
                 listener.listen("toolgate_steps").await?;
                 let _ = tokio::time::timeout(timeout, listener.recv()).await;
@@ -1055,6 +1051,7 @@ pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     canonical(&serde_json::to_value(v).expect("store values serialise"))
 }
 
+#[derive(Clone)]
 pub(crate) struct NewStep<'a> {
     pub step_id: &'a str,
     pub run_id: &'a str,
@@ -1153,7 +1150,7 @@ pub(crate) async fn insert_next_step(tx: &mut Tx, s: NewStep<'_>) -> Result<i64>
         .i64("seq")
 }
 
-fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
+pub(crate) fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
     args![
         s.step_id,
         s.run_id,
