@@ -608,6 +608,23 @@ pub(crate) struct Stored {
     pub text: String,
 }
 
+impl Stored {
+    /// From a row with `seq` and `record`, the record unpacked ([`crate::packed`]).
+    fn read(r: &Row) -> Result<Stored> {
+        let seq = r.i64("seq")?;
+        Ok(Stored {
+            seq,
+            text: unpacked(seq, r.text("record")?)?,
+        })
+    }
+}
+
+/// The canonical text of record `seq`, from the value its `record` column holds.
+fn unpacked(seq: i64, stored: String) -> Result<String> {
+    crate::packed::unpack(stored)
+        .map_err(|e| StoreError::Corrupt(format!("audit record {seq} cannot be read: {e}")))
+}
+
 /// The stored records whose `principal` column is `principal`, else whose `run_id` column is
 /// `run_id`, else every one, in chain order.
 pub(crate) async fn stored(
@@ -635,14 +652,7 @@ pub(crate) async fn stored(
                 .await?
         }
     };
-    rows.iter()
-        .map(|r| {
-            Ok(Stored {
-                seq: r.i64("seq")?,
-                text: r.text("record")?,
-            })
-        })
-        .collect()
+    rows.iter().map(Stored::read).collect()
 }
 
 /// Up to `limit` stored records with `seq > after`, in chain order.
@@ -653,12 +663,7 @@ pub(crate) async fn stored_after(c: &mut impl Sql, after: i64, limit: u32) -> Re
     )
     .await?
     .iter()
-    .map(|r| {
-        Ok(Stored {
-            seq: r.i64("seq")?,
-            text: r.text("record")?,
-        })
-    })
+    .map(Stored::read)
     .collect()
 }
 
@@ -669,6 +674,7 @@ struct AuditRow {
     principal: String,
     run_id: Option<String>,
     step_id: Option<String>,
+    /// The record's canonical text as stored ([`crate::packed`]).
     record: String,
     hash: String,
 }
@@ -731,7 +737,7 @@ pub(crate) fn link(head: &ChainPoint, drafts: &[&AuditDraft]) -> Linked {
             principal,
             run_id,
             step_id,
-            record: text,
+            record: crate::packed::pack(text),
             hash,
         });
         seqs.push(seq);
@@ -1022,7 +1028,11 @@ pub(crate) fn check_link(
     expected_prev: &str,
     row: &StoredRow,
 ) -> std::result::Result<String, LinkFault> {
-    let parsed = serde_json::from_str::<AuditRecord>(&row.record);
+    let text = crate::packed::unpack(row.record.clone()).map_err(|e| e.to_string());
+    let parsed = text
+        .as_ref()
+        .map_err(String::clone)
+        .and_then(|t| serde_json::from_str::<AuditRecord>(t).map_err(|e| e.to_string()));
     if row.seq != expected_seq {
         return Err(match &parsed {
             Ok(record) if record.seq != row.seq => LinkFault::Renumbered {
@@ -1035,9 +1045,8 @@ pub(crate) fn check_link(
             },
         });
     }
-    let record = parsed.map_err(|e| LinkFault::Unreadable {
-        error: e.to_string(),
-    })?;
+    let record = parsed.map_err(|error| LinkFault::Unreadable { error })?;
+    let text = text.expect("a record that parsed was read");
     if record.seq != row.seq {
         return Err(LinkFault::Renumbered {
             stored: row.seq,
@@ -1050,10 +1059,10 @@ pub(crate) fn check_link(
             expected: expected_prev.to_string(),
         });
     }
-    if record.canonical() != row.record {
+    if record.canonical() != text {
         return Err(LinkFault::NotCanonical);
     }
-    let hash = sha256_tagged(row.record.as_bytes());
+    let hash = sha256_tagged(text.as_bytes());
     if hash != row.hash {
         return Err(LinkFault::Hash {
             computed: hash,
@@ -1115,6 +1124,23 @@ pub(crate) async fn read_head(c: &mut Conn) -> Result<ChainPoint> {
         seq: head.i64("seq")?,
         hash: head.text("hash")?,
     })
+}
+
+/// The store's identity, made at random when the database was created and never changed:
+/// every checkpoint of its chain names it.
+pub(crate) async fn store_id(c: &mut Conn) -> Result<String> {
+    c.opt("SELECT store_id FROM audit_store WHERE id = 1", args![])
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("the audit store identity row is missing".into()))?
+        .text("store_id")
+}
+
+/// Writes the sync barrier row, so that a commit carrying no record still flushes the log
+/// (a caller waiting for what was committed before it to be durable).
+pub(crate) async fn touch_sync_barrier(tx: &mut Tx) -> Result<()> {
+    tx.exec("UPDATE sync_barrier SET n = n + 1 WHERE id = 1", args![])
+        .await?;
+    Ok(())
 }
 
 /// What a walk of the chain found.
@@ -1234,13 +1260,19 @@ pub(crate) async fn walk(c: &mut Conn, from: &ChainPoint, watch: &BTreeSet<i64>)
     })
 }
 
-/// The stored text of record `seq`, if there is a row with that number.
+/// The text of record `seq`, if there is a row with that number: unpacked, or the stored value
+/// as it is when it does not unpack (the walk names it unreadable).
 pub(crate) async fn record_text_at(c: &mut Conn, seq: i64) -> Result<Option<String>> {
     match c
         .opt("SELECT record FROM audit WHERE seq = $1", args![seq])
         .await?
     {
-        Some(row) => Ok(Some(row.text("record")?)),
+        Some(row) => {
+            let stored = row.text("record")?;
+            Ok(Some(
+                crate::packed::unpack(stored.clone()).unwrap_or(stored),
+            ))
+        }
         None => Ok(None),
     }
 }
@@ -1248,6 +1280,39 @@ pub(crate) async fn record_text_at(c: &mut Conn, seq: i64) -> Result<Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linked_records_are_stored_packed_and_hash_their_canonical_text() {
+        let call = AuditCall {
+            run_id: Some("run-7".into()),
+            reason: Some("Read the invoice to plan its payment.".into()),
+            ..AuditCall::new(AuditWho::new("ap-agent", "worker"), "invoice.search", None)
+        };
+        let refused = AuditDraft::rejection(
+            Timestamp::from_millis(1),
+            call,
+            "approval.rejected",
+            "wrong IBAN",
+            Some("rejected by lead: wrong IBAN".into()),
+            None,
+            "sha256:0f1e",
+        );
+        let linked = link(&ChainPoint::genesis(), &[&refused, &refused]);
+        for (i, row) in linked.rows.iter().enumerate() {
+            let text = crate::packed::unpack(row.record.clone()).unwrap();
+            assert!(row.record.starts_with("z1:"), "{}", row.record);
+            assert!(
+                row.record.len() < text.len(),
+                "{} of {}",
+                row.record.len(),
+                text.len()
+            );
+            let record: AuditRecord = serde_json::from_str(&text).unwrap();
+            assert_eq!(record.seq, i as i64 + 1);
+            assert_eq!(record.canonical(), text);
+            assert_eq!(sha256_tagged(text.as_bytes()), row.hash);
+        }
+    }
 
     #[test]
     fn a_rejection_is_the_call_refused_with_the_persons_note_as_its_reason() {

@@ -18,7 +18,6 @@ use toolgate_core::{Timestamp, canonical};
 
 use crate::Store;
 use crate::audit::{self, AuditRecord, BrokenLink, ChainPoint, ChainReport};
-use crate::db::args;
 use crate::error::{Result, StoreError};
 
 /// What a signature covers ahead of the statement's canonical JSON, so that a signature made
@@ -418,11 +417,7 @@ impl Store {
     /// the database was created, and never changed.
     pub async fn store_id(&self) -> Result<String> {
         let mut c = self.inner.pool.conn().await?;
-        let row = c
-            .opt("SELECT store_id FROM audit_store WHERE id = 1", args![])
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("the audit store identity row is missing".into()))?;
-        row.text("store_id")
+        crate::audit::store_id(&mut c).await
     }
 
     /// Signs the chain head at `now` after checking the chain: all of it or, given the last

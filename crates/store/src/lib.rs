@@ -19,6 +19,7 @@ mod ledger;
 mod lite;
 pub mod model;
 pub mod notify;
+mod packed;
 mod pg;
 pub mod plan;
 pub mod previews;

@@ -11,9 +11,10 @@ use toolgate_core::{IdempotencyKey, InputHash, PrincipalKind, Registry, StepStat
 use crate::audit::{AuditCall, AuditDraft, AuditWho};
 use crate::db::Pool;
 use crate::error::{Result, StoreError};
+use crate::ledger::steps::NewStep;
 use crate::ledger::{approvals, plans, runs, steps};
 use crate::model::{PlannedStep, Step, StepKind, StepOutcome};
-use crate::store::{NewStep, Store, insert_step, new_id};
+use crate::store::{Store, new_id};
 
 /// A plan as submitted, with every step's executing principal resolved (see [`assign_worker`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -262,7 +263,7 @@ impl Store {
                 .expect("checked above");
             let step_id = new_id();
             let key = IdempotencyKey::for_step(&sub.run_id, seq, &s.inputs);
-            insert_step(
+            steps::insert(
                 &mut tx,
                 NewStep::queued(
                     &step_id,

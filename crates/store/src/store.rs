@@ -3,11 +3,10 @@
 //! writer task per process that folds concurrent outcome records into group commits, so an
 //! fsync is shared by every call that finished while the previous commit was in flight.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::config::Durability;
 use toolgate_core::{
@@ -16,14 +15,13 @@ use toolgate_core::{
 };
 
 use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
-use crate::db::{ConnectOptions, Migrations, Pool, Row, Tx, args};
+use crate::db::{ConnectOptions, Migrations, Pool, Tx};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
 use crate::group::{ChainWriter, Changes};
-use crate::ledger::{approvals, budgets, keys, runs, steps};
+use crate::ledger::{approvals, budgets, keys, runs, steps, windows};
 use crate::model::{
-    Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
-    StepKind, StepOutcome,
+    ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepOutcome,
 };
 use crate::reserve::{self, ReserveJob};
 
@@ -173,15 +171,6 @@ pub(crate) struct WriteJob {
     reply: oneshot::Sender<Result<Vec<i64>>>,
 }
 
-macro_rules! step_cols {
-    () => {
-        "step_id, run_id, seq, kind, principal, role, tool, effect, tier, purpose, reason, \
-         evidence, actor, inputs, input_hash, idem_key, status, attempts, approval, outcome, \
-         compensates, created_at, updated_at"
-    };
-}
-pub(crate) use step_cols;
-
 fn corrupt(what: &'static str, value: &str) -> StoreError {
     StoreError::UnknownValue {
         what,
@@ -209,50 +198,6 @@ pub(crate) fn parse_tier(s: &str) -> Result<Tier> {
 
 pub(crate) fn parse_status(s: &str) -> Result<StepStatus> {
     StepStatus::parse(s).ok_or_else(|| corrupt("step status", s))
-}
-
-fn json(text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|source| StoreError::Unparsable {
-        what: "stored JSON".into(),
-        source,
-    })
-}
-
-pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
-    let kind = r.text("kind")?;
-    Ok(Step {
-        step_id: r.text("step_id")?,
-        run_id: r.text("run_id")?,
-        seq: r.i64("seq")?,
-        kind: StepKind::parse(&kind).ok_or_else(|| corrupt("step kind", &kind))?,
-        principal: r.text("principal")?,
-        role: r.text("role")?,
-        tool: r.text("tool")?,
-        effect: parse_effect(&r.text("effect")?)?,
-        tier: parse_tier(&r.text("tier")?)?,
-        purpose: r.opt_text("purpose")?,
-        reason: r.opt_text("reason")?,
-        evidence: serde_json::from_value(json(&r.text("evidence")?)?).unwrap_or_default(),
-        actor: serde_json::from_value(json(&r.text("actor")?)?).unwrap_or_default(),
-        inputs: json(&r.text("inputs")?)?,
-        input_hash: InputHash::from_stored(r.text("input_hash")?),
-        idem_key: IdempotencyKey::from_stored(r.text("idem_key")?),
-        status: parse_status(&r.text("status")?)?,
-        attempts: r.i64("attempts")?,
-        approval: r.opt_text("approval")?.map(|t| json(&t)).transpose()?,
-        outcome: r
-            .opt_text("outcome")?
-            .map(|t| {
-                serde_json::from_str(&t).map_err(|source| StoreError::Unparsable {
-                    what: "stored outcome".into(),
-                    source,
-                })
-            })
-            .transpose()?,
-        compensates: r.opt_text("compensates")?,
-        created_at: Timestamp::from_millis(r.i64("created_at")?),
-        updated_at: Timestamp::from_millis(r.i64("updated_at")?),
-    })
 }
 
 pub(crate) fn new_id() -> String {
@@ -518,9 +463,9 @@ impl Store {
         runs::open(&mut tx, run_id, principal, purpose, now).await?;
         for (seq, s, tool, role) in rows {
             let key = IdempotencyKey::for_step(run_id, seq, &s.inputs);
-            insert_step(
+            steps::insert(
                 &mut tx,
-                NewStep::queued(
+                steps::NewStep::queued(
                     &new_id(),
                     run_id,
                     seq,
@@ -1051,307 +996,84 @@ pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     canonical(&serde_json::to_value(v).expect("store values serialise"))
 }
 
-#[derive(Clone)]
-pub(crate) struct NewStep<'a> {
-    pub step_id: &'a str,
-    pub run_id: &'a str,
-    pub seq: i64,
-    pub kind: StepKind,
-    pub principal: &'a str,
-    pub role: &'a str,
-    pub tool: &'a str,
-    pub effect: Effect,
-    pub tier: Tier,
-    pub purpose: Option<&'a str>,
-    pub reason: Option<&'a str>,
-    pub evidence: &'a [String],
-    pub actor: &'a Actor,
-    pub inputs: &'a Value,
-    pub idem_key: &'a str,
-    pub status: StepStatus,
-    pub attempts: i64,
-    pub compensates: Option<&'a str>,
-    pub lease_until: Option<i64>,
-    /// The decision that let a direct call through (see `exec::decision_json`).
-    pub decision: Option<&'a str>,
-    pub now: Timestamp,
-}
-
-impl<'a> NewStep<'a> {
-    /// A step of a submitted plan, queued (`pending`, not yet attempted) under its derived key.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn queued(
-        step_id: &'a str,
-        run_id: &'a str,
-        seq: u32,
-        s: &'a PlannedStep,
-        role: &'a str,
-        tool: &toolgate_core::registry::Tool,
-        purpose: Option<&'a str>,
-        idem_key: &'a str,
-        now: Timestamp,
-    ) -> NewStep<'a> {
-        NewStep {
-            step_id,
-            run_id,
-            seq: seq as i64,
-            kind: StepKind::Planned,
-            principal: &s.principal,
-            role,
-            tool: &s.tool,
-            effect: tool.config.effect,
-            tier: tool.config.tier,
-            purpose,
-            reason: s.reason.as_deref(),
-            evidence: &s.evidence,
-            actor: &s.actor,
-            inputs: &s.inputs,
-            idem_key,
-            status: StepStatus::Pending,
-            attempts: 0,
-            compensates: None,
-            lease_until: None,
-            decision: None,
-            now,
-        }
-    }
-}
-
-pub(crate) async fn insert_step(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {
-    tx.exec(
-        "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
-         purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
-         compensates, lease_until, created_at, updated_at, decision) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-         $19, $20, $21, $21, $22)",
-        step_args(&s),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Inserts `s` as its run's next step, numbered in the same statement (its `seq` is not
-/// used), and returns the number it took.
-pub(crate) async fn insert_next_step(tx: &mut Tx, s: NewStep<'_>) -> Result<i64> {
-    let mut args = step_args(&s);
-    args.remove(2); // the number is the statement's own
-    let row = tx
-        .opt(
-            "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
-             purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
-             compensates, lease_until, created_at, updated_at, decision) \
-             SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-             $13, $14, $15, $16, $17, $18, $19, $20, $20, $21 \
-             FROM steps WHERE run_id = $2 RETURNING seq",
-            args,
-        )
-        .await?;
-    row.ok_or_else(|| StoreError::Bug("a step insert returned no row".into()))?
-        .i64("seq")
-}
-
-pub(crate) fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
-    args![
-        s.step_id,
-        s.run_id,
-        s.seq,
-        s.kind.as_str(),
-        s.principal,
-        s.role,
-        s.tool,
-        s.effect.as_str(),
-        s.tier.as_str(),
-        s.purpose,
-        s.reason,
-        to_json(&s.evidence),
-        to_json(s.actor),
-        canonical(s.inputs),
-        InputHash::of(s.inputs).as_str(),
-        s.idem_key,
-        s.status.as_str(),
-        s.attempts,
-        s.compensates,
-        s.lease_until,
-        s.now.millis(),
-        s.decision
-    ]
-}
-
 /// Applies one settlement inside a transaction (the audit record is appended by the caller).
 pub(crate) async fn apply_settle(tx: &mut Tx, s: &Settle) -> Result<()> {
     apply_settles(tx, &[s]).await
 }
 
-/// Applies many settlements with a handful of set-based statements: the rows travel as one
-/// JSON array (`json_each` on SQLite, `jsonb_to_recordset` on PostgreSQL), so a group commit
-/// costs the same few statements whether it carries one call or hundreds.
+/// Applies many settlements with a handful of set-based statements: on PostgreSQL the rows
+/// travel as one JSON array per ledger, so a group commit costs the same few statements
+/// whether it carries one call or hundreds. SQLite runs statements in process, so packing rows
+/// into JSON would only add work: there each settlement is applied in turn.
 pub(crate) async fn apply_settles(tx: &mut Tx, settles: &[&Settle]) -> Result<()> {
     if settles.is_empty() {
         return Ok(());
     }
-    let pg = tx.is_pg();
-    if !pg {
-        return apply_settles_each(tx, settles).await;
+    if !tx.is_pg() {
+        for s in settles {
+            apply_one(tx, s).await?;
+        }
+        return Ok(());
     }
-    let steps: Vec<Value> = settles
+    let attempts: Vec<steps::Attempt<'_>> = settles
         .iter()
-        .map(|s| {
-            serde_json::json!({
-                "step_id": s.step_id,
-                "status": s.outcome.status.as_str(),
-                "outcome": to_json(&s.outcome),
-                "retry_at": s.retry_at,
-                "now": s.now.millis(),
-            })
+        .map(|s| steps::Attempt {
+            step_id: &s.step_id,
+            outcome: &s.outcome,
+            retry_at: s.retry_at,
+            now: s.now,
         })
         .collect();
-    tx.exec(
-        if pg {
-            "UPDATE steps SET status = j.status, outcome = j.outcome, retry_at = j.retry_at, \
-             lease_until = NULL, updated_at = j.now \
-             FROM jsonb_to_recordset($1::jsonb) AS j(step_id text, status text, outcome text, \
-             retry_at bigint, now bigint) \
-             WHERE steps.step_id = j.step_id AND steps.status IN ('running', 'unknown')"
-        } else {
-            "UPDATE steps SET status = j.value ->> 'status', outcome = j.value ->> 'outcome', \
-             retry_at = j.value ->> 'retry_at', lease_until = NULL, updated_at = j.value ->> 'now' \
-             FROM json_each($1) AS j \
-             WHERE steps.step_id = j.value ->> 'step_id' AND steps.status IN ('running', 'unknown')"
-        },
-        args![Value::Array(steps).to_string()],
-    )
-    .await?;
-    let done: Vec<Value> = settles
+    steps::settle_attempts(tx, &attempts).await?;
+    let done: Vec<(&str, &str)> = settles
         .iter()
         .filter_map(|s| match &s.idem {
-            IdemAction::Done(o) => Some(serde_json::json!({"key": s.idem_key, "outcome": o})),
+            IdemAction::Done(o) => Some((s.idem_key.as_str(), o.as_str())),
             _ => None,
         })
         .collect();
-    if !done.is_empty() {
-        tx.exec(
-            if pg {
-                "UPDATE idempotency SET state = 'done', outcome = j.outcome \
-                 FROM jsonb_to_recordset($1::jsonb) AS j(key text, outcome text) \
-                 WHERE idempotency.idem_key = j.key"
-            } else {
-                "UPDATE idempotency SET state = 'done', outcome = j.value ->> 'outcome' \
-                 FROM json_each($1) AS j WHERE idempotency.idem_key = j.value ->> 'key'"
-            },
-            args![Value::Array(done).to_string()],
-        )
-        .await?;
-    }
+    keys::record_outcomes(tx, &done).await?;
     let released: Vec<&str> = settles
         .iter()
         .filter(|s| matches!(s.idem, IdemAction::Release))
         .map(|s| s.idem_key.as_str())
         .collect();
-    if !released.is_empty() {
-        tx.exec(
-            if pg {
-                "DELETE FROM idempotency WHERE state = 'in_flight' \
-                 AND idem_key IN (SELECT jsonb_array_elements_text($1::jsonb))"
-            } else {
-                "DELETE FROM idempotency WHERE state = 'in_flight' \
-                 AND idem_key IN (SELECT value FROM json_each($1))"
-            },
-            args![serde_json::to_string(&released).expect("strings serialise")],
-        )
-        .await?;
-    }
+    keys::release_all_in_flight(tx, &released).await?;
     let charged: Vec<&str> = settles
         .iter()
         .filter(|s| s.budget == BudgetAction::Charge)
         .map(|s| s.step_id.as_str())
         .collect();
-    if !charged.is_empty() {
-        tx.exec(
-            if pg {
-                "DELETE FROM budget_reservations \
-                 WHERE step_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
-            } else {
-                "DELETE FROM budget_reservations WHERE step_id IN (SELECT value FROM json_each($1))"
-            },
-            args![serde_json::to_string(&charged).expect("strings serialise")],
-        )
-        .await?;
-    }
+    budgets::keep_charged_all(tx, &charged).await?;
     for s in settles.iter().filter(|s| s.budget == BudgetAction::Release) {
         release_budget(tx, &s.step_id).await?;
     }
     Ok(())
 }
 
-/// SQLite: the same changes, one prepared statement per row (statements run in process, so
-/// packing rows into JSON would only add work).
-async fn apply_settles_each(tx: &mut Tx, settles: &[&Settle]) -> Result<()> {
-    for s in settles {
-        tx.exec(
-            "UPDATE steps SET status = $1, outcome = $2, retry_at = $3, lease_until = NULL, \
-             updated_at = $4 WHERE step_id = $5 AND status IN ('running', 'unknown')",
-            args![
-                s.outcome.status.as_str(),
-                to_json(&s.outcome),
-                s.retry_at,
-                s.now.millis(),
-                &s.step_id
-            ],
-        )
-        .await?;
-        match &s.idem {
-            IdemAction::Done(o) => {
-                tx.exec(
-                    "UPDATE idempotency SET state = 'done', outcome = $1 WHERE idem_key = $2",
-                    args![o, &s.idem_key],
-                )
-                .await?;
-            }
-            IdemAction::Release => {
-                tx.exec(
-                    "DELETE FROM idempotency WHERE state = 'in_flight' AND idem_key = $1",
-                    args![&s.idem_key],
-                )
-                .await?;
-            }
-            IdemAction::Keep => {}
+/// One settlement: the step's outcome, then its key, then its budget.
+async fn apply_one(tx: &mut Tx, s: &Settle) -> Result<()> {
+    steps::settle_attempt(tx, &s.step_id, &s.outcome, s.retry_at, s.now).await?;
+    match &s.idem {
+        IdemAction::Done(o) => keys::record_outcome(tx, &s.idem_key, o).await?,
+        IdemAction::Release => {
+            keys::release_in_flight(tx, &IdempotencyKey::from_stored(s.idem_key.as_str())).await?
         }
-        match s.budget {
-            BudgetAction::Charge => {
-                tx.exec(
-                    "DELETE FROM budget_reservations WHERE step_id = $1",
-                    args![&s.step_id],
-                )
-                .await?;
-            }
-            BudgetAction::Release => release_budget(tx, &s.step_id).await?,
-            BudgetAction::Hold => {}
-        }
+        IdemAction::Keep => {}
+    }
+    match s.budget {
+        BudgetAction::Charge => budgets::keep_charged(tx, &s.step_id).await?,
+        BudgetAction::Release => release_budget(tx, &s.step_id).await?,
+        BudgetAction::Hold => {}
     }
     Ok(())
 }
 
-/// Gives back what a step reserved (its failure means nothing was spent).
+/// Gives back what a step reserved, daily and window budgets (its failure means nothing was
+/// spent).
 pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
-    let rows = tx
-        .rows(
-            "SELECT principal, tier, day FROM budget_reservations WHERE step_id = $1 ORDER BY principal",
-            args![step_id],
-        )
-        .await?;
-    for r in &rows {
-        tx.exec(
-            "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3 AND used > 0",
-            args![r.text("principal")?, r.text("tier")?, r.i64("day")?],
-        )
-        .await?;
-    }
-    tx.exec(
-        "DELETE FROM budget_reservations WHERE step_id = $1",
-        args![step_id],
-    )
-    .await?;
-    crate::ledger::windows::release(tx, step_id).await
+    budgets::release(tx, step_id).await?;
+    windows::release(tx, step_id).await
 }
 
 /// Applies a batch of records in one commit: on PostgreSQL one statement when it fits
@@ -1391,8 +1113,7 @@ async fn apply_batch(pool: &Pool, chain: &mut ChainWriter, jobs: &[WriteJob]) ->
     crate::ledger::runs::tally(&mut tx, &tallies).await?;
     if changes.barrier {
         // Only sync barriers: write something so the commit fsyncs the WAL.
-        tx.exec("UPDATE sync_barrier SET n = n + 1 WHERE id = 1", args![])
-            .await?;
+        audit::touch_sync_barrier(&mut tx).await?;
     }
     let seqs = audit::append_linked(&mut tx, &drafts).await?;
     tx.commit().await?;
@@ -1483,22 +1204,4 @@ impl Gather {
         self.together = jobs.len() > 1;
         jobs
     }
-}
-
-/// The consumed-nonce ledger for the tokens a call presents.
-pub(crate) async fn used_nonces(tx: &mut Tx, nonces: &[String]) -> Result<HashSet<String>> {
-    let mut used = HashSet::new();
-    for n in nonces {
-        if tx
-            .opt(
-                "SELECT nonce FROM consumed_nonces WHERE nonce = $1",
-                args![n],
-            )
-            .await?
-            .is_some()
-        {
-            used.insert(n.clone());
-        }
-    }
-    Ok(used)
 }

@@ -120,6 +120,15 @@ async fn every_stored_column_is_covered_by_verify(db: &TestDb) {
     };
     let zeros = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
     let ts3 = 1_780_000_000_003i64;
+    let records = store.audit_records(None, None).await.unwrap();
+    // Record 3 as text, as it is or edited: the column may hold it plain as well as packed.
+    let text3 = records[2].canonical();
+    let set_record3 = |text: &str| {
+        format!(
+            "UPDATE audit SET record = '{}' WHERE seq = 3",
+            text.replace('\'', "''")
+        )
+    };
     // (what is changed, tampering SQL, restoring SQL, the link named, the fault)
     let cases: Vec<(&str, String, String, i64, LinkFault)> = vec![
         (
@@ -193,8 +202,8 @@ async fn every_stored_column_is_covered_by_verify(db: &TestDb) {
         ),
         (
             "record",
-            "UPDATE audit SET record = REPLACE(record, '\"T-3\"', '\"T-8\"') WHERE seq = 3".into(),
-            "UPDATE audit SET record = REPLACE(record, '\"T-8\"', '\"T-3\"') WHERE seq = 3".into(),
+            set_record3(&text3.replace("\"T-3\"", "\"T-8\"")),
+            set_record3(&text3),
             3,
             LinkFault::Hash {
                 computed: String::new(), // the edited text's hash, filled below
@@ -202,8 +211,7 @@ async fn every_stored_column_is_covered_by_verify(db: &TestDb) {
             },
         ),
     ];
-    let records = store.audit_records(None, None).await.unwrap();
-    let hash3 = sha256_tagged(records[2].canonical().as_bytes());
+    let hash3 = sha256_tagged(text3.as_bytes());
     for (what, tamper, restore, seq, mut want) in cases {
         let restore = if restore.is_empty() {
             format!("UPDATE audit SET hash = '{hash3}' WHERE seq = 3")
@@ -247,6 +255,25 @@ async fn every_stored_column_is_covered_by_verify(db: &TestDb) {
         store.execute_raw(&restore).await.unwrap();
         intact(&store, 6).await;
     }
+    // A packed record damaged in place (its frame cut short and re-prefixed) does not unpack:
+    // named unreadable at its link, and readers of the record refuse it instead of guessing.
+    store
+        .execute_raw("UPDATE audit SET record = 'z1:' || substr(record, 4, 24) WHERE seq = 3")
+        .await
+        .unwrap();
+    let report = store.verify_chain().await.unwrap();
+    let (at, fault) = broken(&report);
+    assert!(
+        at == 3 && matches!(fault, LinkFault::Unreadable { .. }),
+        "{report}"
+    );
+    let e = store.audit_records(None, None).await.unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Corrupt(m) if m.contains("audit record 3 cannot be read")),
+        "{e}"
+    );
+    store.execute_raw(&set_record3(&text3)).await.unwrap();
+    intact(&store, 6).await;
 }
 
 async fn rows_selected_by_an_edited_column_are_refused(db: &TestDb) {

@@ -802,11 +802,15 @@ async fn audit_is_append_only_and_tampering_is_named(db: &TestDb) {
                 .unwrap();
         }
     }
-    // One byte: T-3 becomes T-8 in record 4.
+    // One byte: T-3 becomes T-8 in record 4 (written back as text, a form the column holds
+    // as well as the packed one).
+    let text = store.audit_records(None, None).await.unwrap()[3].canonical();
+    assert!(text.contains("\"T-3\""), "{text}");
     let n = store
-        .execute_raw(
-            "UPDATE audit SET record = REPLACE(record, '\"T-3\"', '\"T-8\"') WHERE seq = 4",
-        )
+        .execute_raw(&format!(
+            "UPDATE audit SET record = '{}' WHERE seq = 4",
+            text.replace("\"T-3\"", "\"T-8\"").replace('\'', "''")
+        ))
         .await
         .unwrap();
     assert_eq!(n, 1);

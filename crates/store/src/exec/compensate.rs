@@ -155,7 +155,7 @@ impl Executor {
             );
             let id = new_id();
             let lease = now.millis() + self.store.config().lease.as_millis() as i64;
-            insert_step(
+            steps::insert(
                 tx,
                 NewStep {
                     step_id: &id,

@@ -33,12 +33,11 @@ use toolgate_core::{
 use crate::audit::{self, AuditApproval, AuditCall, AuditDecision, AuditDraft, AuditWho};
 use crate::db::{Tx, args};
 use crate::error::{Result, StoreError};
+use crate::ledger::approvals::used_nonces;
+use crate::ledger::steps::NewStep;
 use crate::ledger::{runs, steps};
 use crate::model::{Actor, Step, StepKind, StepOutcome, StepReport};
-use crate::store::{
-    BudgetAction, IdemAction, Ledger, NewStep, Settle, Store, insert_next_step, insert_step,
-    new_id, to_json, used_nonces,
-};
+use crate::store::{BudgetAction, IdemAction, Ledger, Settle, Store, new_id, to_json};
 
 /// A boxed future, so [`Handler`] stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -2,6 +2,8 @@
 //! the tokens issued with them, rejections, expiry, and the requests as the approval page
 //! lists them. Statuses are bound from [`ApprovalStatus`], never spelled in business code.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 use toolgate_core::{ApprovalToken, InputHash, Timestamp, canonical};
 
@@ -26,6 +28,25 @@ pub(crate) async fn granted(tx: &mut Tx, subject: &str) -> Result<Vec<ApprovalTo
     .iter()
     .map(|r| Ok(ApprovalToken::from_wire(r.text("token")?)))
     .collect()
+}
+
+/// Which of `nonces` (of the tokens a call presents) were consumed already: an approval is
+/// single-use.
+pub(crate) async fn used_nonces(tx: &mut Tx, nonces: &[String]) -> Result<HashSet<String>> {
+    let mut used = HashSet::new();
+    for n in nonces {
+        if tx
+            .opt(
+                "SELECT nonce FROM consumed_nonces WHERE nonce = $1",
+                args![n],
+            )
+            .await?
+            .is_some()
+        {
+            used.insert(n.clone());
+        }
+    }
+    Ok(used)
 }
 
 /// A request for people's approval of one exact call.

@@ -202,6 +202,54 @@ async fn charge_pg(
     Ok(true)
 }
 
+/// A call that spent what it reserved: its units stay used; the rows that said which step
+/// held them go.
+pub(crate) async fn keep_charged(tx: &mut Tx, step_id: &str) -> Result<()> {
+    tx.exec(
+        "DELETE FROM budget_reservations WHERE step_id = $1",
+        args![step_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// As [`keep_charged`] for many steps in one statement, the step ids as one JSON array.
+pub(crate) async fn keep_charged_all(tx: &mut Tx, step_ids: &[&str]) -> Result<()> {
+    if step_ids.is_empty() {
+        return Ok(());
+    }
+    tx.exec(
+        if tx.is_pg() {
+            "DELETE FROM budget_reservations \
+             WHERE step_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
+        } else {
+            "DELETE FROM budget_reservations WHERE step_id IN (SELECT value FROM json_each($1))"
+        },
+        args![serde_json::to_string(step_ids).expect("strings serialise")],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Gives back every unit of daily budget the step `step_id` reserved (its failure means
+/// nothing was spent).
+pub(crate) async fn release(tx: &mut Tx, step_id: &str) -> Result<()> {
+    let rows = tx
+        .rows(
+            "SELECT principal, tier, day FROM budget_reservations WHERE step_id = $1 ORDER BY principal",
+            args![step_id],
+        )
+        .await?;
+    for r in &rows {
+        tx.exec(
+            "UPDATE budget_usage SET used = used - 1 WHERE principal = $1 AND tier = $2 AND day = $3 AND used > 0",
+            args![r.text("principal")?, r.text("tier")?, r.i64("day")?],
+        )
+        .await?;
+    }
+    keep_charged(tx, step_id).await
+}
+
 /// Every principal's use of each tier's budget on `day`, by principal and tier.
 pub(crate) async fn usage_on(c: &mut impl Sql, day: i64) -> Result<Vec<BudgetUse>> {
     c.rows(

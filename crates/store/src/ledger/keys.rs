@@ -2,6 +2,7 @@
 //! settled and with what, and the step that holds it. A step row keeps its key unique too;
 //! a key given up by a settled step is archived on that row as `KEY/STEP`.
 
+use serde_json::{Value, json};
 use toolgate_core::{IdempotencyKey, InputHash, StepStatus, Timestamp};
 
 use crate::db::{Tx, args};
@@ -186,6 +187,61 @@ pub(crate) async fn release_in_flight(tx: &mut Tx, key: &IdempotencyKey) -> Resu
     tx.exec(
         "DELETE FROM idempotency WHERE idem_key = $1 AND state = 'in_flight'",
         args![key.as_str()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Keeps the outcome of a settled call with its key (`KEY` as the step holds it): the key
+/// replays it from now on.
+pub(crate) async fn record_outcome(tx: &mut Tx, key: &str, outcome: &str) -> Result<()> {
+    tx.exec(
+        "UPDATE idempotency SET state = 'done', outcome = $1 WHERE idem_key = $2",
+        args![outcome, key],
+    )
+    .await?;
+    Ok(())
+}
+
+/// As [`record_outcome`] for many `(key, outcome)` pairs in one statement, the pairs as one
+/// JSON array.
+pub(crate) async fn record_outcomes(tx: &mut Tx, done: &[(&str, &str)]) -> Result<()> {
+    if done.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = done
+        .iter()
+        .map(|(key, outcome)| json!({"key": key, "outcome": outcome}))
+        .collect();
+    tx.exec(
+        if tx.is_pg() {
+            "UPDATE idempotency SET state = 'done', outcome = j.outcome \
+             FROM jsonb_to_recordset($1::jsonb) AS j(key text, outcome text) \
+             WHERE idempotency.idem_key = j.key"
+        } else {
+            "UPDATE idempotency SET state = 'done', outcome = j.value ->> 'outcome' \
+             FROM json_each($1) AS j WHERE idempotency.idem_key = j.value ->> 'key'"
+        },
+        args![Value::Array(rows).to_string()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// As [`release_in_flight`] for many keys in one statement, the keys as one JSON array.
+pub(crate) async fn release_all_in_flight(tx: &mut Tx, keys: &[&str]) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    tx.exec(
+        if tx.is_pg() {
+            "DELETE FROM idempotency WHERE state = 'in_flight' \
+             AND idem_key IN (SELECT jsonb_array_elements_text($1::jsonb))"
+        } else {
+            "DELETE FROM idempotency WHERE state = 'in_flight' \
+             AND idem_key IN (SELECT value FROM json_each($1))"
+        },
+        args![serde_json::to_string(keys).expect("strings serialise")],
     )
     .await?;
     Ok(())

@@ -320,8 +320,9 @@ mod tests {
     use toolgate_core::{Effect, StepStatus, Tier};
 
     use super::*;
+    use crate::ledger::steps::{NewStep, insert};
     use crate::model::{Actor, StepKind};
-    use crate::store::{NewStep, Store, StoreConfig, insert_step};
+    use crate::store::{Store, StoreConfig};
 
     /// The view of a run is its counts: as long as the run grows with calls alike, what is read
     /// to decide the next call stays the same size.
@@ -346,7 +347,7 @@ mod tests {
             for _ in 0..n {
                 seq += 1;
                 let (id, key) = (format!("s{seq}"), format!("k{seq}"));
-                insert_step(
+                insert(
                     &mut tx,
                     NewStep {
                         step_id: &id,

@@ -2,15 +2,200 @@
 //! recovery, reconciliation and aborted runs change them, and as they are read back.
 
 use serde_json::Value;
-use toolgate_core::{IdempotencyKey, InputHash, StepStatus, Timestamp};
+use toolgate_core::{Effect, IdempotencyKey, InputHash, StepStatus, Tier, Timestamp, canonical};
 
-use crate::db::{Sql, Tx, args};
+use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::ledger::runs::RunState;
-use crate::model::{Step, StepKind, StepOutcome};
-use crate::store::{
-    NewStep, insert_next_step, parse_status, step_args, step_cols, step_from_row, to_json,
-};
+use crate::model::{Actor, PlannedStep, Step, StepKind, StepOutcome};
+use crate::store::{parse_effect, parse_status, parse_tier, to_json};
+
+/// The columns a [`Step`] is read from.
+macro_rules! step_cols {
+    () => {
+        "step_id, run_id, seq, kind, principal, role, tool, effect, tier, purpose, reason, \
+         evidence, actor, inputs, input_hash, idem_key, status, attempts, approval, outcome, \
+         compensates, created_at, updated_at"
+    };
+}
+
+/// A JSON column's stored text, parsed.
+fn json(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|source| StoreError::Unparsable {
+        what: "stored JSON".into(),
+        source,
+    })
+}
+
+/// A step row, read by column name.
+pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
+    let kind = r.text("kind")?;
+    Ok(Step {
+        step_id: r.text("step_id")?,
+        run_id: r.text("run_id")?,
+        seq: r.i64("seq")?,
+        kind: StepKind::parse(&kind).ok_or_else(|| StoreError::UnknownValue {
+            what: "step kind",
+            value: kind.clone(),
+        })?,
+        principal: r.text("principal")?,
+        role: r.text("role")?,
+        tool: r.text("tool")?,
+        effect: parse_effect(&r.text("effect")?)?,
+        tier: parse_tier(&r.text("tier")?)?,
+        purpose: r.opt_text("purpose")?,
+        reason: r.opt_text("reason")?,
+        evidence: serde_json::from_value(json(&r.text("evidence")?)?).unwrap_or_default(),
+        actor: serde_json::from_value(json(&r.text("actor")?)?).unwrap_or_default(),
+        inputs: json(&r.text("inputs")?)?,
+        input_hash: InputHash::from_stored(r.text("input_hash")?),
+        idem_key: IdempotencyKey::from_stored(r.text("idem_key")?),
+        status: parse_status(&r.text("status")?)?,
+        attempts: r.i64("attempts")?,
+        approval: r.opt_text("approval")?.map(|t| json(&t)).transpose()?,
+        outcome: r
+            .opt_text("outcome")?
+            .map(|t| {
+                serde_json::from_str(&t).map_err(|source| StoreError::Unparsable {
+                    what: "stored outcome".into(),
+                    source,
+                })
+            })
+            .transpose()?,
+        compensates: r.opt_text("compensates")?,
+        created_at: Timestamp::from_millis(r.i64("created_at")?),
+        updated_at: Timestamp::from_millis(r.i64("updated_at")?),
+    })
+}
+
+/// A step row to insert.
+#[derive(Clone)]
+pub(crate) struct NewStep<'a> {
+    pub step_id: &'a str,
+    pub run_id: &'a str,
+    pub seq: i64,
+    pub kind: StepKind,
+    pub principal: &'a str,
+    pub role: &'a str,
+    pub tool: &'a str,
+    pub effect: Effect,
+    pub tier: Tier,
+    pub purpose: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub evidence: &'a [String],
+    pub actor: &'a Actor,
+    pub inputs: &'a Value,
+    pub idem_key: &'a str,
+    pub status: StepStatus,
+    pub attempts: i64,
+    pub compensates: Option<&'a str>,
+    pub lease_until: Option<i64>,
+    /// The decision that let a direct call through (see `exec::decision_json`).
+    pub decision: Option<&'a str>,
+    pub now: Timestamp,
+}
+
+impl<'a> NewStep<'a> {
+    /// A step of a submitted plan, queued (`pending`, not yet attempted) under its derived key.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn queued(
+        step_id: &'a str,
+        run_id: &'a str,
+        seq: u32,
+        s: &'a PlannedStep,
+        role: &'a str,
+        tool: &toolgate_core::registry::Tool,
+        purpose: Option<&'a str>,
+        idem_key: &'a str,
+        now: Timestamp,
+    ) -> NewStep<'a> {
+        NewStep {
+            step_id,
+            run_id,
+            seq: seq as i64,
+            kind: StepKind::Planned,
+            principal: &s.principal,
+            role,
+            tool: &s.tool,
+            effect: tool.config.effect,
+            tier: tool.config.tier,
+            purpose,
+            reason: s.reason.as_deref(),
+            evidence: &s.evidence,
+            actor: &s.actor,
+            inputs: &s.inputs,
+            idem_key,
+            status: StepStatus::Pending,
+            attempts: 0,
+            compensates: None,
+            lease_until: None,
+            decision: None,
+            now,
+        }
+    }
+}
+
+/// Inserts the step `s`.
+pub(crate) async fn insert(tx: &mut Tx, s: NewStep<'_>) -> Result<()> {
+    tx.exec(
+        "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
+         purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
+         compensates, lease_until, created_at, updated_at, decision) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+         $19, $20, $21, $21, $22)",
+        step_args(&s),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Inserts `s` as its run's next step, numbered in the same statement (its `seq` is not
+/// used), and returns the number it took.
+pub(crate) async fn insert_next(tx: &mut Tx, s: NewStep<'_>) -> Result<i64> {
+    let mut args = step_args(&s);
+    args.remove(2); // the number is the statement's own
+    let row = tx
+        .opt(
+            "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
+             purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
+             compensates, lease_until, created_at, updated_at, decision) \
+             SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             $13, $14, $15, $16, $17, $18, $19, $20, $20, $21 \
+             FROM steps WHERE run_id = $2 RETURNING seq",
+            args,
+        )
+        .await?;
+    row.ok_or_else(|| StoreError::Bug("a step insert returned no row".into()))?
+        .i64("seq")
+}
+
+/// The values of `s` in the order of the insert statements' columns.
+fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
+    args![
+        s.step_id,
+        s.run_id,
+        s.seq,
+        s.kind.as_str(),
+        s.principal,
+        s.role,
+        s.tool,
+        s.effect.as_str(),
+        s.tier.as_str(),
+        s.purpose,
+        s.reason,
+        to_json(&s.evidence),
+        to_json(s.actor),
+        canonical(s.inputs),
+        InputHash::of(s.inputs).as_str(),
+        s.idem_key,
+        s.status.as_str(),
+        s.attempts,
+        s.compensates,
+        s.lease_until,
+        s.now.millis(),
+        s.decision
+    ]
+}
 
 /// Opens a direct call's new step under its idempotency key: takes the key (in flight until
 /// `expires_at`, ms), makes the step's run if `new_run`, and inserts the step, numbered after
@@ -40,9 +225,9 @@ pub(crate) async fn open_keyed(
             crate::ledger::runs::ensure(tx, step.run_id, step.principal, step.purpose, step.now)
                 .await?;
         }
-        return Ok(Some(insert_next_step(tx, step.clone()).await?));
+        return Ok(Some(insert_next(tx, step.clone()).await?));
     }
-    // `$1`–`$21`: the step as `insert_next_step` binds it; `$22`: the key's expiry; `$23`: a
+    // `$1`–`$21`: the step as `insert_next` binds it; `$22`: the key's expiry; `$23`: a
     // new run's status; `$24`: 1 to make the run.
     let mut args = step_args(step);
     args.remove(2); // the number is the statement's own
@@ -92,6 +277,76 @@ pub(crate) async fn settle(
             now.millis(),
             step_id
         ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records the outcome of a call's attempt on its step, if the step is still running or
+/// `unknown` (recovery may have settled it meanwhile), ends its lease and sets when a
+/// retryable failure may be claimed again (`retry_at`, ms).
+pub(crate) async fn settle_attempt(
+    tx: &mut Tx,
+    step_id: &str,
+    outcome: &StepOutcome,
+    retry_at: Option<i64>,
+    now: Timestamp,
+) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET status = $1, outcome = $2, retry_at = $3, lease_until = NULL, \
+         updated_at = $4 WHERE step_id = $5 AND status IN ('running', 'unknown')",
+        args![
+            outcome.status.as_str(),
+            to_json(outcome),
+            retry_at,
+            now.millis(),
+            step_id
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The settlement of one attempt, as [`settle_attempts`] records it.
+pub(crate) struct Attempt<'a> {
+    pub step_id: &'a str,
+    pub outcome: &'a StepOutcome,
+    pub retry_at: Option<i64>,
+    pub now: Timestamp,
+}
+
+/// As [`settle_attempt`] for many steps in one statement: the rows travel as one JSON array
+/// (`jsonb_to_recordset` on PostgreSQL, `json_each` on SQLite).
+pub(crate) async fn settle_attempts(tx: &mut Tx, attempts: &[Attempt<'_>]) -> Result<()> {
+    if attempts.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = attempts
+        .iter()
+        .map(|a| {
+            serde_json::json!({
+                "step_id": a.step_id,
+                "status": a.outcome.status.as_str(),
+                "outcome": to_json(a.outcome),
+                "retry_at": a.retry_at,
+                "now": a.now.millis(),
+            })
+        })
+        .collect();
+    tx.exec(
+        if tx.is_pg() {
+            "UPDATE steps SET status = j.status, outcome = j.outcome, retry_at = j.retry_at, \
+             lease_until = NULL, updated_at = j.now \
+             FROM jsonb_to_recordset($1::jsonb) AS j(step_id text, status text, outcome text, \
+             retry_at bigint, now bigint) \
+             WHERE steps.step_id = j.step_id AND steps.status IN ('running', 'unknown')"
+        } else {
+            "UPDATE steps SET status = j.value ->> 'status', outcome = j.value ->> 'outcome', \
+             retry_at = j.value ->> 'retry_at', lease_until = NULL, updated_at = j.value ->> 'now' \
+             FROM json_each($1) AS j \
+             WHERE steps.step_id = j.value ->> 'step_id' AND steps.status IN ('running', 'unknown')"
+        },
+        args![Value::Array(rows).to_string()],
     )
     .await?;
     Ok(())

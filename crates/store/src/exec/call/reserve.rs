@@ -258,7 +258,7 @@ impl Executor {
                 }
                 None => {
                     let step = self.direct_step(p, &role, &step_key, lease, &allowed, now);
-                    let seq = insert_next_step(tx, step).await?;
+                    let seq = steps::insert_next(tx, step).await?;
                     p.attempts = 1;
                     p.seq = seq;
                 }
