@@ -54,6 +54,19 @@ pub(crate) fn executor_for(surface: &Surface, tool: &str) -> Executor {
 
 /// Answers the calls that do not take the direct governed path: `run.status`, and every call
 /// of a plan-bound principal to a tool its role lists. `None`: the governed path decides.
+/// Whether [`intercept`] may answer `tool` for `caller` instead of the governed call path: the
+/// call's run is then checked before it (the path checks it itself, with its read of the run).
+pub(crate) fn may_intercept(reg: &Registry, caller: &crate::auth::Caller, tool: &str) -> bool {
+    let Some(principal) = reg.principal(&caller.principal) else {
+        return false;
+    };
+    let Some(t) = reg.tool(tool).filter(|t| t.is_listed_for(principal.role())) else {
+        return false;
+    };
+    matches!(t.builtin(), Some(Builtin::RunStatus | Builtin::PlanSubmit))
+        || reg.is_plan_bound_call(&caller.principal, tool)
+}
+
 pub(crate) async fn intercept(
     surface: &Surface,
     call: &DirectCall,

@@ -228,11 +228,21 @@ impl GatewayServer {
             split_arguments(registry, caller, tool, arguments.unwrap_or_default(), &ctx);
         split.errors.extend(ctx.problems.iter().cloned());
         let run_named = ctx.run_id.is_some();
-        let run_id = match self.run_in(surface, caller, ctx.run_id).await? {
-            Ok(run) => run,
-            Err(named) => {
-                return crate::builtins::foreign_run(surface, caller, tool, &split, &named).await;
+        // Whether the caller may join the run it names: checked here for a call the built-ins
+        // may answer; for any other, by the store, with the read of the run the call makes
+        // anyway (`governed_call_joining`), and refused the same way.
+        let (run_id, joining) = match ctx.run_id {
+            Some(run) if !crate::builtins::may_intercept(registry, caller, tool) => {
+                let reviewer = registry.reviews_plans(&caller.role);
+                (run, Some((reviewer, split.clone())))
             }
+            named => match self.run_in(surface, caller, named).await? {
+                Ok(run) => (run, None),
+                Err(named) => {
+                    return crate::builtins::foreign_run(surface, caller, tool, &split, &named)
+                        .await;
+                }
+            },
         };
         let call = DirectCall {
             principal: caller.principal.as_str().into(),
@@ -269,7 +279,23 @@ impl GatewayServer {
             .tool(tool)
             .is_some_and(toolgate_core::why::replays)
             .then(|| call.clone());
-        let mut result = executor.governed_call(call).await.map_err(unrecorded)?;
+        let mut result = match joining {
+            None => executor.governed_call(call).await.map_err(unrecorded)?,
+            Some((reviewer, split)) => {
+                let run = call.run_id.clone();
+                match executor
+                    .governed_call_joining(call, reviewer)
+                    .await
+                    .map_err(unrecorded)?
+                {
+                    Some(result) => result,
+                    None => {
+                        return crate::builtins::foreign_run(surface, caller, tool, &split, &run)
+                            .await;
+                    }
+                }
+            }
+        };
         // A retry that found an earlier attempt of its operation still running (a client that
         // retried after a reconnect): wait for that attempt, then go through the gate again,
         // which replays its outcome (or retries it, if it failed in a way that may be retried).

@@ -473,7 +473,7 @@ pub struct WorkSignal {
 impl WorkSignal {
     /// Opens the listener now (PostgreSQL), so nothing sent after this call is missed.
     pub async fn listen(&mut self) -> Result<()> {
-        if let (Pool::Postgres(pool), None) = (&self.pool, &self.listener) {
+        if let (Pool::Postgres(pool, _), None) = (&self.pool, &self.listener) {
             let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
             l.listen("toolgate_steps").await?;
             self.listener = Some(l);

@@ -318,12 +318,8 @@ impl Store {
         reviewer: bool,
     ) -> Result<bool> {
         let mut c = self.inner.pool.conn().await?;
-        match runs::owner(&mut c, run_id).await? {
-            None => Ok(true),
-            Some(o) if o.principal == principal => Ok(true),
-            Some(o) if o.planned && reviewer => Ok(true),
-            Some(_) => steps::any_of(&mut c, run_id, principal).await,
-        }
+        let owner = runs::owner(&mut c, run_id).await?;
+        runs::may_join(&mut c, run_id, owner, principal, reviewer).await
     }
 
     pub fn is_postgres(&self) -> bool {
@@ -335,7 +331,7 @@ impl Store {
     /// SQLite by polling (it has no notifications). Either way the caller then claims.
     pub async fn wait_for_work(&self, timeout: Duration) -> Result<()> {
         match &self.inner.pool {
-            Pool::Postgres(pool) => {
+            Pool::Postgres(pool, _) => {
                 let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
                 listener.listen("toolgate_steps").await?;
                 let _ = tokio::time::timeout(timeout, listener.recv()).await;

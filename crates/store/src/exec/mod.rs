@@ -305,7 +305,7 @@ pub enum SyncPoint {
 pub type SyncHook = Arc<dyn Fn(SyncPoint) + Send + Sync>;
 
 pub(crate) use crate::ledger::budgets::BatchCache;
-pub(crate) use crate::ledger::keys::HeldKey;
+pub(crate) use crate::ledger::keys::{HeldKey, KeyStep};
 
 /// Claims, decides, calls and records. Holds the registry, the approval keys, the handler
 /// and a clock; cheap to clone.
