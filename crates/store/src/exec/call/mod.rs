@@ -175,7 +175,7 @@ impl Executor {
             if let Some(reviewer) = join
                 && !self
                     .store
-                    .may_join_run(&p.run_id, &p.principal, reviewer)
+                    .may_join_run(&RunId::from(&p.run_id), &p.principal, reviewer)
                     .await?
             {
                 return Ok(None);
