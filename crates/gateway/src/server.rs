@@ -234,7 +234,7 @@ impl GatewayServer {
         let (run_id, joining) = match ctx.run_id {
             Some(run) if !crate::builtins::may_intercept(registry, caller, tool) => {
                 let reviewer = registry.reviews_plans(&caller.role);
-                (RunId::from(run), Some((reviewer, split.clone())))
+                (RunId::new(run), Some((reviewer, split.clone())))
             }
             named => match self.run_in(surface, caller, named).await? {
                 Ok(run) => (run, None),
