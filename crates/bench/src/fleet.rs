@@ -14,7 +14,11 @@
 //!   process on the machine over the same load, divided by the calls (the server should serve
 //!   nothing else meanwhile; background workers are included, as they are part of the cost).
 //!
-//! Then one pass per tool through a third `toolgate serve` whose store connection goes through
+//! With `--baseline OLD/toolgate`, a third gateway of that older build runs on a PostgreSQL
+//! database of its own beside them, in the same rounds, so the two builds are compared load by
+//! load under the same conditions (this machine's other work moves every figure).
+//!
+//! Then one pass per tool through one more `toolgate serve` whose store connection goes through
 //! a counting relay in this process: it reads the PostgreSQL wire protocol the gateway sends
 //! and counts statements (Execute and simple Query messages), round trips (Sync and simple
 //! Query: each makes the client wait for the server) and explicit commits. The relay adds a
@@ -46,6 +50,8 @@ pub struct FleetOptions {
     pub rounds: u32,
     pub conc: Vec<u32>,
     pub toolgate: PathBuf,
+    /// An older `toolgate` to run on PostgreSQL beside `toolgate`, load by load.
+    pub baseline: Option<PathBuf>,
     /// A PostgreSQL server URL whose user may create databases.
     pub postgres: String,
     pub reads_only: bool,
@@ -55,16 +61,27 @@ pub struct FleetOptions {
 enum Backend {
     Sqlite,
     Postgres,
+    /// The `--baseline` build, on PostgreSQL.
+    Baseline,
 }
 
 impl Backend {
-    const ALL: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
+    const ALL: [Backend; 3] = [Backend::Sqlite, Backend::Postgres, Backend::Baseline];
 
     fn label(self) -> &'static str {
         match self {
             Backend::Sqlite => "SQLite (embedded)",
             Backend::Postgres => "PostgreSQL",
+            Backend::Baseline => "PostgreSQL, baseline build",
         }
+    }
+
+    fn on_postgres(self) -> bool {
+        self != Backend::Sqlite
+    }
+
+    fn runs(self, opts: &FleetOptions) -> bool {
+        self != Backend::Baseline || opts.baseline.is_some()
     }
 }
 
@@ -105,12 +122,27 @@ pub async fn run_fleet(opts: &FleetOptions) -> anyhow::Result<String> {
     let db = crate::database::BenchDatabase::create(&opts.postgres, "fleet")
         .await
         .with_context(|| format!("creating a database on {}", opts.postgres))?;
-    let result = measure(opts, db.name()).await;
+    let old = match &opts.baseline {
+        Some(_) => Some(
+            crate::database::BenchDatabase::create(&opts.postgres, "fleet_baseline")
+                .await
+                .with_context(|| format!("creating a database on {}", opts.postgres))?,
+        ),
+        None => None,
+    };
+    let result = measure(opts, db.name(), old.as_ref().map(|d| d.name())).await;
     db.drop().await;
+    if let Some(old) = old {
+        old.drop().await;
+    }
     result
 }
 
-async fn measure(opts: &FleetOptions, database: &str) -> anyhow::Result<String> {
+async fn measure(
+    opts: &FleetOptions,
+    database: &str,
+    baseline_db: Option<&str>,
+) -> anyhow::Result<String> {
     let server = Server::parse(&opts.postgres)?;
     let scratch = tempfile::tempdir()?;
     let fake = FakeServer::new(
@@ -124,13 +156,18 @@ async fn measure(opts: &FleetOptions, database: &str) -> anyhow::Result<String> 
 
     let mut children: Vec<Child> = Vec::new();
     let mut gateways = Vec::new();
-    for backend in Backend::ALL {
+    for backend in Backend::ALL.into_iter().filter(|b| b.runs(opts)) {
         let dir = scratch.path().join(format!("{backend:?}").to_lowercase());
-        let url = match backend {
-            Backend::Sqlite => format!("sqlite://{}", dir.join("bench.db").display()),
-            Backend::Postgres => server.url(&server.authority(), database),
+        let (url, binary) = match (backend, &opts.baseline, baseline_db) {
+            (Backend::Sqlite, ..) => (
+                format!("sqlite://{}", dir.join("bench.db").display()),
+                &opts.toolgate,
+            ),
+            (Backend::Postgres, ..) => (server.url(&server.authority(), database), &opts.toolgate),
+            (Backend::Baseline, Some(old), Some(db)) => (server.url(&server.authority(), db), old),
+            (Backend::Baseline, ..) => unreachable!("a baseline runs only with its build"),
         };
-        let (gateway, child) = start(opts, &dir, &upstream, &url, most).await?;
+        let (gateway, child) = start(opts, binary, &dir, &upstream, &url, most).await?;
         children.push(child);
         gateways.push(Gateway { backend, ..gateway });
     }
@@ -141,6 +178,7 @@ async fn measure(opts: &FleetOptions, database: &str) -> anyhow::Result<String> 
     tokio::spawn(count_relay(relay, server.authority(), counts.clone()));
     let (counted, child) = start(
         opts,
+        &opts.toolgate,
         &scratch.path().join("counted"),
         &upstream,
         &server.url(&relay_addr.to_string(), database),
@@ -164,7 +202,9 @@ async fn measure(opts: &FleetOptions, database: &str) -> anyhow::Result<String> 
                     block += 1;
                     let db_before = postgres_cpu_us();
                     let sample = wrk(&g.url, &script, c, opts.secs, g.pid).await?;
-                    let db_cpu_us = (g.backend == Backend::Postgres)
+                    let db_cpu_us = g
+                        .backend
+                        .on_postgres()
                         .then(|| (postgres_cpu_us() - db_before) / sample.requests.max(1.0));
                     eprintln!(
                         "round {round} {tool:?} c={c} {}: p50 {:.0} µs, {:.0}/s, database CPU {} µs/call, errors {}",
@@ -227,6 +267,7 @@ async fn measure(opts: &FleetOptions, database: &str) -> anyhow::Result<String> 
 /// sessions per tool.
 async fn start(
     opts: &FleetOptions,
+    toolgate: &Path,
     dir: &Path,
     upstream: &str,
     store_url: &str,
@@ -239,7 +280,7 @@ async fn start(
     )?;
     let addr = free_port()?;
     let log = dir.join("toolgate.log");
-    let child = spawn_gateway(&opts.toolgate, dir, addr, &log).await?;
+    let child = spawn_gateway(toolgate, dir, addr, &log).await?;
     let url = format!("http://{addr}/mcp");
     let read_sessions = (0..sessions)
         .map(|_| open_session(&url, READ_KEY))
@@ -511,7 +552,7 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
             let _ = write!(t, "---:|---:|---:|---:|---:|");
         }
         let _ = writeln!(t, "---:|");
-        for backend in Backend::ALL {
+        for backend in Backend::ALL.into_iter().filter(|b| b.runs(opts)) {
             let _ = write!(t, "| {} |", backend.label());
             let mut errors = 0;
             for &c in &opts.conc {
@@ -541,15 +582,21 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
                     .map(|p| p.sample.per_sec)
                     .collect()
             };
-            let ratios = of(Backend::Postgres)
-                .into_iter()
-                .zip(of(Backend::Sqlite))
-                .map(|(pg, lite)| 100.0 * pg / lite.max(1.0));
-            let _ = writeln!(
-                t,
-                "\nc={c}: PostgreSQL carries {} % of SQLite's calls/s (round by round).",
-                range(ratios)
-            );
+            for pg in [Backend::Postgres, Backend::Baseline] {
+                if !pg.runs(opts) {
+                    continue;
+                }
+                let ratios = of(pg)
+                    .into_iter()
+                    .zip(of(Backend::Sqlite))
+                    .map(|(pg, lite)| 100.0 * pg / lite.max(1.0));
+                let _ = writeln!(
+                    t,
+                    "\nc={c}: {} carries {} % of SQLite's calls/s (round by round).",
+                    pg.label(),
+                    range(ratios)
+                );
+            }
         }
         let _ = writeln!(t);
     }

@@ -155,6 +155,9 @@ enum Cmd {
         /// The `toolgate` binary (default: beside this one).
         #[arg(long)]
         toolgate: Option<PathBuf>,
+        /// An older `toolgate` binary to run on PostgreSQL beside it, load by load.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
     },
     /// The relay `peers` measures: forwards each `tools/call` to UPSTREAM, governs nothing.
     Relay {
@@ -325,6 +328,7 @@ async fn main() -> anyhow::Result<()> {
             conc,
             reads_only,
             toolgate,
+            baseline,
         } => {
             let toolgate = toolgate_or_beside(toolgate)?;
             let table = run_fleet(&FleetOptions {
@@ -332,6 +336,7 @@ async fn main() -> anyhow::Result<()> {
                 rounds,
                 conc,
                 toolgate,
+                baseline,
                 postgres,
                 reads_only,
             })

@@ -20,7 +20,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolgate_core::registry::Tool as RegistryTool;
 use toolgate_core::why::{PurposeSource, Split, Why};
-use toolgate_core::{Effect, Registry};
+use toolgate_core::{Effect, Registry, RunId};
 use toolgate_store::{CallStatus, DirectCall, Executor, Store};
 use tracing::Instrument;
 
@@ -228,14 +228,24 @@ impl GatewayServer {
             split_arguments(registry, caller, tool, arguments.unwrap_or_default(), &ctx);
         split.errors.extend(ctx.problems.iter().cloned());
         let run_named = ctx.run_id.is_some();
-        let run_id = match self.run_in(surface, caller, ctx.run_id).await? {
-            Ok(run) => run,
-            Err(named) => {
-                return crate::builtins::foreign_run(surface, caller, tool, &split, &named).await;
+        // Whether the caller may join the run it names: checked here for a call the built-ins
+        // may answer; for any other, by the store, with the read of the run the call makes
+        // anyway (`governed_call_joining`), and refused the same way.
+        let (run_id, joining) = match ctx.run_id {
+            Some(run) if !crate::builtins::may_intercept(registry, caller, tool) => {
+                let reviewer = registry.reviews_plans(&caller.role);
+                (RunId::from(run), Some((reviewer, split.clone())))
             }
+            named => match self.run_in(surface, caller, named).await? {
+                Ok(run) => (run, None),
+                Err(named) => {
+                    return crate::builtins::foreign_run(surface, caller, tool, &split, &named)
+                        .await;
+                }
+            },
         };
         let call = DirectCall {
-            principal: caller.principal.clone(),
+            principal: caller.principal.as_str().into(),
             tool: tool.to_string(),
             inputs: split.inputs,
             run_id,
@@ -269,12 +279,28 @@ impl GatewayServer {
             .tool(tool)
             .is_some_and(toolgate_core::why::replays)
             .then(|| call.clone());
-        let mut result = executor.governed_call(call).await.map_err(unrecorded)?;
+        let mut result = match joining {
+            None => executor.governed_call(call).await.map_err(unrecorded)?,
+            Some((reviewer, split)) => {
+                let run = call.run_id.clone();
+                match executor
+                    .governed_call_joining(call, reviewer)
+                    .await
+                    .map_err(unrecorded)?
+                {
+                    Some(result) => result,
+                    None => {
+                        return crate::builtins::foreign_run(surface, caller, tool, &split, &run)
+                            .await;
+                    }
+                }
+            }
+        };
         // A retry that found an earlier attempt of its operation still running (a client that
         // retried after a reconnect): wait for that attempt, then go through the gate again,
         // which replays its outcome (or retries it, if it failed in a way that may be retried).
         if let (CallStatus::InProgress, Some(step), Some(call)) =
-            (result.status, result.step_id.as_deref(), again)
+            (result.status, result.step_id.as_ref(), again)
         {
             let within = executor.store.config().attempt_lease();
             let settled = executor.store.step_when_settled(step, within).await;
@@ -309,7 +335,7 @@ impl GatewayServer {
         &self,
         caller: &Caller,
         named: Option<String>,
-    ) -> Result<Result<String, String>, ErrorData> {
+    ) -> Result<Result<RunId, String>, ErrorData> {
         self.run_in(&self.state.surface(), caller, named).await
     }
 
@@ -319,7 +345,7 @@ impl GatewayServer {
         surface: &Surface,
         caller: &Caller,
         named: Option<String>,
-    ) -> Result<Result<String, String>, ErrorData> {
+    ) -> Result<Result<RunId, String>, ErrorData> {
         let store = &self.state.store;
         let unrecorded = |e: toolgate_store::StoreError| {
             ErrorData::internal_error(
@@ -329,6 +355,7 @@ impl GatewayServer {
         };
         match named {
             Some(run) => {
+                let run = RunId::new(run);
                 let ok = store
                     .may_join_run(
                         &run,
@@ -337,7 +364,7 @@ impl GatewayServer {
                     )
                     .await
                     .map_err(unrecorded)?;
-                Ok(if ok { Ok(run) } else { Err(run) })
+                Ok(if ok { Ok(run) } else { Err(run.into_string()) })
             }
             None => {
                 let idle = surface.registry.gateway.runs.idle_minutes;

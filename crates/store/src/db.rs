@@ -5,12 +5,11 @@
 
 use rusqlite::types::Value;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Postgres, Row as _, SqlSafeStr as _, Transaction};
+use sqlx::{AssertSqlSafe, Row as _, SqlSafeStr as _};
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use toolgate_core::config::Durability;
 
 use crate::error::{Result, StoreError};
 use crate::lite::{BACKSTOP_FRAMES, Lite, LiteConn, LiteTx};
+use crate::pg::{IDLE_BEFORE_PING, PgConn, PgConns};
 
 /// The migrations of each backend, embedded by `build.rs`: (version, description, SQL).
 mod embedded {
@@ -45,9 +45,6 @@ fn migrator(files: &[(i64, &'static str, &'static str)]) -> Migrator {
         .collect();
     Migrator::with_migrations(migrations)
 }
-
-/// How long a PostgreSQL connection may sit in the pool before it is pinged when taken out.
-const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 /// A bound value.
 #[derive(Debug, Clone)]
@@ -217,7 +214,8 @@ impl Row {
 pub(crate) enum Pool {
     /// sqlx's pool for migrations and administration; [`Lite`] for the store's statements.
     Sqlite(SqlitePool, Lite),
-    Postgres(PgPool),
+    /// sqlx's pool, and the connections the store's statements use ([`PgConns`]).
+    Postgres(PgPool, PgConns),
 }
 
 /// Connection settings beyond the URL.
@@ -347,11 +345,11 @@ impl Pool {
                 // The server acknowledges a commit before its WAL is flushed.
                 o = o.options([("synchronous_commit", "off")]);
             }
-            // sqlx pings a connection (a round trip) when it goes back to the pool and again
-            // when it is taken out; the second only finds what died while it sat idle. A busy
-            // gateway takes connections out many times a second, so only one idle for longer
-            // than a second is pinged; one that died sooner fails its statement, which the
-            // callers already retry or report as a failure of the store.
+            // sqlx pings a connection (a round trip) when it is taken out, and again when it
+            // goes back. The store's statements take their connections from `PgConns`, which
+            // keeps them out of sqlx's pool between uses (no ping on the way back) and pings
+            // only one idle for longer than a second; the rest (migrations, administration,
+            // listeners) go through sqlx's pool, which pings on the same terms when taking out.
             let pool = PgPoolOptions::new()
                 .max_connections(opts.max_connections)
                 .test_before_acquire(false)
@@ -384,21 +382,22 @@ impl Pool {
                 .await?;
                 require_schema(&PG_MIGRATIONS, applied)?;
             }
-            Ok(Pool::Postgres(pool))
+            let conns = PgConns::new(pool.clone(), opts.max_connections);
+            Ok(Pool::Postgres(pool, conns))
         } else {
             Err(StoreError::BadUrl(url.to_string()))
         }
     }
 
     pub fn is_pg(&self) -> bool {
-        matches!(self, Pool::Postgres(_))
+        matches!(self, Pool::Postgres(..))
     }
 
     /// Resolves when the pool is being closed (PostgreSQL; never on SQLite): a task that keeps
     /// a connection between uses gives it back then, or closing would wait for it.
     pub async fn closing(&self) {
         match self {
-            Pool::Postgres(p) => p.close_event().await,
+            Pool::Postgres(p, _) => p.close_event().await,
             Pool::Sqlite(..) => std::future::pending().await,
         }
     }
@@ -416,7 +415,7 @@ impl Pool {
         Ok(match self {
             // Set on every transaction: a pooled connection may have run a relaxed one.
             Pool::Sqlite(_, lite) => Tx::S(lite.begin(true).await?),
-            Pool::Postgres(p) => Tx::P(p.begin().await?),
+            Pool::Postgres(_, c) => Tx::P(c.take().await?.begin("BEGIN").await?),
         })
     }
 
@@ -429,8 +428,10 @@ impl Pool {
     pub async fn begin_relaxed(&self) -> Result<Tx> {
         Ok(match self {
             Pool::Sqlite(_, lite) => Tx::S(lite.begin(false).await?),
-            Pool::Postgres(p) => Tx::P(
-                p.begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+            Pool::Postgres(_, c) => Tx::P(
+                c.take()
+                    .await?
+                    .begin("BEGIN; SET LOCAL synchronous_commit = off")
                     .await?,
             ),
         })
@@ -440,7 +441,7 @@ impl Pool {
     pub async fn conn(&self) -> Result<Conn> {
         Ok(match self {
             Pool::Sqlite(_, lite) => Conn::S(lite.conn()?),
-            Pool::Postgres(p) => Conn::P(p.acquire().await?),
+            Pool::Postgres(_, c) => Conn::P(c.take().await?),
         })
     }
 
@@ -450,7 +451,10 @@ impl Pool {
                 lite.close();
                 p.close().await
             }
-            Pool::Postgres(p) => p.close().await,
+            Pool::Postgres(p, c) => {
+                c.close();
+                p.close().await
+            }
         }
     }
 
@@ -461,7 +465,7 @@ impl Pool {
                 .execute(p)
                 .await?
                 .rows_affected(),
-            Pool::Postgres(p) => sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+            Pool::Postgres(p, _) => sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
                 .execute(p)
                 .await?
                 .rows_affected(),
@@ -562,13 +566,13 @@ impl std::fmt::Display for SchemaProblem {
 /// A transaction on either backend.
 pub(crate) enum Tx {
     S(LiteTx),
-    P(Transaction<'static, Postgres>),
+    P(PgConn),
 }
 
 /// A pooled connection on either backend.
 pub(crate) enum Conn {
     S(LiteConn),
-    P(PoolConnection<Postgres>),
+    P(PgConn),
 }
 
 macro_rules! impl_exec {
@@ -583,10 +587,10 @@ macro_rules! impl_exec {
             pub async fn exec(&mut self, sql: &'static str, args: Vec<Arg>) -> Result<u64> {
                 Ok(match self {
                     Self::S(c) => c.lite().exec(sql, &args)?,
-                    Self::P(c) => bind_all!(sqlx::query(sql), args)
-                        .execute(&mut **c)
-                        .await?
-                        .rows_affected(),
+                    Self::P(c) => {
+                        let r = bind_all!(sqlx::query(sql), args).execute(&mut **c).await;
+                        c.note(r)?.rows_affected()
+                    }
                 })
             }
 
@@ -599,12 +603,10 @@ macro_rules! impl_exec {
                             .map(|v| Row::S(r.names.clone(), v))
                             .collect()
                     }
-                    Self::P(c) => bind_all!(sqlx::query(sql), args)
-                        .fetch_all(&mut **c)
-                        .await?
-                        .into_iter()
-                        .map(Row::P)
-                        .collect(),
+                    Self::P(c) => {
+                        let r = bind_all!(sqlx::query(sql), args).fetch_all(&mut **c).await;
+                        c.note(r)?.into_iter().map(Row::P).collect()
+                    }
                 })
             }
 
@@ -614,10 +616,12 @@ macro_rules! impl_exec {
                         let r = c.lite().rows(sql, &args)?;
                         r.rows.into_iter().next().map(|v| Row::S(r.names, v))
                     }
-                    Self::P(c) => bind_all!(sqlx::query(sql), args)
-                        .fetch_optional(&mut **c)
-                        .await?
-                        .map(Row::P),
+                    Self::P(c) => {
+                        let r = bind_all!(sqlx::query(sql), args)
+                            .fetch_optional(&mut **c)
+                            .await;
+                        c.note(r)?.map(Row::P)
+                    }
                 })
             }
         }

@@ -20,6 +20,7 @@ mod lite;
 pub mod model;
 pub mod notify;
 mod packed;
+mod pg;
 pub mod plan;
 pub mod previews;
 mod reserve;

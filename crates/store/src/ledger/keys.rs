@@ -23,6 +23,14 @@ pub(crate) struct HeldKey {
     pub step_status: Option<StepStatus>,
 }
 
+impl HeldKey {
+    /// A completed key past its retention at `now`: forgotten, so the operation may be made
+    /// again.
+    pub(crate) fn lapsed(&self, now: Timestamp) -> bool {
+        self.done && self.expires_at.millis() <= now.millis()
+    }
+}
+
 /// The record of `key`, with the step that holds it.
 pub(crate) async fn held(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<HeldKey>> {
     let Some(r) = tx
@@ -49,6 +57,89 @@ pub(crate) async fn held(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<Hel
             .map(|t| parse_status(&t))
             .transpose()?,
     }))
+}
+
+/// The step row that holds `key` in its own key column: the one an earlier attempt of a direct
+/// call left (to be retried, or replayed), whether or not the key's record is still there (a
+/// failed attempt gives its record back and keeps its step).
+#[derive(Clone)]
+pub(crate) struct KeyStep {
+    pub step_id: String,
+    pub attempts: i64,
+    pub principal: String,
+    pub updated_at: i64,
+    pub run_id: String,
+}
+
+/// The record of `key` with the step that holds it (as [`held`]), and the step row that
+/// carries `key` in its key column ([`KeyStep`]): what a direct call's view and its
+/// reservation need of the key, in one statement.
+pub(crate) async fn held_and_step(
+    tx: &mut Tx,
+    key: &IdempotencyKey,
+) -> Result<(Option<HeldKey>, Option<KeyStep>)> {
+    let Some(r) = tx
+        .opt(
+            "SELECT i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, h.principal, \
+             h.created_at, h.status, s.step_id AS own_step, s.attempts AS own_attempts, \
+             s.principal AS own_principal, s.updated_at AS own_updated_at, \
+             s.run_id AS own_run_id \
+             FROM (SELECT $1 AS k) q LEFT JOIN idempotency i ON i.idem_key = q.k \
+             LEFT JOIN steps h ON h.step_id = i.step_id LEFT JOIN steps s ON s.idem_key = q.k",
+            args![key.as_str()],
+        )
+        .await?
+    else {
+        return Err(crate::error::StoreError::Bug(
+            "the key lookup returned no row".into(),
+        ));
+    };
+    let held = match r.opt_text("input_hash")? {
+        None => None,
+        Some(input_hash) => Some(HeldKey {
+            input_hash,
+            done: r.text("state")? == "done",
+            outcome: r.opt_text("outcome")?,
+            expires_at: Timestamp::from_millis(r.i64("expires_at")?),
+            step_id: r.text("step_id")?,
+            principal: r.opt_text("principal")?,
+            created_at: r.opt_i64("created_at")?.map(Timestamp::from_millis),
+            step_status: r
+                .opt_text("status")?
+                .map(|t| parse_status(&t))
+                .transpose()?,
+        }),
+    };
+    let step = match r.opt_text("own_step")? {
+        None => None,
+        Some(step_id) => Some(KeyStep {
+            step_id,
+            attempts: r.i64("own_attempts")?,
+            principal: r.text("own_principal")?,
+            updated_at: r.i64("own_updated_at")?,
+            run_id: r.text("own_run_id")?,
+        }),
+    };
+    Ok((held, step))
+}
+
+/// The step row that carries `key` in its key column.
+pub(crate) async fn step_of(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<KeyStep>> {
+    tx.opt(
+        "SELECT step_id, attempts, principal, updated_at, run_id FROM steps WHERE idem_key = $1",
+        args![key.as_str()],
+    )
+    .await?
+    .map(|r| {
+        Ok(KeyStep {
+            step_id: r.text("step_id")?,
+            attempts: r.i64("attempts")?,
+            principal: r.text("principal")?,
+            updated_at: r.i64("updated_at")?,
+            run_id: r.text("run_id")?,
+        })
+    })
+    .transpose()
 }
 
 /// Takes `key` for `step_id`, in flight until `expires_at` (ms); `false` when it is held.

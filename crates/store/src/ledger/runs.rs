@@ -6,7 +6,7 @@
 
 use toolgate_core::{PriorCall, PriorCalls, PriorOutcome, RunHistory, StepStatus, Tier, Timestamp};
 
-use crate::db::{Sql, Tx, args};
+use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::store::{parse_status, parse_tier};
 
@@ -35,9 +35,7 @@ pub(crate) async fn history(
     run_id: &str,
     before: Option<i64>,
 ) -> Result<(RunHistory, bool)> {
-    let mut counted = Vec::new();
-    let mut has_steps = false;
-    for r in db
+    let rows = db
         .rows(
             "SELECT 'step' AS src, tool, tier, status, COUNT(*) AS n FROM steps \
              WHERE run_id = $1 AND seq < $2 AND kind <> 'compensation' \
@@ -51,9 +49,54 @@ pub(crate) async fn history(
                 i64::from(before.is_none())
             ],
         )
-        .await?
-    {
-        has_steps |= r.text("src")? == "step";
+        .await?;
+    let (history, has_steps, _) = counts(rows)?;
+    Ok((history, has_steps))
+}
+
+/// A direct call's run so far (as [`history`] reads it for a direct call) and its owner, in
+/// one statement: the counts, and one row more for the run itself when it exists. So the
+/// check that the caller may put calls in a run it names costs the read of the run it needs
+/// anyway, not a statement of its own.
+pub(crate) async fn history_and_owner(
+    db: &mut impl Sql,
+    run_id: &str,
+) -> Result<(RunHistory, bool, Option<RunOwner>)> {
+    let rows = db
+        .rows(
+            "SELECT 'step' AS src, tool, tier, status, COUNT(*) AS n FROM steps \
+             WHERE run_id = $1 AND kind <> 'compensation' \
+             AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status \
+             UNION ALL \
+             SELECT 'tally' AS src, tool, tier, status, n FROM run_tally WHERE run_id = $1 \
+             UNION ALL \
+             SELECT 'owner' AS src, r.principal AS tool, '' AS tier, \
+             CASE WHEN p.run_id IS NULL THEN '' ELSE 'planned' END AS status, 0 AS n \
+             FROM runs r LEFT JOIN plans p ON p.run_id = r.run_id WHERE r.run_id = $1",
+            args![run_id],
+        )
+        .await?;
+    counts(rows)
+}
+
+/// The counts of [`history`]'s and [`history_and_owner`]'s rows; whether a step was counted;
+/// and the owner row, if one came.
+fn counts(rows: Vec<Row>) -> Result<(RunHistory, bool, Option<RunOwner>)> {
+    let mut counted = Vec::new();
+    let mut has_steps = false;
+    let mut owner = None;
+    for r in rows {
+        match r.text("src")?.as_str() {
+            "owner" => {
+                owner = Some(RunOwner {
+                    principal: r.text("tool")?,
+                    planned: r.text("status")? == "planned",
+                });
+                continue;
+            }
+            "step" => has_steps = true,
+            _ => {}
+        }
         let Some(outcome) = prior_outcome(parse_status(&r.text("status")?)?) else {
             continue;
         };
@@ -70,7 +113,7 @@ pub(crate) async fn history(
         calls: Vec::new(),
         counted,
     };
-    Ok((history, has_steps))
+    Ok((history, has_steps, owner))
 }
 
 /// A call recorded in the audit chain that holds no step row: how its run counts it.
@@ -186,6 +229,24 @@ pub(crate) async fn abort(tx: &mut Tx, run_id: &str, now: Timestamp) -> Result<b
 pub(crate) struct RunOwner {
     pub principal: String,
     pub planned: bool,
+}
+
+/// Whether `principal` may put calls in run `run_id`, owned by `owner` (`None`: nobody made it
+/// yet, and it becomes theirs): their own, a plan's run with a step assigned to them, or — for
+/// a `reviewer` (a role that reviews planned steps) — any plan's run.
+pub(crate) async fn may_join(
+    c: &mut impl Sql,
+    run_id: &str,
+    owner: Option<RunOwner>,
+    principal: &str,
+    reviewer: bool,
+) -> Result<bool> {
+    match owner {
+        None => Ok(true),
+        Some(o) if o.principal == principal => Ok(true),
+        Some(o) if o.planned && reviewer => Ok(true),
+        Some(_) => crate::ledger::steps::any_of(c, run_id, principal).await,
+    }
 }
 
 /// The owner of run `run_id`, if there is such a run.

@@ -2,10 +2,14 @@
 //! recovery, reconciliation and aborted runs change them, and as they are read back.
 
 use serde_json::Value;
-use toolgate_core::{Effect, IdempotencyKey, InputHash, StepStatus, Tier, Timestamp, canonical};
+use toolgate_core::{
+    Effect, IdempotencyKey, InputHash, PrincipalId, RunId, StepId, StepStatus, Tier, Timestamp,
+    canonical,
+};
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
+use crate::ledger::runs::RunState;
 use crate::model::{Actor, PlannedStep, Step, StepKind, StepOutcome};
 use crate::store::{parse_effect, parse_status, parse_tier, to_json};
 
@@ -30,14 +34,14 @@ fn json(text: &str) -> Result<Value> {
 pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
     let kind = r.text("kind")?;
     Ok(Step {
-        step_id: r.text("step_id")?,
-        run_id: r.text("run_id")?,
+        step_id: StepId::new(r.text("step_id")?),
+        run_id: RunId::new(r.text("run_id")?),
         seq: r.i64("seq")?,
         kind: StepKind::parse(&kind).ok_or_else(|| StoreError::UnknownValue {
             what: "step kind",
             value: kind.clone(),
         })?,
-        principal: r.text("principal")?,
+        principal: PrincipalId::new(r.text("principal")?),
         role: r.text("role")?,
         tool: r.text("tool")?,
         effect: parse_effect(&r.text("effect")?)?,
@@ -61,13 +65,14 @@ pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
                 })
             })
             .transpose()?,
-        compensates: r.opt_text("compensates")?,
+        compensates: r.opt_text("compensates")?.map(StepId::new),
         created_at: Timestamp::from_millis(r.i64("created_at")?),
         updated_at: Timestamp::from_millis(r.i64("updated_at")?),
     })
 }
 
 /// A step row to insert.
+#[derive(Clone)]
 pub(crate) struct NewStep<'a> {
     pub step_id: &'a str,
     pub run_id: &'a str,
@@ -193,6 +198,70 @@ fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
         s.now.millis(),
         s.decision
     ]
+}
+
+/// Opens a direct call's new step under its idempotency key: takes the key (in flight until
+/// `expires_at`, ms), makes the step's run if `new_run`, and inserts the step, numbered after
+/// its run's last. `None`, with nothing written, when another call holds the key.
+///
+/// PostgreSQL does it in one statement: the run and the step are inserted only from the row
+/// the key's insert returned, so a key held elsewhere leaves both untouched (the step's
+/// foreign key to its run is checked at the statement's end, where the run is there). SQLite
+/// has no data-modifying `WITH`: the same three statements, one after another, in the caller's
+/// transaction.
+pub(crate) async fn open_keyed(
+    tx: &mut Tx,
+    step: &NewStep<'_>,
+    expires_at: i64,
+    new_run: bool,
+) -> Result<Option<i64>> {
+    let key = IdempotencyKey::from_stored(step.idem_key.to_string());
+    let input_hash = InputHash::of(step.inputs);
+    if !tx.is_pg() {
+        let won =
+            crate::ledger::keys::take(tx, &key, &input_hash, step.step_id, step.now, expires_at)
+                .await?;
+        if !won {
+            return Ok(None);
+        }
+        if new_run {
+            crate::ledger::runs::ensure(tx, step.run_id, step.principal, step.purpose, step.now)
+                .await?;
+        }
+        return Ok(Some(insert_next(tx, step.clone()).await?));
+    }
+    // `$1`–`$21`: the step as `insert_next` binds it; `$22`: the key's expiry; `$23`: a
+    // new run's status; `$24`: 1 to make the run.
+    let mut args = step_args(step);
+    args.remove(2); // the number is the statement's own
+    args.extend(args![
+        expires_at,
+        RunState::Open.as_str(),
+        i64::from(new_run)
+    ]);
+    let row = tx
+        .opt(
+            "WITH k AS ( \
+               INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, \
+               expires_at) VALUES ($15, $14, 'in_flight', NULL, $1, $20, $22) \
+               ON CONFLICT (idem_key) DO NOTHING RETURNING idem_key), \
+             r AS ( \
+               INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+               SELECT $2, $4, $9, $23, $20, $20 FROM k WHERE $24::bigint = 1 \
+               ON CONFLICT (run_id) DO NOTHING), \
+             s AS ( \
+               INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, tier, \
+               purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, attempts, \
+               compensates, lease_until, created_at, updated_at, decision) \
+               SELECT $1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM steps WHERE run_id = $2), \
+               $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
+               $20, $20, $21 FROM k RETURNING seq) \
+             SELECT (SELECT seq FROM s) AS seq",
+            args,
+        )
+        .await?
+        .ok_or_else(|| StoreError::Bug("opening a keyed step returned no row".into()))?;
+    row.opt_i64("seq")
 }
 
 /// Records `outcome` on the step and ends its lease.

@@ -103,6 +103,24 @@ impl Executor {
     /// state, reserve, call, record, audit. Duplicates replay; a call in flight reports it;
     /// a key reused with other inputs is refused.
     pub async fn governed_call(&self, call: DirectCall) -> Result<CallResult> {
+        let result = self.governed(call, None).await?;
+        Ok(result.expect("no run check asked for"))
+    }
+
+    /// [`Self::governed_call`] for a call whose caller named its run, which it may join only
+    /// as [`Store::may_join_run`] says (`reviewer`: the caller's role reviews planned steps).
+    /// `None` when it may not: nothing was looked up, decided or recorded, and the caller
+    /// refuses the call (`run.foreign`). A read that needs no reservation reads the run's
+    /// owner with its counts, in the one statement it reads its run with.
+    pub async fn governed_call_joining(
+        &self,
+        call: DirectCall,
+        reviewer: bool,
+    ) -> Result<Option<CallResult>> {
+        self.governed(call, Some(reviewer)).await
+    }
+
+    async fn governed(&self, call: DirectCall, join: Option<bool>) -> Result<Option<CallResult>> {
         let now = self.clock.now();
         let key = if self.toggles.get().derived_keys {
             match self.registry.tool(&call.tool) {
@@ -121,10 +139,10 @@ impl Executor {
         let started = Instant::now();
         let mut p = Pending {
             step_id: String::new(),
-            run_id: call.run_id,
+            run_id: call.run_id.into_string(),
             seq: 0,
             kind: StepKind::Direct,
-            principal: call.principal,
+            principal: call.principal.into_string(),
             tool: call.tool,
             inputs: call.inputs,
             idem_key: key.clone(),
@@ -141,13 +159,29 @@ impl Executor {
             destinations: None,
             lookups: Vec::new(),
         };
-        self.look_up_destinations(&mut p, &mut LookupCache::default())
-            .await;
         if self.unreserved(&p) {
-            p = match self.read_unreserved(p, now).await? {
-                Unreserved::Settled(result) => return Ok(result),
+            // The run is read first (with its owner, if the caller named it): the destinations
+            // are looked up only for a call that may join its run.
+            let Some(run) = self.read_run(&p, join).await? else {
+                return Ok(None);
+            };
+            self.look_up_destinations(&mut p, &mut LookupCache::default())
+                .await;
+            p = match self.read_unreserved(p, run, now).await? {
+                Unreserved::Settled(result) => return Ok(Some(result)),
                 Unreserved::Reserve(p) => p,
             };
+        } else {
+            if let Some(reviewer) = join
+                && !self
+                    .store
+                    .may_join_run(&RunId::from(&p.run_id), &p.principal, reviewer)
+                    .await?
+            {
+                return Ok(None);
+            }
+            self.look_up_destinations(&mut p, &mut LookupCache::default())
+                .await;
         }
         let prepared = self.store.reserve_direct(self.clone(), p, now).await?;
         match prepared {
@@ -157,15 +191,15 @@ impl Executor {
                 decision,
                 outcome,
                 audit_seq,
-            } => Ok(CallResult {
+            } => Ok(Some(CallResult {
                 status,
                 decision,
                 idem_key: key,
-                step_id: (!p.step_id.is_empty()).then_some(p.step_id),
+                step_id: (!p.step_id.is_empty()).then_some(StepId::new(p.step_id)),
                 approval_id: outcome.approval_id.clone(),
                 outcome: Some(outcome),
                 audit_seq,
-            }),
+            })),
             Prepared::Call {
                 mut p,
                 decision,
@@ -176,15 +210,15 @@ impl Executor {
                 self.point(SyncPoint::Reserved);
                 let (status, outcome, seq, p, decision) =
                     self.call_and_record(p, decision, tokens, approvals).await?;
-                Ok(CallResult {
+                Ok(Some(CallResult {
                     status,
                     decision,
                     idem_key: key,
-                    step_id: Some(p.step_id),
+                    step_id: Some(StepId::new(p.step_id)),
                     outcome: Some(outcome),
                     approval_id: None,
                     audit_seq: seq,
-                })
+                }))
             }
         }
     }

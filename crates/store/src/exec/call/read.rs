@@ -25,6 +25,14 @@ use toolgate_core::{PriorCall, PriorCalls, PriorOutcome};
 
 use super::LedgerView;
 
+/// A direct read's run, read before it is decided: counted from before the read (see the
+/// module docs) until it is recorded.
+pub(crate) struct ReadRun {
+    in_flight: InFlightRead,
+    history: RunHistory,
+    exists: bool,
+}
+
 /// What a direct read came to on this path.
 pub(crate) enum Unreserved {
     /// Decided and settled here: forwarded and recorded, or refused and recorded.
@@ -110,19 +118,57 @@ impl Executor {
             && p.presented.is_empty()
     }
 
-    /// Decides a read that needs nothing reserved from its run's counts, then forwards and
-    /// records it, or records its refusal; a call the engine would gate goes back to be
-    /// decided with the reservation (which reads the approvals people granted).
+    /// Reads the run of `p`, a read that needs nothing reserved, counting it as under way from
+    /// before; with `join` (the caller named the run; whether it reviews plans), also whether
+    /// it may join that run: `None` when it may not.
+    pub(crate) async fn read_run(
+        &self,
+        p: &Pending,
+        join: Option<bool>,
+    ) -> Result<Option<ReadRun>> {
+        let in_flight = InFlightRead::start(&self.store, &p.run_id, &p.tool);
+        let mut conn = self.store.inner.pool.conn().await?;
+        let (history, exists) = match join {
+            None => crate::ledger::runs::history(&mut conn, &p.run_id, None).await?,
+            Some(reviewer) => {
+                let (history, exists, owner) =
+                    crate::ledger::runs::history_and_owner(&mut conn, &p.run_id).await?;
+                let ok = crate::ledger::runs::may_join(
+                    &mut conn,
+                    &p.run_id,
+                    owner,
+                    &p.principal,
+                    reviewer,
+                )
+                .await?;
+                if !ok {
+                    return Ok(None);
+                }
+                (history, exists)
+            }
+        };
+        Ok(Some(ReadRun {
+            in_flight,
+            history,
+            exists,
+        }))
+    }
+
+    /// Decides a read that needs nothing reserved from its run's counts (`run`, read by
+    /// [`Self::read_run`]), then forwards and records it, or records its refusal; a call the
+    /// engine would gate goes back to be decided with the reservation (which reads the
+    /// approvals people granted).
     pub(crate) async fn read_unreserved(
         &self,
         mut p: Pending,
+        run: ReadRun,
         now: Timestamp,
     ) -> Result<Unreserved> {
-        let in_flight = InFlightRead::start(&self.store, &p.run_id, &p.tool);
-        let (mut run, run_exists) = {
-            let mut conn = self.store.inner.pool.conn().await?;
-            crate::ledger::runs::history(&mut conn, &p.run_id, None).await?
-        };
+        let ReadRun {
+            in_flight,
+            history: mut run,
+            exists: run_exists,
+        } = run;
         self.store
             .count_unrecorded(&p.run_id, Some(&p.tool), &mut run);
         let view = LedgerView {
@@ -134,6 +180,7 @@ impl Executor {
                 state: IdempotencyState::Fresh,
                 held: None,
                 elsewhere: None,
+                step: None,
             },
             subject: self.subject(&p),
             tokens: Vec::new(),

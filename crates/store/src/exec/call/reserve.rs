@@ -90,6 +90,12 @@ impl Executor {
         match lost {
             Lost::InProgress => {}
             Lost::AttemptsExhausted => view.key.state = IdempotencyState::Exhausted,
+            Lost::Budget => {}
+        }
+        // The lost reservation may have made or changed the key's step: read it again.
+        view.key.step = None;
+        match lost {
+            Lost::InProgress | Lost::AttemptsExhausted => {}
             Lost::Budget => {
                 crate::ledger::budgets::read_again(tx, cache, &view.chain);
                 view.budgets = self.load_budgets(tx, p, &view.chain, now, cache).await?;
@@ -127,7 +133,7 @@ impl Executor {
     ) -> Result<Option<Lost>> {
         let (chain, subject) = (&view.chain, view.subject.as_str());
         if let Some(lost) = self
-            .reserve_key_and_step(tx, p, decision, view.run_exists, now)
+            .reserve_key_and_step(tx, p, decision, view, now)
             .await?
         {
             return Ok(Some(lost));
@@ -147,9 +153,10 @@ impl Executor {
         tx: &mut Tx,
         p: &mut Pending,
         decision: &Decision,
-        run_exists: bool,
+        view: &LedgerView,
         now: Timestamp,
     ) -> Result<Option<Lost>> {
+        let run_exists = view.run_exists;
         let reg: &Registry = &self.registry;
         let input_hash = InputHash::of(&p.inputs);
         let retention = self.retention_ms(&p.tool);
@@ -163,20 +170,18 @@ impl Executor {
         // across principals), or one settled longer ago than the retention, is not this call's:
         // its key is archived and a new step made.
         let existing = if p.kind == StepKind::Direct && keyed {
-            let found = match tx
-                .opt(
-                    "SELECT step_id, attempts, principal, updated_at, run_id FROM steps WHERE idem_key = $1",
-                    args![p.idem_key.as_str()],
-                )
-                .await?
-            {
-                Some(r)
-                    if r.text("principal")? == p.principal
-                        && r.i64("updated_at")? + retention > now.millis() =>
+            // Read with the key's record, unless a lost reservation may have changed it since.
+            let step = match &view.key.step {
+                Some(known) => known.clone(),
+                None => crate::ledger::keys::step_of(tx, &p.idem_key).await?,
+            };
+            let found = match step {
+                Some(s)
+                    if s.principal == p.principal && s.updated_at + retention > now.millis() =>
                 {
                     // The retry is recorded in the run of the step it retries.
-                    p.run_id = r.text("run_id")?;
-                    Some((r.text("step_id")?, r.i64("attempts")?))
+                    p.run_id = s.run_id;
+                    Some((s.step_id, s.attempts))
                 }
                 Some(_) => {
                     crate::ledger::keys::archive(tx, &p.idem_key).await?;
@@ -192,11 +197,38 @@ impl Executor {
             }
             None
         };
+        let reserving = self.toggles.get().reserve_before_call;
+        let allowed = decision_json(decision);
+        let role = reg
+            .principal(&p.principal)
+            .map(|x| x.role().to_string())
+            .unwrap_or_default();
+        // A direct call cannot outlast its timeout (see `StoreConfig::attempt_lease`).
+        let lease = now.millis() + self.store.config().attempt_lease().as_millis() as i64;
+        let step_key = if keyed {
+            p.idem_key.to_string()
+        } else {
+            format!("{}/{}", p.idem_key, p.step_id)
+        };
+
+        // A new direct step under its key: the key, the run (if new) and the step row, taken
+        // together (one statement on PostgreSQL).
+        if p.kind == StepKind::Direct && keyed && existing.is_none() && reserving {
+            let step = self.direct_step(p, &role, &step_key, lease, &allowed, now);
+            let opened = crate::ledger::steps::open_keyed(tx, &step, expires, !run_exists).await?;
+            let Some(seq) = opened else {
+                return Ok(Some(Lost::InProgress));
+            };
+            p.attempts = 1;
+            p.seq = seq;
+            return Ok(None);
+        }
+
         let won = !keyed
             || crate::ledger::keys::take(tx, &p.idem_key, &input_hash, &p.step_id, now, expires)
                 .await?;
         if !won {
-            if self.toggles.get().reserve_before_call {
+            if reserving {
                 return Ok(Some(Lost::InProgress));
             }
             // Reservation switched off (fault evaluation): the key row follows the newest step.
@@ -205,18 +237,9 @@ impl Executor {
 
         // The step row: a planned step is already claimed; a direct call gets (or re-arms) one.
         if p.kind == StepKind::Direct {
-            let tool = reg.tool(&p.tool).expect("checked by the caller");
-            let role = reg
-                .principal(&p.principal)
-                .map(|x| x.role().to_string())
-                .unwrap_or_default();
             if !run_exists {
                 Store::ensure_run(tx, &p.run_id, &p.principal, p.purpose.as_deref(), now).await?;
             }
-            // A direct call cannot outlast its timeout (see `StoreConfig::attempt_lease`).
-            let cfg = self.store.config();
-            let lease = now.millis() + cfg.attempt_lease().as_millis() as i64;
-            let allowed = decision_json(decision);
             match existing {
                 Some((id, attempts)) => {
                     if attempts >= i64::from(MAX_ATTEMPTS) {
@@ -234,38 +257,10 @@ impl Executor {
                     p.attempts = attempts + 1;
                 }
                 None => {
+                    let step = self.direct_step(p, &role, &step_key, lease, &allowed, now);
+                    let seq = steps::insert_next(tx, step).await?;
                     p.attempts = 1;
-                    p.seq = steps::insert_next(
-                        tx,
-                        NewStep {
-                            step_id: &p.step_id,
-                            run_id: &p.run_id,
-                            seq: 0,
-                            kind: StepKind::Direct,
-                            principal: &p.principal,
-                            role: &role,
-                            tool: &p.tool,
-                            effect: tool.config.effect,
-                            tier: tool.config.tier,
-                            purpose: p.purpose.as_deref(),
-                            reason: p.reason.as_deref(),
-                            evidence: &p.evidence,
-                            actor: &p.actor,
-                            inputs: &p.inputs,
-                            idem_key: &if keyed {
-                                p.idem_key.to_string()
-                            } else {
-                                format!("{}/{}", p.idem_key, p.step_id)
-                            },
-                            status: StepStatus::Running,
-                            attempts: 1,
-                            compensates: None,
-                            lease_until: Some(lease),
-                            decision: Some(&allowed),
-                            now,
-                        },
-                    )
-                    .await?;
+                    p.seq = seq;
                 }
             }
         }
@@ -279,6 +274,42 @@ impl Executor {
             .await?;
         }
         Ok(None)
+    }
+
+    /// The new step row of direct call `p`, running on its first attempt until `lease`.
+    fn direct_step<'a>(
+        &'a self,
+        p: &'a Pending,
+        role: &'a str,
+        idem_key: &'a str,
+        lease: i64,
+        allowed: &'a str,
+        now: Timestamp,
+    ) -> NewStep<'a> {
+        let tool = self.registry.tool(&p.tool).expect("checked by the caller");
+        NewStep {
+            step_id: &p.step_id,
+            run_id: &p.run_id,
+            seq: 0,
+            kind: StepKind::Direct,
+            principal: &p.principal,
+            role,
+            tool: &p.tool,
+            effect: tool.config.effect,
+            tier: tool.config.tier,
+            purpose: p.purpose.as_deref(),
+            reason: p.reason.as_deref(),
+            evidence: &p.evidence,
+            actor: &p.actor,
+            inputs: &p.inputs,
+            idem_key,
+            status: StepStatus::Running,
+            attempts: 1,
+            compensates: None,
+            lease_until: Some(lease),
+            decision: Some(allowed),
+            now,
+        }
     }
 
     /// Window budgets, then the daily budgets of every counter up the parent chain that has a

@@ -39,6 +39,11 @@ pub(crate) struct KeyView {
     pub(crate) held: Option<HeldKey>,
     /// For a key another principal holds: by whom and when (for the refusal's message).
     pub(crate) elsewhere: Option<String>,
+    /// A direct call's step row that carries the key, read with the key's record so the
+    /// reservation need not look for it again: `None` when not read (or no longer current:
+    /// a reservation that lost a race may have made or changed it), `Some(None)` when there
+    /// is none.
+    pub(crate) step: Option<Option<KeyStep>>,
 }
 
 impl Executor {
@@ -188,11 +193,25 @@ impl Executor {
             state: IdempotencyState::Fresh,
             held: None,
             elsewhere: None,
+            step: None,
         };
         if first_attempt || (p.kind == StepKind::Direct && !replay) {
             return Ok(key);
         }
-        let Some(h) = self.key_state(tx, p, now).await? else {
+        let held = if p.kind == StepKind::Direct {
+            let (held, step) = crate::ledger::keys::held_and_step(tx, &p.idem_key).await?;
+            key.step = Some(step);
+            held
+        } else {
+            crate::ledger::keys::held(tx, &p.idem_key).await?
+        };
+        // A completed key past its retention is forgotten, and its step's key archived: that
+        // step no longer carries it.
+        let lapsed = held.as_ref().is_some_and(|h| h.lapsed(now));
+        let Some(h) = self.key_state(tx, p, held, now).await? else {
+            if lapsed && key.step.is_some() {
+                key.step = Some(None);
+            }
             return Ok(key);
         };
         let input_hash = InputHash::of(&p.inputs);
@@ -219,19 +238,20 @@ impl Executor {
         Ok(key)
     }
 
-    /// The record of `p`'s key, if it holds one. A completed key past its retention is
-    /// forgotten here (its record deleted, its step's key archived as `KEY/STEP`), so the
-    /// operation may be made again.
+    /// The record of `p`'s key (`held`, as read), if it holds one. A completed key past its
+    /// retention is forgotten here (its record deleted, its step's key archived as
+    /// `KEY/STEP`), so the operation may be made again.
     pub(crate) async fn key_state(
         &self,
         tx: &mut Tx,
         p: &Pending,
+        held: Option<HeldKey>,
         now: Timestamp,
     ) -> Result<Option<HeldKey>> {
-        let Some(h) = crate::ledger::keys::held(tx, &p.idem_key).await? else {
+        let Some(h) = held else {
             return Ok(None);
         };
-        if h.done && h.expires_at.millis() <= now.millis() {
+        if h.lapsed(now) {
             crate::ledger::keys::forget(tx, &p.idem_key).await?;
             crate::ledger::keys::archive(tx, &p.idem_key).await?;
             return Ok(None);
