@@ -424,7 +424,7 @@ async fn run_store(
         if let Err(e) = even_later.reconcile().await {
             eprintln!("episode {i}: reconcile: {e}");
         }
-        for s in reconciler.state.store.steps(&run).await? {
+        for s in reconciler.state.store.steps(&run.as_str().into()).await? {
             if matches!(s.status, StepStatus::Running | StepStatus::Unknown) {
                 eprintln!(
                     "episode {i} ({}): step {} left {:?}: {:?}",
@@ -437,7 +437,7 @@ async fn run_store(
         }
 
         let st = &reconciler.state.store;
-        let steps = st.steps(&run).await?;
+        let steps = st.steps(&run.as_str().into()).await?;
         let records = st.audit_records(None, Some(&run)).await?;
         let booked = http.fake.domain().booked(&run);
         let cell = report

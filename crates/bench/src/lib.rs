@@ -775,7 +775,7 @@ async fn episode(
         // Wait for the reconciler to settle what is unknown (it runs every `reconcile_every`).
         let deadline = Instant::now() + timing.reconcile_every * 10 + Duration::from_secs(2);
         loop {
-            let steps = store.steps(&run).await?;
+            let steps = store.steps(&run.as_str().into()).await?;
             let open = steps.iter().any(|s| s.status == StepStatus::Unknown);
             if !open || Instant::now() >= deadline {
                 break;
@@ -794,7 +794,7 @@ async fn episode(
             .filter_map(|r| r.body.step_id.clone())
             .collect();
         out.unknown = unknown_steps.len() as u32;
-        let steps = store.steps(&run).await?;
+        let steps = store.steps(&run.as_str().into()).await?;
         out.settled = unknown_steps
             .iter()
             .filter(|id| {

@@ -297,13 +297,13 @@ async fn phases(
         let worker = format!("bench-worker-{n}");
         for i in 0..opts.requests {
             let sub = PlanSubmission {
-                run_id: format!("plan-w{count}-{i}"),
+                run_id: format!("plan-w{count}-{i}").into(),
                 planner: "fin-planner".into(),
                 goal: "pay the approved invoice".into(),
                 steps: vec![PlannedStep {
                     tool: "payment.schedule".into(),
                     inputs: args(5_000_000 + count as u64 * 100_000 + u64::from(i)),
-                    principal: worker.clone(),
+                    principal: worker.as_str().into(),
                     purpose: Some("billing".into()),
                     reason: Some(REASONS[0].into()),
                     evidence: Vec::new(),
@@ -341,7 +341,7 @@ async fn phases(
         let (mut done, mut refused, mut other, mut booked, mut twice) = (0, 0, 0, 0, 0);
         for i in 0..opts.requests {
             let run = format!("plan-w{count}-{i}");
-            for s in store.steps(&run).await? {
+            for s in store.steps(&run.as_str().into()).await? {
                 match s.status {
                     toolgate_core::StepStatus::Done => done += 1,
                     toolgate_core::StepStatus::Refused => refused += 1,

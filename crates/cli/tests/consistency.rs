@@ -350,10 +350,13 @@ fn parked_run(tmp: &Path) -> (PathBuf, String, String, Vec<(String, String)>) {
         let mut ids = Vec::new();
         for s in store.steps(&run).await.unwrap() {
             let r = exec.execute_step(&s.step_id).await.unwrap();
-            ids.push((r.outcome.unwrap().approval_id.unwrap(), s.step_id));
+            ids.push((
+                r.outcome.unwrap().approval_id.unwrap().to_string(),
+                s.step_id.to_string(),
+            ));
         }
         store.close().await;
-        (run, ids)
+        (run.to_string(), ids)
     });
     (dir, url, run, ids)
 }
@@ -369,7 +372,7 @@ fn step_statuses(url: &str, ids: &[(String, String)]) -> Vec<String> {
             .unwrap();
         let mut out = Vec::new();
         for (_, step) in ids {
-            out.push(store.step(step).await.unwrap().status.to_string());
+            out.push(store.step(&step.into()).await.unwrap().status.to_string());
         }
         store.close().await;
         out

@@ -5,7 +5,7 @@
 //! through the executor (every check again, the lease consumed in the transaction that starts
 //! the call).
 
-use toolgate_core::{InputHash, Registry, StepStatus};
+use toolgate_core::{ApprovalId, InputHash, Registry, StepId, StepStatus};
 use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, Step, StepReport};
 
 use crate::error::ConsoleError;
@@ -21,7 +21,7 @@ pub enum Approved {
     /// Enough people approved and the parked step ran (or was settled) through the executor.
     Ran(Box<StepReport>),
     /// Enough people approved a step that was left for a worker to run (`run_now` false).
-    Queued { step_id: String },
+    Queued { step_id: StepId },
     /// Enough people approved a direct call: the agent's retry of the same call now passes.
     DirectCall,
 }
@@ -54,7 +54,7 @@ fn require_eligible(
 async fn require_open(exec: &Executor, req: &ApprovalRequest) -> Result<(), ConsoleError> {
     if req.status != ApprovalStatus::Pending {
         return Err(ConsoleError::Closed {
-            id: req.approval_id.clone(),
+            id: req.approval_id.to_string(),
             status: req.status.as_str().to_string(),
         });
     }
@@ -62,7 +62,7 @@ async fn require_open(exec: &Executor, req: &ApprovalRequest) -> Result<(), Cons
     if now >= req.expires_at {
         exec.store.expire_approvals(now).await?;
         return Err(ConsoleError::Expired {
-            id: req.approval_id.clone(),
+            id: req.approval_id.to_string(),
             expires_at: crate::fmt::datetime(req.expires_at),
         });
     }
@@ -73,7 +73,7 @@ async fn require_open(exec: &Executor, req: &ApprovalRequest) -> Result<(), Cons
 /// With `run_now`, a planned step whose approvals are complete is executed here, once.
 pub async fn approve(
     exec: &Executor,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     approver: &str,
     shown_hash: &str,
     run_now: bool,
@@ -93,7 +93,7 @@ pub async fn approve(
 /// both approve through [`approve`], which asks this first.
 pub async fn refuse_if_it_cannot_run(
     exec: &Executor,
-    approval_id: &str,
+    approval_id: &ApprovalId,
 ) -> Result<(), ConsoleError> {
     let req = exec.store.approval(approval_id).await?;
     if req.status != ApprovalStatus::Pending {
@@ -114,7 +114,7 @@ pub async fn refuse_if_it_cannot_run(
 /// approved by this person already. Returns the parked step, if the request parks one.
 pub async fn approvable(
     exec: &Executor,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     approver: &str,
     shown_hash: &str,
 ) -> Result<Option<Step>, ConsoleError> {
@@ -131,7 +131,7 @@ pub async fn approvable(
         });
     }
     // A planned step is the subject: its inputs now must be the ones the request holds.
-    let step = match exec.store.step(&req.subject).await {
+    let step = match exec.store.step(&req.subject_step()).await {
         Ok(s) => Some(s),
         Err(toolgate_store::StoreError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
@@ -146,14 +146,14 @@ pub async fn approvable(
         }
         if s.status != StepStatus::NeedsApproval {
             return Err(ConsoleError::Closed {
-                id: req.approval_id.clone(),
+                id: req.approval_id.to_string(),
                 status: format!("for a step that is {}", s.status),
             });
         }
     }
     if req.approved_by.iter().any(|a| a == approver) {
         return Err(ConsoleError::SameApprover {
-            id: req.approval_id.clone(),
+            id: req.approval_id.to_string(),
             approver: approver.to_string(),
         });
     }
@@ -164,7 +164,7 @@ pub async fn approvable(
 /// step run here (`run_now`) or queued, or a direct call's retry let through.
 pub async fn after_grant(
     exec: &Executor,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     step: Option<Step>,
     run_now: bool,
 ) -> Result<Approved, ConsoleError> {
@@ -187,7 +187,7 @@ pub async fn after_grant(
 /// Rejects `approval_id` as `approver`; the reason is required and recorded.
 pub async fn reject(
     exec: &Executor,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     approver: &str,
     reason: &str,
 ) -> Result<(), ConsoleError> {

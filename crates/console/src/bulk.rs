@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use toolgate_core::Sensitivity;
+use toolgate_core::{ApprovalId, Sensitivity};
 use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, ReviewVerdict, StoreError};
 
 use crate::actions::{self, Approved};
@@ -28,7 +28,7 @@ pub const MAX_RISK: u32 = 7;
 /// A group's offer: the members (approval id, input hash) and their total per currency.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offer {
-    pub members: Vec<(String, String)>,
+    pub members: Vec<(ApprovalId, String)>,
     /// Currency (empty when the calls name none) → total amount; never summed across.
     pub totals: BTreeMap<String, f64>,
 }
@@ -111,7 +111,7 @@ pub async fn excluded(
     if !crate::facts::duplicates(reg, req, all, exec.store.config().retention_ms()).is_empty() {
         return Ok(Some("possible duplicate"));
     }
-    match exec.store.step(&req.subject).await {
+    match exec.store.step(&req.subject_step()).await {
         Ok(s) => {
             if toolgate_core::InputHash::of(&s.inputs) != req.input_hash {
                 return Ok(Some("inputs changed"));
@@ -142,7 +142,7 @@ pub async fn excluded(
 
 /// One group's bulk offer, and why each item left out of it was: `(offer, [(approval id,
 /// reason)])`. There is an offer when at least two items qualify.
-pub type GroupOffer = (Option<Offer>, Vec<(String, &'static str)>);
+pub type GroupOffer = (Option<Offer>, Vec<(ApprovalId, &'static str)>);
 
 /// The offer for one queue group, when at least two of its items qualify, with the reason
 /// each other item is kept out.
@@ -179,11 +179,12 @@ pub async fn approve(
     set: &str,
     confirm: &str,
     run_now: bool,
-) -> Result<Vec<(String, Approved)>, ConsoleError> {
-    let members: Vec<(&str, &str)> = set
+) -> Result<Vec<(ApprovalId, Approved)>, ConsoleError> {
+    let members: Vec<(ApprovalId, &str)> = set
         .split(',')
         .filter(|m| !m.is_empty())
         .filter_map(|m| m.split_once(':'))
+        .map(|(id, hash)| (ApprovalId::from(id), hash))
         .collect();
     if members.len() < 2 || confirm.trim() != format!("approve {}", members.len()) {
         return Err(ConsoleError::BulkRefused(format!(
@@ -212,10 +213,8 @@ pub async fn approve(
     }
     let mut out = Vec::new();
     for (id, hash) in members {
-        out.push((
-            id.to_string(),
-            actions::approve(exec, id, viewer, hash, run_now).await?,
-        ));
+        let approved = actions::approve(exec, &id, viewer, hash, run_now).await?;
+        out.push((id, approved));
     }
     Ok(out)
 }
@@ -226,7 +225,7 @@ pub async fn approve(
 pub struct RunOffer {
     pub run_id: String,
     /// (approval id, input hash, tool), in the order raised.
-    pub members: Vec<(String, String, String)>,
+    pub members: Vec<(ApprovalId, String, String)>,
     /// Why the run cannot be approved as one now (a step the viewer may not decide, one that
     /// would be refused, one whose inputs changed), or `None`.
     pub refusal: Option<String>,
@@ -307,7 +306,7 @@ async fn run_refusal(
         } else if r.approved_by.iter().any(|a| a == viewer) {
             Some(format!("you already approved parked step {step}"))
         } else {
-            match exec.store.step(&r.subject).await {
+            match exec.store.step(&r.subject_step()).await {
                 Ok(s) if toolgate_core::InputHash::of(&s.inputs) != r.input_hash => {
                     Some(format!("the inputs of parked step {step} changed"))
                 }
@@ -362,7 +361,7 @@ pub async fn approve_run(
     run_id: &str,
     set: &str,
     run_now: bool,
-) -> Result<Vec<(String, Approved)>, ConsoleError> {
+) -> Result<Vec<(ApprovalId, Approved)>, ConsoleError> {
     let Some(offer) = run_offer(exec, viewer, run_id).await? else {
         return Err(ConsoleError::BulkRefused(
             "this run no longer has two or more parked steps to approve together".into(),
@@ -384,7 +383,7 @@ pub async fn approve_run(
         steps.push(actions::approvable(exec, id, viewer, hash).await?);
     }
     // All the grants in one transaction: all taken, or none.
-    let ids: Vec<&str> = offer.members.iter().map(|(id, _, _)| id.as_str()).collect();
+    let ids: Vec<&ApprovalId> = offer.members.iter().map(|(id, _, _)| id).collect();
     exec.store
         .approve_all(&exec.registry, &exec.keys, &ids, viewer, exec.clock.now())
         .await?;

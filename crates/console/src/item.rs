@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 use toolgate_core::registry::Tool;
-use toolgate_core::{InputHash, Registry, Timestamp};
+use toolgate_core::{ApprovalId, InputHash, Registry, Timestamp};
 use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, Review, Step, StoreError};
 
 use crate::error::ConsoleError;
@@ -277,7 +277,7 @@ pub fn compare(
 /// nothing of it), and fields above their sensitivity ceiling are masked.
 pub async fn load_for(
     exec: &Executor,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     viewer: &str,
 ) -> Result<ItemView, ConsoleError> {
     let request = exec.store.approval(approval_id).await?;
@@ -394,7 +394,7 @@ fn scrub_value(v: &Value, hidden: &[String]) -> Value {
 }
 
 /// Loads one item for display.
-pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, ConsoleError> {
+pub async fn load(exec: &Executor, approval_id: &ApprovalId) -> Result<ItemView, ConsoleError> {
     let request = exec.store.approval(approval_id).await?;
     let all = exec.store.approvals(None).await?;
     let (fields, comparison) = compare(&exec.registry, &request, &all);
@@ -407,7 +407,7 @@ pub async fn load(exec: &Executor, approval_id: &str) -> Result<ItemView, Consol
     .into_iter()
     .cloned()
     .collect();
-    let step = match exec.store.step(&request.subject).await {
+    let step = match exec.store.step(&request.subject_step()).await {
         Ok(s) => Some(s),
         Err(StoreError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),

@@ -478,7 +478,7 @@ pub fn compute(
             let rejected = records.iter().find(|x| {
                 x.body.why.decision == AuditDecision::Rejected
                     && x.body.tool == a.tool
-                    && x.body.run_id == a.run_id
+                    && x.body.run_id.as_deref() == a.run_id.as_deref()
                     && x.body.ts >= a.created_at
                     && x.body
                         .step_id
@@ -541,9 +541,9 @@ fn shadow_uses(records: &[&AuditRecord]) -> Vec<ShadowUse> {
         let b = &r.body;
         for m in &b.why.shadow {
             let u = uses
-                .entry((m.rule.clone(), m.would))
+                .entry((m.rule.to_string(), m.would))
                 .or_insert_with(|| ShadowUse {
-                    rule: m.rule.clone(),
+                    rule: m.rule.to_string(),
                     would: m.would,
                     matched: 0,
                     let_through: 0,

@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use toolgate_core::ApprovalId;
 use toolgate_ontology::Ontology;
 use toolgate_store::Executor;
 
@@ -471,16 +472,16 @@ async fn queue_page(
 
 #[derive(Deserialize, Default)]
 struct ItemQuery {
-    last: Option<String>,
+    last: Option<ApprovalId>,
 }
 
 /// What became of the item decided before this one: the store's word, not the page's.
-async fn last_result(exec: &Executor, id: &str, viewer: &str) -> Option<pages::LastResult> {
+async fn last_result(exec: &Executor, id: &ApprovalId, viewer: &str) -> Option<pages::LastResult> {
     let req = exec.store.approval(id).await.ok()?;
     if !actions::may_decide(&exec.registry, viewer, &req) {
         return None;
     }
-    let step = exec.store.step(&req.subject).await.ok();
+    let step = exec.store.step(&req.subject_step()).await.ok();
     let (status, text) = match (&req.status, &step) {
         (_, Some(s)) if s.status == toolgate_core::StepStatus::Done => {
             ("done".to_string(), "approved, and it ran once".to_string())
@@ -523,7 +524,7 @@ async fn last_result(exec: &Executor, id: &str, viewer: &str) -> Option<pages::L
 async fn item_page(
     State(s): State<ConsoleState>,
     SignedIn(who): SignedIn,
-    Path(id): Path<String>,
+    Path(id): Path<ApprovalId>,
     Query(q): Query<ItemQuery>,
 ) -> Response {
     let exec = s.exec();
@@ -569,7 +570,7 @@ struct ApproveForm {
 
 async fn approve(
     State(s): State<ConsoleState>,
-    Path(id): Path<String>,
+    Path(id): Path<ApprovalId>,
     Posted(who, f): Posted<ApproveForm>,
 ) -> Response {
     let shown = f.input_hash.unwrap_or_default();
@@ -698,7 +699,7 @@ async fn bulk_approve(State(s): State<ConsoleState>, Posted(who, f): Posted<Bulk
 fn approved_together(
     s: &ConsoleState,
     who: &Session,
-    done: &[(String, Approved)],
+    done: &[(ApprovalId, Approved)],
     title: &str,
 ) -> Response {
     let lines: Vec<String> = done
@@ -761,7 +762,7 @@ struct RejectForm {
 
 async fn reject(
     State(s): State<ConsoleState>,
-    Path(id): Path<String>,
+    Path(id): Path<ApprovalId>,
     Posted(who, f): Posted<RejectForm>,
 ) -> Response {
     let reason = f.reason.unwrap_or_default();

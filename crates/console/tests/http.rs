@@ -5,7 +5,7 @@
 
 use crate::common::*;
 use axum::http::StatusCode;
-use toolgate_core::{InputHash, StepStatus};
+use toolgate_core::{ApprovalId, InputHash, StepStatus};
 use toolgate_store::ApprovalStatus;
 
 async fn signed_in(e: &Env, key: &str) -> Http {
@@ -396,9 +396,9 @@ async fn the_queue_puts_larger_spend_first_groups_like_calls_and_filters() {
     assert!(!q.contains("class=\"diff\"><code>EUR"));
 
     let f = h.get(&format!("/?run={}", small.run)).await.body;
-    assert!(f.contains(&small.approval) && !f.contains(&large.approval));
+    assert!(f.contains(small.approval.as_str()) && !f.contains(large.approval.as_str()));
     let f = h.get("/?tool=payment.urgent").await.body;
-    assert!(f.contains(&urgent.approval) && !f.contains(&small.approval));
+    assert!(f.contains(urgent.approval.as_str()) && !f.contains(small.approval.as_str()));
 }
 
 #[tokio::test]
@@ -604,7 +604,7 @@ async fn a_runs_parked_steps_are_approved_together_each_running_once() {
     for a in &parked {
         assert_eq!(e.rec.count_step(&a.subject), 1, "{} ran once", a.subject);
         assert_eq!(
-            e.store.step(&a.subject).await.unwrap().status,
+            e.store.step(&a.subject_step()).await.unwrap().status,
             StepStatus::Done
         );
     }
@@ -691,7 +691,7 @@ async fn a_run_whose_last_step_would_be_refused_is_approved_not_at_all() {
         assert_eq!(now.status, ApprovalStatus::Pending);
         assert!(now.approved_by.is_empty(), "no grant was kept");
         assert_eq!(
-            e.store.step(&a.subject).await.unwrap().status,
+            e.store.step(&a.subject_step()).await.unwrap().status,
             StepStatus::NeedsApproval
         );
     }
@@ -760,7 +760,7 @@ async fn approving_a_set_in_the_store_is_all_or_nothing() {
         )
         .await
         .unwrap();
-    let ids: Vec<&str> = parked.iter().map(|r| r.approval_id.as_str()).collect();
+    let ids: Vec<&ApprovalId> = parked.iter().map(|r| &r.approval_id).collect();
     let err = e
         .store
         .approve_all(&e.exec.registry, &e.exec.keys, &ids, "alice", e.clock_now())

@@ -10,8 +10,15 @@ pub enum ContractError {
         path: String,
         message: String,
     },
-    #[error("{file}: {message}")]
-    Io { file: String, message: String },
+    /// A file could not be read or written; `doing` says which (`cannot read: `), and the
+    /// operating system's error is kept as the source.
+    #[error("{file}: {doing}{source}")]
+    Io {
+        file: String,
+        doing: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     /// Connecting to or reading from an MCP server failed.
     #[error("{target}: {message}")]
     Server { target: String, message: String },

@@ -147,9 +147,10 @@ impl Lockfile {
         if !path.exists() {
             return Ok(Lockfile::default());
         }
-        let text = std::fs::read_to_string(path).map_err(|e| ContractError::Io {
+        let text = std::fs::read_to_string(path).map_err(|source| ContractError::Io {
             file: path.display().to_string(),
-            message: format!("cannot read: {e}"),
+            doing: "cannot read: ",
+            source,
         })?;
         Lockfile::parse(&path.display().to_string(), &text)
     }
@@ -228,9 +229,10 @@ impl Lockfile {
     /// Writes the lockfile (whole file, replaced atomically through a temporary beside it).
     pub fn write(&self, path: &Path) -> Result<(), ContractError> {
         let tmp = path.with_extension("lock.tmp");
-        let io = |e: std::io::Error| ContractError::Io {
+        let io = |source: std::io::Error| ContractError::Io {
             file: path.display().to_string(),
-            message: format!("cannot write: {e}"),
+            doing: "cannot write: ",
+            source,
         };
         std::fs::write(&tmp, self.render()).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)

@@ -125,9 +125,10 @@ pub fn tools_on_disk(dir: &Path) -> Result<Vec<ToolConfig>, ContractError> {
     let mut out = Vec::new();
     for path in files {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|e| ContractError::Io {
+        let text = std::fs::read_to_string(&path).map_err(|source| ContractError::Io {
             file: file.clone(),
-            message: e.to_string(),
+            doing: "",
+            source,
         })?;
         out.extend(parse_tools(&file, &text)?);
     }

@@ -20,6 +20,7 @@ use crate::config::{DestinationKind, WindowBudgetConfig};
 use crate::error::CoreError;
 use crate::model::Timestamp;
 use crate::registry::{Finding, Principal, Registry, Tool};
+use crate::rule::Rule;
 
 /// Units per 1 of a summed input: four fraction digits, as Cedar's `decimal`.
 pub const SCALE: i64 = 10_000;
@@ -113,8 +114,8 @@ impl Assessment {
 
 impl WindowBudget {
     /// The rule a refusal by this budget names.
-    pub fn rule(&self) -> String {
-        format!("budget.window.{}", self.id)
+    pub fn rule(&self) -> Rule {
+        Rule::window(&self.id)
     }
 
     /// The limit that holds for `principal`.
@@ -258,7 +259,7 @@ impl WindowBudget {
 #[derive(Debug, Default)]
 pub(crate) struct WindowCheck {
     /// The first refusal: (rule, detail).
-    pub failure: Option<(String, String)>,
+    pub failure: Option<(Rule, String)>,
     /// What each budget holds, for the check's detail.
     pub notes: Vec<String>,
     /// What policies see of each budget.

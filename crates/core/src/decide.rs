@@ -15,6 +15,7 @@ use crate::config::{DestinationKind, GrantConfig, ToolConfig};
 use crate::model::{Tier, Timestamp};
 use crate::policy::{PolicyVerdict, RunCounts};
 use crate::registry::{Registry, Tool};
+use crate::rule::Rule;
 use crate::token::{ApprovalClaims, ApprovalKeys, ApprovalToken, Expected};
 
 /// The checks, in the order the engine evaluates and records them.
@@ -96,7 +97,7 @@ pub struct Check {
     pub detail: String,
     /// The rule that decided this check (`grant.purpose`, a policy id, `schema.maximum`…).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub rule: Option<String>,
+    pub rule: Option<Rule>,
 }
 
 /// What the engine decided.
@@ -106,11 +107,11 @@ pub enum Verdict {
     Allow,
     Deny {
         check: CheckName,
-        rule: String,
+        rule: Rule,
         reason: String,
     },
     NeedsApproval {
-        rule: String,
+        rule: Rule,
         reason: String,
         /// Distinct approvers still needed.
         approvers_needed: u8,
@@ -142,7 +143,7 @@ impl ShadowEffect {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShadowRule {
     /// The policy id, or `gate.always` for a tool whose gate is in shadow.
-    pub rule: String,
+    pub rule: Rule,
     pub would: ShadowEffect,
 }
 
@@ -176,7 +177,7 @@ impl Decision {
     pub fn rule(&self) -> Option<&str> {
         match &self.verdict {
             Verdict::Allow => None,
-            Verdict::Deny { rule, .. } | Verdict::NeedsApproval { rule, .. } => Some(rule),
+            Verdict::Deny { rule, .. } | Verdict::NeedsApproval { rule, .. } => Some(rule.as_str()),
         }
     }
 }
@@ -486,7 +487,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn push(&mut self, name: CheckName, outcome: Outcome, detail: String, rule: Option<String>) {
+    fn push(&mut self, name: CheckName, outcome: Outcome, detail: String, rule: Option<Rule>) {
         self.checks.push(Check {
             name,
             outcome,
@@ -497,8 +498,8 @@ impl Recorder {
     fn pass(&mut self, name: CheckName, detail: String) {
         self.push(name, Outcome::Pass, detail, None);
     }
-    fn fail(&mut self, name: CheckName, rule: &str, detail: String) {
-        self.push(name, Outcome::Fail, detail, Some(rule.to_string()));
+    fn fail(&mut self, name: CheckName, rule: Rule, detail: String) {
+        self.push(name, Outcome::Fail, detail, Some(rule));
     }
     fn skip(&mut self, name: CheckName, detail: &str) {
         self.push(name, Outcome::Skip, detail.to_string(), None);
@@ -520,7 +521,7 @@ fn check_pin(rec: &mut Recorder, definition: Definition<'_>) -> bool {
              anything is forwarded",
         ),
         Definition::Blocked(why) => {
-            rec.fail(CheckName::Pin, "pin.blocked", why.to_string());
+            rec.fail(CheckName::Pin, Rule::PIN_BLOCKED, why.to_string());
             return false;
         }
     }
@@ -544,13 +545,13 @@ fn check_schema(rec: &mut Recorder, tool: &Tool, req: &CallRequest<'_>) -> bool 
             true
         }
         Err(errors) => {
-            let rule = format!("schema.{}", errors[0].constraint);
+            let rule = Rule::schema(&errors[0].constraint);
             let detail = errors
                 .iter()
                 .map(|e| e.to_string())
                 .collect::<Vec<_>>()
                 .join("; ");
-            rec.fail(CheckName::Schema, &rule, detail);
+            rec.fail(CheckName::Schema, rule, detail);
             false
         }
     }
@@ -582,7 +583,7 @@ fn check_grant_fits(
         let max = candidates.iter().map(|g| g.max_tier).max();
         rec.fail(
             CheckName::TierSensitivity,
-            "grant.tier",
+            Rule::GRANT_TIER,
             format!(
                 "tier {} exceeds the grant's max tier {}",
                 cfg.tier,
@@ -593,7 +594,7 @@ fn check_grant_fits(
         let max = candidates.iter().map(|g| g.max_sensitivity).max();
         rec.fail(
             CheckName::TierSensitivity,
-            "grant.sensitivity",
+            Rule::GRANT_SENSITIVITY,
             format!(
                 "sensitivity {} exceeds the grant's max sensitivity {}",
                 cfg.sensitivity,
@@ -613,7 +614,7 @@ fn check_rate_limit(rec: &mut Recorder, tool: &Tool, counts: RunCounts, ran_befo
         ),
         Some(limit) if counts.tool_calls >= limit as i64 => rec.fail(
             CheckName::RateLimit,
-            "rate_limit",
+            Rule::RATE_LIMIT,
             format!(
                 "rate limit: '{}' allows {limit} call(s) per run and {} were made",
                 tool.name(),
@@ -644,7 +645,7 @@ fn check_idempotency(rec: &mut Recorder, req: &CallRequest<'_>) {
         ),
         IdempotencyState::Elsewhere => rec.fail(
             CheckName::Idempotency,
-            "idempotency.elsewhere",
+            Rule::IDEMPOTENCY_ELSEWHERE,
             format!(
                 "this operation was already made {}; it is done once, whoever asks, and its \
                  outcome is not yours to read",
@@ -653,13 +654,13 @@ fn check_idempotency(rec: &mut Recorder, req: &CallRequest<'_>) {
         ),
         IdempotencyState::InputsDiffer => rec.fail(
             CheckName::Idempotency,
-            "idempotency.inputs_differ",
+            Rule::IDEMPOTENCY_INPUTS_DIFFER,
             "this idempotency key was used with different inputs; a changed call is a new step"
                 .into(),
         ),
         IdempotencyState::Exhausted => rec.fail(
             CheckName::Idempotency,
-            "attempts.exhausted",
+            Rule::ATTEMPTS_EXHAUSTED,
             format!("this call was attempted {MAX_ATTEMPTS} times; it will not be retried again"),
         ),
     }
@@ -672,12 +673,12 @@ fn gate_rule(
     cfg: &ToolConfig,
     policies: Option<&PolicyVerdict>,
     destination: Option<&DestinationGate>,
-) -> Option<String> {
+) -> Option<Rule> {
     if cfg.gate == crate::model::Gate::Always {
-        return Some("gate.always".to_string());
+        return Some(Rule::GATE_ALWAYS);
     }
     policies
-        .and_then(|v| v.gated_by.first().cloned())
+        .and_then(|v| v.gated_by.first().map(Rule::new))
         .or_else(|| destination.map(|g| g.rule.clone()))
 }
 
@@ -771,17 +772,17 @@ impl<'r> Engine<'r> {
         }
         check_idempotency(&mut rec, req);
         let gate_rule = gate_rule(cfg, policies.as_ref(), destination_gate.as_ref());
-        let gate = gate_rule.as_deref().map(|rule| GateRule {
+        let gate = gate_rule.as_ref().map(|rule| GateRule {
             rule,
             reason: destination_gate
                 .as_ref()
-                .filter(|g| g.rule == rule)
+                .filter(|g| g.rule == *rule)
                 .map(|g| g.reason.as_str()),
         });
         let (approvals, gate_passed) = self.check_gate(&mut rec, tool, req, &input_hash, gate, now);
         if cfg.gate == crate::model::Gate::Shadow {
             let tool_gate = ShadowRule {
-                rule: "gate.always".into(),
+                rule: Rule::GATE_ALWAYS,
                 would: ShadowEffect::Gate,
             };
             note_shadow(&mut rec, CheckName::Gate, std::slice::from_ref(&tool_gate));
@@ -809,7 +810,7 @@ impl<'r> Engine<'r> {
         let Some(principal) = self.registry.principal(req.principal) else {
             rec.fail(
                 CheckName::Credential,
-                "credential",
+                Rule::CREDENTIAL,
                 format!("no principal '{}'", req.principal),
             );
             return None;
@@ -833,7 +834,7 @@ impl<'r> Engine<'r> {
             _ => {
                 rec.fail(
                     CheckName::Listed,
-                    "tool.unknown",
+                    Rule::TOOL_UNKNOWN,
                     unknown_tool_message(req.tool),
                 );
                 return None;
@@ -866,7 +867,7 @@ impl<'r> Engine<'r> {
             None => rec.skip(CheckName::Policy, "not evaluated: the inputs are not valid"),
             Some(v) if !v.errors.is_empty() => rec.fail(
                 CheckName::Policy,
-                "policy.error",
+                Rule::POLICY_ERROR,
                 format!(
                     "policy evaluation failed, so the call is refused: {}",
                     v.errors.join("; ")
@@ -875,7 +876,11 @@ impl<'r> Engine<'r> {
             Some(v) if !v.forbidden_by.is_empty() => {
                 let id = &v.forbidden_by[0];
                 let why = self.policy_reason(id);
-                rec.fail(CheckName::Policy, id, format!("policy '{id}' objects{why}"));
+                rec.fail(
+                    CheckName::Policy,
+                    Rule::new(id),
+                    format!("policy '{id}' objects{why}"),
+                );
             }
             Some(v) if !v.gated_by.is_empty() => rec.push(
                 CheckName::Policy,
@@ -885,7 +890,7 @@ impl<'r> Engine<'r> {
                     v.gated_by[0],
                     self.policy_reason(&v.gated_by[0])
                 ),
-                Some(v.gated_by[0].clone()),
+                Some(Rule::new(&v.gated_by[0])),
             ),
             Some(_) => rec.pass(CheckName::Policy, "no policy objects".into()),
         }
@@ -899,7 +904,7 @@ impl<'r> Engine<'r> {
         v.shadow_matched
             .iter()
             .map(|id| ShadowRule {
-                rule: id.clone(),
+                rule: Rule::new(id),
                 would: match self.registry.policies.info(id) {
                     Some(p) if p.gate => ShadowEffect::Gate,
                     _ => ShadowEffect::Deny,
@@ -999,7 +1004,7 @@ impl<'r> Engine<'r> {
         }
         let mut passed = Vec::new();
         let mut unlisted: Vec<String> = Vec::new();
-        let mut first_gate: Option<String> = None;
+        let mut first_gate: Option<Rule> = None;
         for d in &cfg.destinations {
             let Some(value) = req.inputs.get(&d.field) else {
                 continue; // optional and absent: nothing goes anywhere through it
@@ -1015,7 +1020,7 @@ impl<'r> Engine<'r> {
                     None => {
                         rec.fail(
                             CheckName::Destination,
-                            &format!("destination.{}", d.field),
+                            Rule::destination(&d.field),
                             format!(
                                 "the allowed values for '{}' could not be looked up through {}, so \
                                  the call is refused; try again later, or ask a person",
@@ -1052,12 +1057,12 @@ impl<'r> Engine<'r> {
                             d.field,
                             part.as_deref().unwrap_or(v)
                         ));
-                        first_gate.get_or_insert_with(|| format!("destination.{}", d.field));
+                        first_gate.get_or_insert_with(|| Rule::destination(&d.field));
                         continue;
                     }
                     rec.fail(
                         CheckName::Destination,
-                        &format!("destination.{}", d.field),
+                        Rule::destination(&d.field),
                         format!(
                             "'{}' rejected: {what} {} is not allowed here. Allowed: {}. Use a destination on record, or ask a person to add one",
                             d.field,
@@ -1111,7 +1116,7 @@ impl<'r> Engine<'r> {
             };
             rec.fail(
                 CheckName::Purpose,
-                "purpose.missing",
+                Rule::PURPOSE_MISSING,
                 format!(
                     "no purpose given; '{}' may be used for: {}; {how}",
                     cfg.name,
@@ -1130,7 +1135,7 @@ impl<'r> Engine<'r> {
         if !cfg.purposes.iter().any(|p| p == purpose) {
             rec.fail(
                 CheckName::Purpose,
-                "tool.purpose",
+                Rule::TOOL_PURPOSE,
                 format!(
                     "'{}' is not for purpose '{purpose}', so it is not granted for purpose '{purpose}'; its purposes: {}",
                     cfg.name,
@@ -1153,7 +1158,7 @@ impl<'r> Engine<'r> {
                 .unwrap_or_else(|| cfg.scopes.iter().collect());
             rec.fail(
                 CheckName::Purpose,
-                "grant.purpose",
+                Rule::GRANT_PURPOSE,
                 format!(
                     "scopes {} not granted for purpose '{purpose}'",
                     quoted(missing)
@@ -1171,7 +1176,7 @@ impl<'r> Engine<'r> {
             };
             rec.fail(
                 CheckName::Purpose,
-                "reason.missing",
+                Rule::REASON_MISSING,
                 format!("'{}' changes state, so it needs a reason: {how}", cfg.name),
             );
         } else {
@@ -1249,7 +1254,7 @@ impl<'r> Engine<'r> {
                 };
                 rec.fail(
                     CheckName::Budget,
-                    &format!("budget.{tier}"),
+                    Rule::daily_budget(tier),
                     format!(
                         "daily {tier} budget of {whose} is used up: {used} of {limit} today; it frees at 00:00 UTC"
                     ),
@@ -1262,7 +1267,7 @@ impl<'r> Engine<'r> {
         let mut window_notes = String::new();
         if let Some(w) = windows {
             if let Some((rule, detail)) = &w.failure {
-                rec.fail(CheckName::Budget, rule, detail.clone());
+                rec.fail(CheckName::Budget, rule.clone(), detail.clone());
                 return;
             }
             window_notes = format!("; window budgets {}", w.notes.join(", "));
@@ -1312,7 +1317,7 @@ impl<'r> Engine<'r> {
                 CheckName::Gate,
                 Outcome::Pass,
                 format!("gated by {rule}, but this call ran before: nothing runs again"),
-                Some(rule.to_string()),
+                Some(rule.clone()),
             );
             return (Vec::new(), true);
         }
@@ -1363,7 +1368,7 @@ impl<'r> Engine<'r> {
                 CheckName::Gate,
                 Outcome::Pass,
                 format!("approved by {} under rule {rule}", by.join(" and ")),
-                Some(rule.to_string()),
+                Some(rule.clone()),
             );
             return (valid, true);
         }
@@ -1372,7 +1377,7 @@ impl<'r> Engine<'r> {
             // request is raised for the same thing.
             rec.fail(
                 CheckName::Gate,
-                "approval.rejected",
+                Rule::APPROVAL_REJECTED,
                 format!(
                     "a person rejected this exact call under rule {rule} ({rejection}); it will not \
                      run, and asking again with the same inputs gets the same answer"
@@ -1381,7 +1386,7 @@ impl<'r> Engine<'r> {
             return (Vec::new(), false);
         }
         let why = match reason {
-            _ if rule == "gate.always" => {
+            _ if *rule == Rule::GATE_ALWAYS => {
                 format!(": '{}' always needs a person's approval", cfg.name)
             }
             Some(r) => format!(": {r}"),
@@ -1398,12 +1403,7 @@ impl<'r> Engine<'r> {
         if !refused.is_empty() {
             detail.push_str(&format!("; approval refused: {}", refused.join("; ")));
         }
-        rec.push(
-            CheckName::Gate,
-            Outcome::Gate,
-            detail,
-            Some(rule.to_string()),
-        );
+        rec.push(CheckName::Gate, Outcome::Gate, detail, Some(rule.clone()));
         (valid, false)
     }
 }
@@ -1411,14 +1411,14 @@ impl<'r> Engine<'r> {
 /// The rule that gates a call, and its reason when it is not a policy's (`@reason`).
 #[derive(Clone, Copy)]
 struct GateRule<'a> {
-    rule: &'a str,
+    rule: &'a Rule,
     reason: Option<&'a str>,
 }
 
 /// A destination off its list that a person may let through (`unknown: gate`).
 struct DestinationGate {
     /// `destination.<field>`
-    rule: String,
+    rule: Rule,
     reason: String,
 }
 

@@ -11,12 +11,14 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod handler;
+pub mod ids;
 pub mod keyconfig;
 pub mod lint;
 pub mod model;
 pub mod policy;
 pub mod reference;
 pub mod registry;
+pub mod rule;
 pub mod rules;
 pub mod schema;
 pub mod token;
@@ -31,9 +33,11 @@ pub use decide::{
 };
 pub use error::CoreError;
 pub use handler::{Builtin, Handler};
+pub use ids::{ApprovalId, PrincipalId, RunId, StepId};
 pub use model::{
     Clock, Effect, FixedClock, Gate, PrincipalKind, Sensitivity, StepStatus, SystemClock, Tier,
     Timestamp,
 };
 pub use registry::{Finding, LoadError, Registry, RegistryVersion};
+pub use rule::Rule;
 pub use token::{ApprovalClaims, ApprovalKeys, ApprovalToken, TokenError};

@@ -820,10 +820,10 @@ fn policy_table() {
                     "{}: the first failing check is the reason",
                     r.name
                 );
-                Want::Deny(*check, Box::leak(rule.clone().into_boxed_str()))
+                Want::Deny(*check, Box::leak(rule.to_string().into_boxed_str()))
             }
             Verdict::NeedsApproval { rule, .. } => {
-                Want::Parked(Box::leak(rule.clone().into_boxed_str()))
+                Want::Parked(Box::leak(rule.to_string().into_boxed_str()))
             }
         };
         if got != r.want {
@@ -1075,10 +1075,10 @@ fn policies_over_inputs_published_as_any_of_null_decide_the_calls_they_were_writ
         let got = match &d.verdict {
             Verdict::Allow => Want::Allow,
             Verdict::Deny { check, rule, .. } => {
-                Want::Deny(*check, Box::leak(rule.clone().into_boxed_str()))
+                Want::Deny(*check, Box::leak(rule.to_string().into_boxed_str()))
             }
             Verdict::NeedsApproval { rule, .. } => {
-                Want::Parked(Box::leak(rule.clone().into_boxed_str()))
+                Want::Parked(Box::leak(rule.to_string().into_boxed_str()))
             }
         };
         assert_eq!(got, want, "{name}: {:#?}", d.checks);

@@ -25,7 +25,7 @@ use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::registry::{UNPLANNED, unplanned_reason};
-use toolgate_core::{Builtin, CheckName, Clock, Registry, StepStatus};
+use toolgate_core::{Builtin, CheckName, Clock, Registry, RunId, StepId, StepStatus};
 use toolgate_store::{
     BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
     PlanSubmission, PlannedStep, ReviewVerdict, Store, StoreError, Target, assign_worker,
@@ -149,7 +149,7 @@ async fn planned_call(
     call: &DirectCall,
     run_named: bool,
 ) -> Result<CallToolResult, ErrorData> {
-    let run = run_named.then_some(call.run_id.as_str());
+    let run = run_named.then_some(&call.run_id);
     let found = ex
         .store
         .assigned_step(&call.principal, &call.tool, &call.inputs, run)
@@ -253,7 +253,7 @@ async fn refuse_plan(
         let step = PlannedStep {
             tool: s.tool.clone(),
             inputs: s.inputs.clone(),
-            principal: worker,
+            principal: worker.into(),
             purpose: Some(s.purpose.clone()),
             reason: None,
             evidence: Vec::new(),
@@ -362,7 +362,7 @@ async fn run_status(
         .next("ask for the status of a run of your own")
         .into_result()
     };
-    let st = match ex.store.run_status(&inputs.run_id).await {
+    let st = match ex.store.run_status(&RunId::from(&inputs.run_id)).await {
         Ok(s) => s,
         Err(StoreError::NotFound { .. }) => return Ok(missing()),
         Err(e) => return Err(internal(e)),
@@ -488,7 +488,7 @@ impl Builtins {
             steps.push(PlannedStep {
                 tool: s.tool,
                 inputs: s.inputs,
-                principal: worker,
+                principal: worker.into(),
                 purpose: Some(s.purpose),
                 reason: Some(s.justification),
                 evidence: s.evidence,
@@ -499,8 +499,8 @@ impl Builtins {
         let key = meta.idempotency_key.as_str();
         let hex = key.strip_prefix("sha256:").unwrap_or(key);
         let sub = PlanSubmission {
-            run_id: format!("plan-{}", &hex[..hex.len().min(32)]),
-            planner: meta.principal.clone(),
+            run_id: RunId::new(format!("plan-{}", &hex[..hex.len().min(32)])),
+            planner: meta.principal.to_string(),
             goal: plan.goal,
             steps,
         };
@@ -525,7 +525,7 @@ impl Builtins {
                 "steps": steps,
                 "next": "nothing has run: workers execute the steps through every check; follow the run with run.status",
             }),
-            target_ref: Some(done.run_id),
+            target_ref: Some(done.run_id.into_string()),
         })
     }
 
@@ -547,7 +547,7 @@ impl Builtins {
             .store
             .review_step(
                 &self.registry,
-                &r.step_id,
+                &StepId::from(&r.step_id),
                 &meta.principal,
                 verdict,
                 &note,
@@ -576,7 +576,7 @@ impl Builtins {
                 "step_status": step.status.to_string(),
                 "effect": effect,
             }),
-            target_ref: Some(step.step_id),
+            target_ref: Some(step.step_id.into_string()),
         })
     }
 }

@@ -663,16 +663,7 @@ impl LeanHop {
     }
 
     fn answer_of(&self, message: Value) -> Result<CallToolResult, HopError> {
-        if let Some((code, msg)) = rpc_error(&message) {
-            return Err(HopError::Rpc { code, message: msg });
-        }
-        let result = message.get("result").cloned().unwrap_or(Value::Null);
-        serde_json::from_value::<CallToolResult>(result).map_err(|e| {
-            HopError::Lost(format!(
-                "upstream '{}' answered with something that is not a tool result: {e}",
-                self.name
-            ))
-        })
+        answer_of(&self.name, message)
     }
 
     /// Answers a request the upstream makes of its client during a call as rmcp's default
@@ -719,6 +710,22 @@ fn media_type(response: &Response<Incoming>) -> String {
         .and_then(|v| v.split(';').next())
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_default()
+}
+
+/// The tool result or the JSON-RPC error in `message`, the answer to a call made of `upstream`.
+pub(crate) fn answer_of(upstream: &str, message: Value) -> Result<CallToolResult, HopError> {
+    if let Some((code, msg)) = rpc_error(&message) {
+        return Err(HopError::Rpc { code, message: msg });
+    }
+    let result = match message {
+        Value::Object(mut m) => m.remove("result").unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    serde_json::from_value::<CallToolResult>(result).map_err(|e| {
+        HopError::Lost(format!(
+            "upstream '{upstream}' answered with something that is not a tool result: {e}"
+        ))
+    })
 }
 
 /// The code and message of a JSON-RPC error message.

@@ -279,12 +279,12 @@ fn plain_mcp_headers(headers: &HeaderMap) -> bool {
 }
 
 /// One `tools/call` the lean path takes.
-struct LeanCall {
-    id: Value,
-    params: CallToolRequestParams,
-    meta: JsonObject,
+pub(crate) struct LeanCall {
+    pub(crate) id: Value,
+    pub(crate) params: CallToolRequestParams,
+    pub(crate) meta: JsonObject,
     /// The caller's progress token, when it asked for progress.
-    progress: Option<ProgressToken>,
+    pub(crate) progress: Option<ProgressToken>,
 }
 
 /// One JSON-RPC `tools/call` request: its id, its parameters, its `_meta` and progress token.
@@ -294,6 +294,11 @@ fn parse(bytes: &Bytes) -> Option<LeanCall> {
     let Value::Object(message) = serde_json::from_slice::<Value>(bytes).ok()? else {
         return None;
     };
+    parse_message(message)
+}
+
+/// As [`parse`], for a message already read as a JSON object.
+pub(crate) fn parse_message(mut message: JsonObject) -> Option<LeanCall> {
     if message.get("jsonrpc")? != "2.0" || message.get("method")? != "tools/call" {
         return None;
     }
@@ -303,11 +308,11 @@ fn parse(bytes: &Bytes) -> Option<LeanCall> {
     {
         return None;
     }
-    let id = message.get("id")?;
+    let id = message.remove("id")?;
     if !(id.is_string() || id.is_i64() || id.is_u64()) {
         return None;
     }
-    let params = message.get("params")?;
+    let params = message.remove("params")?;
     let meta = match params.get("_meta") {
         None => JsonObject::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -326,9 +331,9 @@ fn parse(bytes: &Bytes) -> Option<LeanCall> {
         }
         Some(_) => return None,
     };
-    let params: CallToolRequestParams = serde_json::from_value(params.clone()).ok()?;
+    let params: CallToolRequestParams = serde_json::from_value(params).ok()?;
     Some(LeanCall {
-        id: id.clone(),
+        id,
         params,
         meta,
         progress,

@@ -8,12 +8,14 @@
 //! - [`GatewayServer`]: the hand-written rmcp `ServerHandler` (per-role `tools/list`, governed
 //!   `tools/call`).
 //! - [`Upstreams`]: rmcp clients to the upstream servers, as the store's [`toolgate_store::Handler`];
-//!   tool calls to a streamable-HTTP upstream take a lean hyper hop in rmcp's session (`hop`).
+//!   tool calls to a streamable-HTTP upstream take a lean hyper hop in rmcp's session (`hop`),
+//!   and those to a child process a lean hop on its stdio (`child`).
 //! - [`auth`]: API keys and OAuth 2.1 bearer tokens at the HTTP boundary.
 //! - [`keys`]: the approval and redaction keys a process refuses to start without.
 
 pub mod auth;
 mod builtins;
+mod child;
 mod error;
 mod hop;
 pub mod http;
@@ -35,6 +37,7 @@ mod serve;
 mod server;
 pub mod sessions;
 mod sse;
+mod stdio;
 pub mod upstream;
 mod watch;
 mod worker;

@@ -58,9 +58,10 @@ fn read_text(path: &Path) -> Result<Option<String>, ContractError> {
     match std::fs::read_to_string(path) {
         Ok(t) => Ok(Some(t)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ContractError::Io {
+        Err(source) => Err(ContractError::Io {
             file: path.display().to_string(),
-            message: format!("cannot read: {e}"),
+            doing: "cannot read: ",
+            source,
         }),
     }
 }

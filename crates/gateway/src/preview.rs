@@ -323,7 +323,7 @@ async fn record(
         ..AuditWho::new(&caller.principal, &caller.role)
     };
     let call = AuditCall {
-        run_id,
+        run_id: run_id.map(String::from),
         tool_version: Some(tool.config.version.clone()),
         inputs,
         redacted,

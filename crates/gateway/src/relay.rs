@@ -54,6 +54,8 @@ pub enum ProgressSink {
     Peer(Peer<RoleServer>),
     /// The event stream that answers the call on the lean path ([`crate::lean`]).
     Stream(mpsc::UnboundedSender<ProgressNotificationParam>),
+    /// The stdout of a stdio client whose call the lean stdio path serves ([`crate::stdio`]).
+    Lines(crate::stdio::Lines),
 }
 
 /// Runs `fut` (one `tools/call`) with `forward` for the upstream call it may lead to.
@@ -240,6 +242,11 @@ async fn tell(caller: &Caller, mut progress: ProgressNotificationParam) {
         ProgressSink::Stream(events) => {
             if events.send(progress).is_err() {
                 tracing::debug!("a client hung up before hearing of its call's progress");
+            }
+        }
+        ProgressSink::Lines(out) => {
+            if let Err(e) = out.progress(progress).await {
+                tracing::debug!(error = %e, "a stdio client was not told of its call's progress");
             }
         }
     }

@@ -8,7 +8,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ResultType};
 use serde_json::{Value, json};
 use toolgate_core::decide::unknown_tool_message;
-use toolgate_core::{CheckName, Decision, Outcome, StepStatus, Verdict, canonical};
+use toolgate_core::{ApprovalId, CheckName, Decision, Outcome, StepStatus, Verdict, canonical};
 use toolgate_store::{CallResult, CallStatus, Step, StepOutcome};
 
 /// The key under which a result that is not plain structured content is stored whole.
@@ -238,7 +238,7 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
                     reason,
                     approvers_needed,
                     ..
-                } => (rule.clone(), reason.clone(), *approvers_needed),
+                } => (rule.to_string(), reason.clone(), *approvers_needed),
                 _ => (String::new(), String::new(), 1),
             };
             let parked = NotDone::NeedsApproval {
@@ -318,7 +318,7 @@ fn handler_failed(tool: &str, key: &str, outcome: Option<&StepOutcome>) -> CallT
 pub(crate) enum NotDone {
     /// Parked until people approve it.
     NeedsApproval {
-        approval_id: String,
+        approval_id: ApprovalId,
         rule: String,
         reason: String,
         /// How many approvers the gate needs (a direct call's answer says it).

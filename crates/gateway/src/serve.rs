@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::serve::ListenerExt;
-use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::config::Durability;
 use toolgate_core::{Redactor, Registry, SystemClock};
@@ -356,24 +355,34 @@ impl Gateway {
         Ok(c)
     }
 
-    /// Serves one client over stdin/stdout until it disconnects or `shutdown` is cancelled.
+    /// Serves one client over stdin/stdout until it disconnects or `shutdown` is cancelled (a
+    /// plain `tools/call` on the lean stdio path, everything else through rmcp: [`crate::stdio`]).
     pub async fn serve_stdio(
         &self,
         caller: Caller,
         shutdown: CancellationToken,
     ) -> Result<(), GatewayError> {
+        let (input, output) = crate::stdio::process_stdio();
+        self.serve_stdio_on(caller, input, output, shutdown).await
+    }
+
+    /// As [`Gateway::serve_stdio`], on `input` and `output` instead of this process's stdin and
+    /// stdout (an in-memory pipe in tests).
+    pub async fn serve_stdio_on(
+        &self,
+        caller: Caller,
+        input: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+        output: impl tokio::io::AsyncWrite + Send + 'static,
+        shutdown: CancellationToken,
+    ) -> Result<(), GatewayError> {
         tracing::info!(principal = %caller.principal, role = %caller.role, "serving MCP over stdio");
-        let server = GatewayServer::new(self.state.clone(), Some(caller));
-        let running = server
-            .serve(rmcp::transport::stdio())
+        let server = GatewayServer::new(self.state.clone(), Some(caller.clone()));
+        // On a worker thread of the runtime (not the thread that may be blocking on `serve`), so
+        // the calls it spawns start on the thread that read them.
+        let serving = crate::stdio::serve(server, caller, input, output, shutdown);
+        tokio::spawn(serving)
             .await
-            .map_err(|e| GatewayError::Stdio(e.to_string()))?;
-        let ct = running.cancellation_token();
-        tokio::select! {
-            r = running.waiting() => { r.map_err(|e| GatewayError::Stdio(e.to_string()))?; }
-            _ = shutdown.cancelled() => { ct.cancel(); }
-        }
-        Ok(())
+            .unwrap_or_else(|e| Err(GatewayError::Stdio(format!("the stdio task failed: {e}"))))
     }
 
     /// Works the plan queue under the serving registry version until `stop` is cancelled, as

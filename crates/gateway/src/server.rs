@@ -20,7 +20,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolgate_core::registry::Tool as RegistryTool;
 use toolgate_core::why::{PurposeSource, Split, Why};
-use toolgate_core::{Effect, Registry};
+use toolgate_core::{Effect, Registry, RunId};
 use toolgate_store::{CallStatus, DirectCall, Executor, Store};
 use tracing::Instrument;
 
@@ -234,7 +234,7 @@ impl GatewayServer {
         let (run_id, joining) = match ctx.run_id {
             Some(run) if !crate::builtins::may_intercept(registry, caller, tool) => {
                 let reviewer = registry.reviews_plans(&caller.role);
-                (run, Some((reviewer, split.clone())))
+                (RunId::from(run), Some((reviewer, split.clone())))
             }
             named => match self.run_in(surface, caller, named).await? {
                 Ok(run) => (run, None),
@@ -245,7 +245,7 @@ impl GatewayServer {
             },
         };
         let call = DirectCall {
-            principal: caller.principal.clone(),
+            principal: caller.principal.as_str().into(),
             tool: tool.to_string(),
             inputs: split.inputs,
             run_id,
@@ -300,7 +300,7 @@ impl GatewayServer {
         // retried after a reconnect): wait for that attempt, then go through the gate again,
         // which replays its outcome (or retries it, if it failed in a way that may be retried).
         if let (CallStatus::InProgress, Some(step), Some(call)) =
-            (result.status, result.step_id.as_deref(), again)
+            (result.status, result.step_id.as_ref(), again)
         {
             let within = executor.store.config().attempt_lease();
             let settled = executor.store.step_when_settled(step, within).await;
@@ -335,7 +335,7 @@ impl GatewayServer {
         &self,
         caller: &Caller,
         named: Option<String>,
-    ) -> Result<Result<String, String>, ErrorData> {
+    ) -> Result<Result<RunId, String>, ErrorData> {
         self.run_in(&self.state.surface(), caller, named).await
     }
 
@@ -345,7 +345,7 @@ impl GatewayServer {
         surface: &Surface,
         caller: &Caller,
         named: Option<String>,
-    ) -> Result<Result<String, String>, ErrorData> {
+    ) -> Result<Result<RunId, String>, ErrorData> {
         let store = &self.state.store;
         let unrecorded = |e: toolgate_store::StoreError| {
             ErrorData::internal_error(
@@ -355,6 +355,7 @@ impl GatewayServer {
         };
         match named {
             Some(run) => {
+                let run = RunId::new(run);
                 let ok = store
                     .may_join_run(
                         &run,
@@ -363,7 +364,7 @@ impl GatewayServer {
                     )
                     .await
                     .map_err(unrecorded)?;
-                Ok(if ok { Ok(run) } else { Err(run) })
+                Ok(if ok { Ok(run) } else { Err(run.into_string()) })
             }
             None => {
                 let idle = surface.registry.gateway.runs.idle_minutes;

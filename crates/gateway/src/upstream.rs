@@ -19,7 +19,8 @@
 //! [`crate::pins`]) before anything of the new list is served, then handed to a hook. Progress
 //! the upstream reports on a call goes back to the client that made it ([`crate::relay`]).
 //! A `tools/call` to a plain-`http` upstream goes out on the lean hop ([`crate::hop`]) in the
-//! session rmcp opened, with the same mapping of what came back; rmcp carries everything else.
+//! session rmcp opened, and one to a child process on the lean stdio hop ([`crate::child`]),
+//! with the same mapping of what came back; rmcp carries everything else.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,14 +34,15 @@ use rmcp::model::{
     Tool,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_contract::{DefinitionHash, PinVerdict, ServerIdentity};
 use toolgate_core::config::UpstreamConfig;
 use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, Served, Target};
 
+use crate::child::ChildLink;
 use crate::hop::{HopError, LeanHop, Listener, Session, SessionCell, TappedClient};
 use crate::pins::{PinGuard, Pins};
 use crate::relay::{Routes, Watched};
@@ -122,6 +124,8 @@ struct Upstream {
     session: Arc<SessionCell>,
     /// The lean `tools/call` hop, for a plain-`http` upstream ([`crate::hop`]).
     lean: Option<LeanHop>,
+    /// The running child's stdio as the lean stdio hop shares it ([`crate::child`]).
+    child: RwLock<Option<Arc<ChildLink>>>,
 }
 
 /// Why an upstream could not be connected (or is not there to connect). Each names the
@@ -258,18 +262,23 @@ impl Upstream {
                 cmd.env(name, v);
             }
         }
-        let transport = TokioChildProcess::new(cmd).map_err(|source| UpstreamError::Spawn {
-            name: self.name.clone(),
-            program: program.clone(),
-            source,
-        })?;
-        handler
+        let (link, transport) =
+            crate::child::spawn(&self.name, cmd, self.routes.clone()).map_err(|source| {
+                UpstreamError::Spawn {
+                    name: self.name.clone(),
+                    program: program.clone(),
+                    source,
+                }
+            })?;
+        let service = handler
             .serve(Watched::new(transport, self.routes.clone()))
             .await
             .map_err(|source| UpstreamError::Initialize {
                 name: self.name.clone(),
                 source,
-            })
+            })?;
+        *self.child.write().expect("child lock") = Some(link);
+        Ok(service)
     }
 
     fn client_handler(&self) -> UpstreamClient {
@@ -340,6 +349,14 @@ impl Upstream {
         }
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(m)));
+        if let Some(link) = self.lean_child(&peer) {
+            return match tokio::time::timeout(self.timeout, self.call_child(tool, link, params))
+                .await
+            {
+                Err(_) => Err(HandlerError::Timeout),
+                Ok(out) => out,
+            };
+        }
         if let Some(lean) = self.lean_session(&peer) {
             return match tokio::time::timeout(
                 self.timeout,
@@ -452,6 +469,14 @@ impl Upstream {
             }
             other => other,
         };
+        self.lean_outcome(answer)
+    }
+
+    /// What an answer over a lean hop means for the store, as for an answer through rmcp.
+    fn lean_outcome(
+        &self,
+        answer: Result<CallToolResult, HopError>,
+    ) -> Result<HandlerOutput, HandlerError> {
         match answer {
             Ok(result) => output_of(result),
             Err(HopError::Rpc { code, message }) => Err(self.rpc_error(code, &message)),
@@ -466,6 +491,83 @@ impl Upstream {
                 tracing::warn!(upstream = %self.name, error = %msg, "no answer to a call over the lean hop");
                 Err(HandlerError::Unanswered(msg))
             }
+        }
+    }
+
+    /// The child a call can take the lean stdio hop to: an upstream started as a child process,
+    /// still answering, on a protocol version with `initialize` (a later one carries protocol
+    /// metadata in each request, which stays on rmcp).
+    fn lean_child(&self, peer: &Peer<RoleClient>) -> Option<Arc<ChildLink>> {
+        let info = peer.peer_info()?;
+        if info.protocol_version >= ProtocolVersion::NO_INITIALIZE {
+            return None;
+        }
+        let link = self.child.read().expect("child lock").clone()?;
+        link.is_open().then_some(link)
+    }
+
+    /// Sends one `tools/call` over the lean stdio hop. A child that had exited before the call
+    /// was written never saw it: the upstream is started again and the call sent once more (on
+    /// the new child, or through rmcp). Nothing else is sent twice.
+    async fn call_child(
+        &self,
+        tool: &str,
+        link: Arc<ChildLink>,
+        params: CallToolRequestParams,
+    ) -> Result<HandlerOutput, HandlerError> {
+        let mut params = serde_json::to_value(&params).expect("tool call parameters serialise");
+        let answer = match self.send_child(&link, &mut params).await {
+            Err(HopError::Refused(why)) if !link.is_open() => {
+                tracing::info!(upstream = %self.name, error = %why, "upstream process gone; starting it again before sending the call");
+                self.drop_peer();
+                let peer = self.connected().await.map_err(|e| {
+                    HandlerError::Failed(format!(
+                        "upstream '{}' exited and could not be started again: {e}",
+                        self.name
+                    ))
+                })?;
+                if let Err(refusal) = self.pins.allows(tool) {
+                    return Err(HandlerError::Failed(refusal));
+                }
+                match self.lean_child(&peer) {
+                    Some(fresh) => self.send_child(&fresh, &mut params).await,
+                    None => {
+                        let params = serde_json::from_value(params)
+                            .expect("parameters read back as they were written");
+                        return match self.send_call(&peer, params).await {
+                            Ok(result) => output_of(result),
+                            Err(e) => Err(HandlerError::Unanswered(format!(
+                                "the call to upstream '{}' failed after restarting it: {e}",
+                                self.name
+                            ))),
+                        };
+                    }
+                }
+            }
+            other => other,
+        };
+        self.lean_outcome(answer)
+    }
+
+    /// One send over the lean stdio hop, with a fresh id that is also its progress token;
+    /// progress on it goes to the caller when it asked for progress.
+    async fn send_child(
+        &self,
+        link: &Arc<ChildLink>,
+        params: &mut Value,
+    ) -> Result<CallToolResult, HopError> {
+        let id = link.next_id();
+        params["_meta"]["progressToken"] = json!(&*id);
+        let route = if crate::relay::wanted() {
+            self.routes
+                .open(ProgressToken(NumberOrString::String(id.clone())))
+        } else {
+            None
+        };
+        let call = link.call(id, params, route.is_some());
+        match route {
+            Some(route) => route.relay(call).await,
+            None => call.await,
         }
     }
 
@@ -676,6 +778,7 @@ impl Upstreams {
                             .as_deref()
                             .and_then(|url| LeanHop::new(name, url, session.clone())),
                         session,
+                        child: RwLock::new(None),
                     }),
                 )
             })

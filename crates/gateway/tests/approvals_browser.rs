@@ -902,7 +902,12 @@ async fn bulk_approval_on_forty_keeps_out_what_is_not_low_risk_and_runs_each_cal
         async move {
             for id in ids {
                 assert!(
-                    store.approval(&id).await.unwrap().approved_by.is_empty(),
+                    store
+                        .approval(&id.as_str().into())
+                        .await
+                        .unwrap()
+                        .approved_by
+                        .is_empty(),
                     "{id} was approved"
                 );
             }
@@ -930,7 +935,13 @@ async fn bulk_approval_on_forty_keeps_out_what_is_not_low_risk_and_runs_each_cal
             .as_millis() as i64,
     );
     store
-        .reject(&reg, &shown[0].0, "alice", "paid by cheque already", now)
+        .reject(
+            &reg,
+            &shown[0].0.as_str().into(),
+            "alice",
+            "paid by cheque already",
+            now,
+        )
         .await
         .unwrap();
     br.type_into("form.bulk .bulk-confirm", "approve 35\u{E007}")
@@ -963,12 +974,19 @@ async fn bulk_approval_on_forty_keeps_out_what_is_not_low_risk_and_runs_each_cal
     );
     for id in &ids[1..] {
         assert_eq!(
-            store.approval(id).await.unwrap().status,
+            store.approval(&id.as_str().into()).await.unwrap().status,
             ApprovalStatus::Approved
         );
     }
     for kept in [&dup, &typo, &large, &new_payee, &doomed] {
-        assert!(store.approval(kept).await.unwrap().approved_by.is_empty());
+        assert!(
+            store
+                .approval(&kept.as_str().into())
+                .await
+                .unwrap()
+                .approved_by
+                .is_empty()
+        );
     }
     // The agent retries each, twice: each approved call runs once, the others never.
     for n in 2..=37 {

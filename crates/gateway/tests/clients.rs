@@ -230,7 +230,7 @@ async fn two_roles_a_call_a_refusal_and_an_approval(client: Client) {
     let parked = &worker["results"][3];
     assert_eq!(parked["structuredContent"]["status"], "needs_approval");
     let id = parked["structuredContent"]["approval_id"].as_str().unwrap();
-    let req = h.gateway.state.store.approval(id).await.unwrap();
+    let req = h.gateway.state.store.approval(&id.into()).await.unwrap();
     assert_eq!(req.tool, "payment.schedule");
     assert_eq!(audit[2]["why"]["decision"], "needs_approval");
     assert!(h.records_for("schedule_payment").is_empty());

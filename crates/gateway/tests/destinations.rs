@@ -84,7 +84,13 @@ async fn an_unlisted_recipient_goes_to_a_person_and_the_approved_call_runs_once(
         .gateway
         .state
         .store
-        .approve(&ex.registry, &ex.keys, &id, "test-clerk", SystemClock.now())
+        .approve(
+            &ex.registry,
+            &ex.keys,
+            &id.as_str().into(),
+            "test-clerk",
+            SystemClock.now(),
+        )
         .await
         .unwrap();
     let mut approved = meta.clone();

@@ -331,7 +331,13 @@ async fn a_gated_payment_returns_needs_approval_with_the_approval_id() {
     assert!(!id.is_empty());
     // Parked, not sent: the ERP saw nothing, and the approval request exists.
     assert!(h.records_for("schedule_payment").is_empty());
-    let req = h.gateway.state.store.approval(&id).await.unwrap();
+    let req = h
+        .gateway
+        .state
+        .store
+        .approval(&id.as_str().into())
+        .await
+        .unwrap();
     assert_eq!(req.tool, "payment.schedule");
     let audit = h.audit("test-worker").await;
     assert_eq!(audit.last().unwrap()["why"]["decision"], "needs_approval");

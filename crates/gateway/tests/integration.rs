@@ -25,6 +25,7 @@ mod progress;
 mod reload;
 mod serve_worker;
 mod stdio;
+mod stdio_lean;
 mod third_party_pinned;
 mod unmodified;
 mod upstream_errors;

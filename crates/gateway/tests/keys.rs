@@ -119,7 +119,13 @@ async fn an_approval_signed_with_a_previous_key_runs_after_rotation_and_one_whos
         let token = gw
             .state
             .store
-            .approve(&ex.registry, &ex.keys, &id, "test-clerk", SystemClock.now())
+            .approve(
+                &ex.registry,
+                &ex.keys,
+                &id.as_str().into(),
+                "test-clerk",
+                SystemClock.now(),
+            )
             .await
             .unwrap();
         assert!(token.as_str().starts_with("tg1.k1."), "{}", token.as_str());

@@ -801,7 +801,13 @@ async fn an_approval_under_one_definition_is_refused_after_the_definition_change
         .unwrap_or_else(|| panic!("parked: {}", text(&r)))
         .to_string();
     let token = store
-        .approve(&registry, &keys, &id, "test-clerk", SystemClock.now())
+        .approve(
+            &registry,
+            &keys,
+            &id.as_str().into(),
+            "test-clerk",
+            SystemClock.now(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -823,7 +829,13 @@ async fn an_approval_under_one_definition_is_refused_after_the_definition_change
         .unwrap()
         .to_string();
     let token = store
-        .approve(&registry, &keys, &id, "test-clerk", SystemClock.now())
+        .approve(
+            &registry,
+            &keys,
+            &id.as_str().into(),
+            "test-clerk",
+            SystemClock.now(),
+        )
         .await
         .unwrap();
     // ... then the server changes what the tool means, and an operator re-pins the new definition.

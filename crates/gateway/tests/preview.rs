@@ -253,7 +253,7 @@ async fn approving_the_parked_commit_approves_the_previewed_plan() {
     assert_eq!(s(&c)["plan_hash"], hash.as_str());
     let id = s(&c)["approval_id"].as_str().unwrap().to_string();
     let store = &h.gateway.state.store;
-    let req = store.approval(&id).await.unwrap();
+    let req = store.approval(&id.as_str().into()).await.unwrap();
     let req = serde_json::to_value(&req).unwrap();
     assert_eq!(
         req["input_hash"],
@@ -267,7 +267,7 @@ async fn approving_the_parked_commit_approves_the_previewed_plan() {
         .approve(
             &registry,
             &h.gateway.state.executor().keys,
-            &id,
+            &id.as_str().into(),
             "test-clerk",
             SystemClock.now(),
         )

@@ -263,7 +263,13 @@ async fn an_approval_runs_only_the_call_of_the_principal_that_asked() {
         .gateway
         .state
         .store
-        .approve(&ex.registry, &ex.keys, &id, "test-clerk", SystemClock.now())
+        .approve(
+            &ex.registry,
+            &ex.keys,
+            &id.as_str().into(),
+            "test-clerk",
+            SystemClock.now(),
+        )
         .await
         .unwrap();
 
@@ -280,7 +286,7 @@ async fn an_approval_runs_only_the_call_of_the_principal_that_asked() {
     assert!(h.records_for("schedule_payment").is_empty());
     let store = &h.gateway.state.store;
     assert_eq!(
-        store.approval(&id).await.unwrap().status,
+        store.approval(&id.as_str().into()).await.unwrap().status,
         ApprovalStatus::Approved
     );
 

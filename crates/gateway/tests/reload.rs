@@ -288,7 +288,13 @@ async fn an_approval_survives_a_raised_threshold_and_not_a_new_forbid() {
             .gateway
             .state
             .store
-            .approve(&ex.registry, &ex.keys, &id, CLERK, SystemClock.now())
+            .approve(
+                &ex.registry,
+                &ex.keys,
+                &id.as_str().into(),
+                CLERK,
+                SystemClock.now(),
+            )
             .await
             .unwrap();
         let claims = ex.keys.open(&token).unwrap();
@@ -473,7 +479,7 @@ async fn shadow_rules_never_block_and_the_report_counts_what_the_audit_log_holds
         .gateway
         .state
         .store
-        .trace("run-note-0", false)
+        .trace(&"run-note-0".into(), false)
         .await
         .unwrap();
     assert!(
@@ -512,7 +518,13 @@ async fn a_call_in_flight_finishes_under_the_version_it_started_with() {
     // Wait until the call is reserved and at the ERP (its step is running).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let steps = h.gateway.state.store.steps("run-slow").await.unwrap();
+        let steps = h
+            .gateway
+            .state
+            .store
+            .steps(&"run-slow".into())
+            .await
+            .unwrap();
         if steps
             .iter()
             .any(|s| s.status == toolgate_core::StepStatus::Running)
@@ -680,7 +692,7 @@ async fn a_worker_follows_the_folder_and_decides_the_next_step_under_the_new_ver
         evidence: vec![],
         actor: Default::default(),
     };
-    let settled = |run: String| {
+    let settled = |run: toolgate_core::RunId| {
         let store = store.clone();
         async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -217,7 +217,7 @@ impl Served {
     /// A person approves request `id`, for the input hash the store holds (what `show` prints).
     pub async fn approve(&self, id: &str, key: &str) {
         let store = self.store().await;
-        let hash = store.approval(id).await.unwrap().input_hash;
+        let hash = store.approval(&id.into()).await.unwrap().input_hash;
         store.close().await;
         let (ok, text) = self
             .approvals(&["approve", id, "--input-hash", hash.as_str()], key)
@@ -562,7 +562,7 @@ async fn finance_without_meta(client: Client, mode: Mode) {
     assert_eq!(s.records("schedule_payment").len(), 1, "paid once");
     assert!(pending(&store).await.is_empty());
     assert_eq!(
-        store.approval(&id).await.unwrap().status,
+        store.approval(&id.as_str().into()).await.unwrap().status,
         ApprovalStatus::Consumed
     );
 

@@ -209,7 +209,13 @@ async fn approve(
     let now = toolgate_core::Clock::now(&toolgate_core::SystemClock);
     for who in people {
         env.store()
-            .approve(&surface.registry, &surface.executor.keys, id, who, now)
+            .approve(
+                &surface.registry,
+                &surface.executor.keys,
+                &id.into(),
+                who,
+                now,
+            )
             .await
             .with_context(|| format!("{who} approving {id}"))?;
     }

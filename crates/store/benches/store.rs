@@ -193,7 +193,7 @@ async fn bench_direct(t: &Target_, reg: &Arc<Registry>, n: usize, callers: usize
                     principal: "worker".into(),
                     tool: tool.clone(),
                     inputs: json!({"ticket_id": format!("T-{}", c * per + i)}),
-                    run_id: format!("direct-{c}-{i}"),
+                    run_id: format!("direct-{c}-{i}").into(),
                     purpose: Some("ops".into()),
                     reason: Some("bench".into()),
                     purpose_from: None,

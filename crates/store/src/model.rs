@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolgate_core::{Check, Effect, IdempotencyKey, InputHash, StepStatus, Tier, Timestamp};
+use toolgate_core::{
+    ApprovalId, Check, Effect, IdempotencyKey, InputHash, PrincipalId, RunId, StepId, StepStatus,
+    Tier, Timestamp,
+};
 
 /// Who is behind a call beyond its credential: the model and prompt revision the client
 /// reported in `_meta`, and the token usage it reported. Recorded, never trusted for decisions.
@@ -23,7 +26,7 @@ pub struct PlannedStep {
     pub tool: String,
     pub inputs: Value,
     /// The principal that executes it (a worker); its role and budgets apply.
-    pub principal: String,
+    pub principal: PrincipalId,
     pub purpose: Option<String>,
     /// The planner's justification, shown to approvers and kept in the audit record.
     pub reason: Option<String>,
@@ -85,7 +88,7 @@ pub struct StepOutcome {
     pub latency_us: Option<i64>,
     /// The approval request a parked step waits on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval_id: Option<String>,
+    pub approval_id: Option<ApprovalId>,
 }
 
 impl StepOutcome {
@@ -106,11 +109,11 @@ impl StepOutcome {
 /// A step as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
-    pub step_id: String,
-    pub run_id: String,
+    pub step_id: StepId,
+    pub run_id: RunId,
     pub seq: i64,
     pub kind: StepKind,
-    pub principal: String,
+    pub principal: PrincipalId,
     pub role: String,
     pub tool: String,
     pub effect: Effect,
@@ -126,7 +129,7 @@ pub struct Step {
     pub attempts: i64,
     pub approval: Option<Value>,
     pub outcome: Option<StepOutcome>,
-    pub compensates: Option<String>,
+    pub compensates: Option<StepId>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -167,12 +170,12 @@ impl ApprovalStatus {
 /// A parked call waiting for people: exactly what will be sent, why, and the rule that gated it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
-    pub approval_id: String,
+    pub approval_id: ApprovalId,
     /// The step id (planned), or for a direct call `PRINCIPAL/KEY` (its caller and idempotency
     /// key), that the approval binds to.
     pub subject: String,
-    pub run_id: Option<String>,
-    pub principal: String,
+    pub run_id: Option<RunId>,
+    pub principal: PrincipalId,
     pub tool: String,
     pub tool_version: String,
     pub input_hash: InputHash,
@@ -195,10 +198,18 @@ pub struct ApprovalRequest {
     pub decided_by: Option<String>,
 }
 
+impl ApprovalRequest {
+    /// The subject read as a step id: the parked planned step (a direct call's subject names
+    /// no step row).
+    pub fn subject_step(&self) -> StepId {
+        StepId::new(self.subject.as_str())
+    }
+}
+
 /// One decision a person made on an approval request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalDecision {
-    pub approval_id: String,
+    pub approval_id: ApprovalId,
     pub approver: String,
     pub at: Timestamp,
     /// An approval given (false: a rejection).
@@ -217,7 +228,7 @@ pub struct BudgetUse {
 /// Summary of one step after an executor pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepReport {
-    pub step_id: String,
+    pub step_id: StepId,
     pub status: StepStatus,
     pub outcome: Option<StepOutcome>,
     /// True when nothing ran: the recorded outcome was returned.
@@ -228,7 +239,7 @@ pub struct StepReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceEntry {
     pub audit_seq: i64,
-    pub step_id: Option<String>,
+    pub step_id: Option<StepId>,
     pub tool: String,
     pub decision: String,
     pub status: StepStatus,

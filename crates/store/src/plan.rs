@@ -6,7 +6,10 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use toolgate_core::{IdempotencyKey, InputHash, PrincipalKind, Registry, StepStatus, Timestamp};
+use toolgate_core::{
+    IdempotencyKey, InputHash, PrincipalId, PrincipalKind, Registry, RunId, StepId, StepStatus,
+    Timestamp,
+};
 
 use crate::audit::{AuditCall, AuditDraft, AuditWho};
 use crate::db::Pool;
@@ -21,7 +24,7 @@ use crate::store::{Store, new_id};
 pub struct PlanSubmission {
     /// Chosen by the caller: the gateway derives it from the submitting call's idempotency key,
     /// so a retried submission names the same run and creates nothing new.
-    pub run_id: String,
+    pub run_id: RunId,
     pub planner: String,
     pub goal: String,
     pub steps: Vec<PlannedStep>,
@@ -30,9 +33,9 @@ pub struct PlanSubmission {
 /// What a submission created (or, for a retry of the same plan, had created).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SubmittedPlan {
-    pub run_id: String,
+    pub run_id: RunId,
     /// `(seq, step_id, executing principal)` in order.
-    pub steps: Vec<(i64, String, String)>,
+    pub steps: Vec<(i64, StepId, PrincipalId)>,
     /// True when this exact plan was already submitted under this run id.
     pub existing: bool,
 }
@@ -77,9 +80,9 @@ pub struct Review {
 /// A run as `run.status` reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunStatus {
-    pub run_id: String,
+    pub run_id: RunId,
     /// The principal that opened the run (the planner, for a submitted plan).
-    pub principal: String,
+    pub principal: PrincipalId,
     /// The goal, for a submitted plan.
     pub goal: Option<String>,
     /// `open` or `aborted`.
@@ -261,7 +264,7 @@ impl Store {
                 .principal(&s.principal)
                 .map(|p| p.role().to_string())
                 .expect("checked above");
-            let step_id = new_id();
+            let step_id = StepId::new(new_id());
             let key = IdempotencyKey::for_step(&sub.run_id, seq, &s.inputs);
             steps::insert(
                 &mut tx,
@@ -291,7 +294,7 @@ impl Store {
     }
 
     /// A run with its steps, the plan's goal and every review of its steps.
-    pub async fn run_status(&self, run_id: &str) -> Result<RunStatus> {
+    pub async fn run_status(&self, run_id: &RunId) -> Result<RunStatus> {
         let mut c = self.inner.pool.conn().await?;
         let run = runs::summary(&mut c, run_id)
             .await?
@@ -302,8 +305,8 @@ impl Store {
         let reviews = plans::reviews_of_run(&mut c, run_id).await?;
         drop(c);
         Ok(RunStatus {
-            run_id: run_id.to_string(),
-            principal: run.principal,
+            run_id: run_id.clone(),
+            principal: PrincipalId::new(run.principal),
             goal: run.goal,
             status: run.status,
             steps: self.steps(run_id).await?,
@@ -312,7 +315,7 @@ impl Store {
     }
 
     /// Every reviewer's verdict on one step, oldest first (none for a direct call's key).
-    pub async fn step_reviews(&self, step_id: &str) -> Result<Vec<Review>> {
+    pub async fn step_reviews(&self, step_id: &StepId) -> Result<Vec<Review>> {
         let mut c = self.inner.pool.conn().await?;
         plans::reviews_of_step(&mut c, step_id).await
     }
@@ -325,7 +328,7 @@ impl Store {
     pub async fn review_step(
         &self,
         registry: &Registry,
-        step_id: &str,
+        step_id: &StepId,
         reviewer: &str,
         verdict: ReviewVerdict,
         note: &str,
@@ -358,8 +361,8 @@ impl Store {
                 approvals::close_pending(&mut tx, step_id, now).await?;
                 let declared = registry.tool(&step.tool);
                 let call = AuditCall {
-                    run_id: Some(step.run_id.clone()),
-                    step_id: Some(step.step_id.clone()),
+                    run_id: Some(step.run_id.to_string()),
+                    step_id: Some(step.step_id.to_string()),
                     effect: Some(step.effect),
                     tier: Some(step.tier),
                     idem_key: Some(step.idem_key.to_string()),
@@ -390,20 +393,20 @@ impl Store {
         principal: &str,
         tool: &str,
         inputs: &Value,
-        run_id: Option<&str>,
-    ) -> Result<Option<String>> {
+        run_id: Option<&RunId>,
+    ) -> Result<Option<StepId>> {
         let hash = InputHash::of(inputs);
         let mut c = self.inner.pool.conn().await?;
         let mut first_run = None;
         for s in steps::assigned(&mut c, principal, tool, &hash).await? {
-            if run_id.is_some_and(|want| s.run_id != want) {
+            if run_id.is_some_and(|want| *want != s.run_id) {
                 continue;
             }
             if matches!(s.status, StepStatus::Pending | StepStatus::Failed) {
-                return Ok(Some(s.step_id));
+                return Ok(Some(StepId::new(s.step_id)));
             }
             if first_run.is_none() {
-                first_run = Some(s.step_id);
+                first_run = Some(StepId::new(s.step_id));
             }
         }
         Ok(first_run)

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::config::Durability;
 use toolgate_core::{
-    ApprovalClaims, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash, Redactor,
-    Registry, StepStatus, Tier, Timestamp, canonical,
+    ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash,
+    Redactor, Registry, RunId, StepId, StepStatus, Tier, Timestamp, canonical,
 };
 
 use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
@@ -109,7 +109,7 @@ pub(crate) struct Inner {
     wal_ready: tokio::sync::watch::Receiver<bool>,
     /// Each principal's current run (calls that name none), and when this process last told
     /// the store it was used: the store is written at most once a minute per principal.
-    current_runs: std::sync::Mutex<HashMap<String, (String, i64)>>,
+    current_runs: std::sync::Mutex<HashMap<String, (RunId, i64)>>,
     /// Reads made without a reservation that are not recorded yet, per (run, tool): a call of
     /// the same run decided meanwhile counts them (see `exec::call::read`).
     pub(crate) unrecorded: std::sync::Mutex<HashMap<(String, String), i64>>,
@@ -286,7 +286,7 @@ impl Store {
         principal: &str,
         now: Timestamp,
         idle: Duration,
-    ) -> Result<String> {
+    ) -> Result<RunId> {
         const TOUCH_MS: i64 = 60_000;
         let idle_ms = idle.as_millis() as i64;
         if let Some((run, touched)) = self.inner.current_runs.lock().expect("runs").get(principal)
@@ -296,7 +296,9 @@ impl Store {
         }
         let fresh = format!("auto-{}", new_id());
         let mut tx = self.begin().await?;
-        let run = runs::current(&mut tx, principal, &fresh, now, now.millis() - idle_ms).await?;
+        let run = RunId::new(
+            runs::current(&mut tx, principal, &fresh, now, now.millis() - idle_ms).await?,
+        );
         tx.commit().await?;
         self.inner
             .current_runs
@@ -311,7 +313,7 @@ impl Store {
     /// (a role that reviews planned steps) — any plan's run.
     pub async fn may_join_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         principal: &str,
         reviewer: bool,
     ) -> Result<bool> {
@@ -432,8 +434,8 @@ impl Store {
         purpose: Option<&str>,
         steps: &[PlannedStep],
         now: Timestamp,
-    ) -> Result<String> {
-        let run_id = new_id();
+    ) -> Result<RunId> {
+        let run_id = RunId::new(new_id());
         self.create_run_with_id(registry, &run_id, principal, purpose, steps, now)
             .await?;
         Ok(run_id)
@@ -443,7 +445,7 @@ impl Store {
     pub async fn create_run_with_id(
         &self,
         registry: &Registry,
-        run_id: &str,
+        run_id: &RunId,
         principal: &str,
         purpose: Option<&str>,
         steps: &[PlannedStep],
@@ -456,7 +458,7 @@ impl Store {
                 .ok_or_else(|| StoreError::UnknownTool(s.tool.clone()))?;
             let p = registry
                 .principal(&s.principal)
-                .ok_or_else(|| StoreError::UnknownPrincipal(s.principal.clone()))?;
+                .ok_or_else(|| StoreError::UnknownPrincipal(s.principal.to_string()))?;
             rows.push((i as u32 + 1, s, tool, p.role().to_string()));
         }
         let mut tx = self.begin().await?;
@@ -493,7 +495,7 @@ impl Store {
         runs::ensure(tx, run_id, principal, purpose, now).await
     }
 
-    pub async fn step(&self, step_id: &str) -> Result<Step> {
+    pub async fn step(&self, step_id: &StepId) -> Result<Step> {
         let mut c = self.inner.pool.conn().await?;
         steps::by_id(&mut c, step_id)
             .await?
@@ -507,7 +509,7 @@ impl Store {
     /// (10 ms up to 250 ms) for at most `within`; the last reading if it is still running
     /// then. For a retry that found another attempt of its operation in progress, so it can
     /// answer with that attempt's outcome instead of "ask later".
-    pub async fn step_when_settled(&self, step_id: &str, within: Duration) -> Result<Step> {
+    pub async fn step_when_settled(&self, step_id: &StepId, within: Duration) -> Result<Step> {
         let deadline = tokio::time::Instant::now() + within;
         let mut pause = Duration::from_millis(10);
         loop {
@@ -522,7 +524,7 @@ impl Store {
     }
 
     /// The steps of a run in order (compensations after the steps they undo).
-    pub async fn steps(&self, run_id: &str) -> Result<Vec<Step>> {
+    pub async fn steps(&self, run_id: &RunId) -> Result<Vec<Step>> {
         let mut c = self.inner.pool.conn().await?;
         steps::of_run(&mut c, run_id).await
     }
@@ -573,7 +575,7 @@ impl Store {
         Ok(out)
     }
 
-    pub async fn approval(&self, approval_id: &str) -> Result<ApprovalRequest> {
+    pub async fn approval(&self, approval_id: &ApprovalId) -> Result<ApprovalRequest> {
         let mut c = self.inner.pool.conn().await?;
         approvals::by_id(&mut c, approval_id)
             .await?
@@ -590,7 +592,7 @@ impl Store {
         &self,
         registry: &Registry,
         keys: &ApprovalKeys,
-        approval_id: &str,
+        approval_id: &ApprovalId,
         approver: &str,
         now: Timestamp,
     ) -> Result<ApprovalToken> {
@@ -619,7 +621,7 @@ impl Store {
         &self,
         registry: &Registry,
         keys: &ApprovalKeys,
-        approval_ids: &[&str],
+        approval_ids: &[&ApprovalId],
         approver: &str,
         now: Timestamp,
     ) -> Result<Vec<ApprovalToken>> {
@@ -640,7 +642,7 @@ impl Store {
     pub async fn reject(
         &self,
         registry: &Registry,
-        approval_id: &str,
+        approval_id: &ApprovalId,
         approver: &str,
         note: &str,
         now: Timestamp,
@@ -674,10 +676,10 @@ impl Store {
         let mut outcome = StepOutcome::status(StepStatus::Refused);
         outcome.rule = Some("approval.rejected".into());
         outcome.error = Some(format!("rejected by {approver}: {note}"));
-        outcome.approval_id = Some(approval_id.to_string());
+        outcome.approval_id = Some(approval_id.clone());
         let parked = steps::refuse_parked(&mut tx, &subject, &outcome, now).await?;
         let call = AuditCall {
-            run_id,
+            run_id: run_id.map(RunId::into_string),
             step_id: parked.then(|| subject.clone()),
             ..AuditCall::new(AuditWho::of(registry, &principal), tool, None)
         };
@@ -774,11 +776,11 @@ impl Store {
 
     /// A run's trace: every step, and every check of every decided attempt, from the audit
     /// chain. `verbose` adds passed checks' details and the redacted inputs.
-    pub async fn trace(&self, run_id: &str, verbose: bool) -> Result<String> {
+    pub async fn trace(&self, run_id: &RunId, verbose: bool) -> Result<String> {
         use std::fmt::Write as _;
         use toolgate_core::clip::printable;
         let steps = self.steps(run_id).await?;
-        let records = self.audit_records(None, Some(run_id)).await?;
+        let records = self.audit_records(None, Some(run_id.as_str())).await?;
         let mut s = String::new();
         // Everything a caller chose (a run id, a tool name, values quoted in check details) is
         // written as a person may safely see it.
@@ -836,7 +838,7 @@ pub(crate) async fn grant(
     tx: &mut Tx,
     registry: &Registry,
     keys: &ApprovalKeys,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     approver: &str,
     now: Timestamp,
 ) -> Result<ApprovalToken> {

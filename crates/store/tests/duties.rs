@@ -10,7 +10,9 @@ use std::sync::Arc;
 use crate::common::*;
 use serde_json::{Value, json};
 use toolgate_core::approvers::Ineligible;
-use toolgate_core::{ApprovalClaims, CheckName, Registry, StepStatus, Timestamp, Verdict};
+use toolgate_core::{
+    ApprovalClaims, ApprovalId, CheckName, Registry, StepStatus, Timestamp, Verdict,
+};
 use toolgate_store::{
     Actor, CallStatus, DirectCall, Executor, PlannedStep, StoreConfig, StoreError,
 };
@@ -320,7 +322,7 @@ async fn a_parked_payment_after_a_rejection_would_be_refused(db: &TestDb) {
         r.iter().all(|s| s.status == StepStatus::NeedsApproval),
         "{r:?}"
     );
-    let ids: Vec<String> = r
+    let ids: Vec<ApprovalId> = r
         .iter()
         .map(|s| s.outcome.as_ref().unwrap().approval_id.clone().unwrap())
         .collect();

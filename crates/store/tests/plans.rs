@@ -56,7 +56,7 @@ async fn a_submitted_plan_queues_its_steps_and_runs_nothing(db: &TestDb) {
     let done = store.submit_plan(&reg, &sub, T0).await.unwrap();
     assert!(!done.existing);
     assert_eq!(done.steps.len(), 2);
-    let st = store.run_status("plan-1").await.unwrap();
+    let st = store.run_status(&"plan-1".into()).await.unwrap();
     assert_eq!(st.goal.as_deref(), Some("Pay INV-1001"));
     assert_eq!(st.principal, "worker");
     assert!(st.steps.iter().all(|s| s.status == StepStatus::Pending));
@@ -71,7 +71,7 @@ async fn a_submitted_plan_queues_its_steps_and_runs_nothing(db: &TestDb) {
         store.submit_plan(&reg, &other, T0).await,
         Err(StoreError::PlanRefused(_))
     ));
-    assert_eq!(store.steps("plan-1").await.unwrap().len(), 2);
+    assert_eq!(store.steps(&"plan-1".into()).await.unwrap().len(), 2);
 
     // A plan-bound call finds its step by principal, tool and exact inputs (and run).
     let id = store
@@ -79,7 +79,7 @@ async fn a_submitted_plan_queues_its_steps_and_runs_nothing(db: &TestDb) {
             "worker",
             "payment.priority",
             &priority(120.0),
-            Some("plan-1"),
+            Some(&"plan-1".into()),
         )
         .await
         .unwrap();
@@ -96,7 +96,7 @@ async fn a_submitted_plan_queues_its_steps_and_runs_nothing(db: &TestDb) {
                 "worker",
                 "payment.priority",
                 &priority(120.0),
-                Some("plan-2"),
+                Some(&"plan-2".into()),
             )
             .await,
     ] {
@@ -135,7 +135,7 @@ async fn a_plan_with_a_bad_step_stores_nothing(db: &TestDb) {
         other => panic!("a planner cannot hand a step to an agent that acts on its own: {other:?}"),
     }
     assert!(matches!(
-        store.run_status("plan-bad").await,
+        store.run_status(&"plan-bad".into()).await,
         Err(StoreError::NotFound { .. })
     ));
     assert!(store.status_counts().await.unwrap().is_empty());
@@ -235,7 +235,7 @@ async fn a_reviewer_rejection_refuses_a_parked_step_and_closes_its_request(db: &
             .len(),
         1
     );
-    let st = store.run_status("plan-r").await.unwrap();
+    let st = store.run_status(&"plan-r".into()).await.unwrap();
     assert_eq!(st.reviews.len(), 2);
     let records = store.audit_records(None, Some("plan-r")).await.unwrap();
     let last = records.last().unwrap();

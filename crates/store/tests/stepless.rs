@@ -92,7 +92,7 @@ async fn a_read_under_way_counts_for_its_run_and_so_does_one_recorded(db: &TestD
     );
     assert!(
         store
-            .steps("run-a")
+            .steps(&"run-a".into())
             .await
             .unwrap()
             .iter()

@@ -302,7 +302,7 @@ async fn the_worker_loop_reconciles_unknown_steps(db: &TestDb) {
 
     let stats = ex.work_until_idle().await.unwrap();
     assert_eq!(stats.reconciled, 1, "{stats:?}");
-    let step = store.step(d.step_id.as_deref().unwrap()).await.unwrap();
+    let step = store.step(d.step_id.as_ref().unwrap()).await.unwrap();
     assert_eq!(step.status, StepStatus::Done);
     assert_eq!(
         fake.count("payment.send"),
@@ -503,7 +503,7 @@ async fn a_direct_call_is_attempted_four_times_then_refused_by_the_engine(db: &T
         4,
         "the fifth never reached the target"
     );
-    let step = store.step(fifth.step_id.as_deref().unwrap()).await.unwrap();
+    let step = store.step(fifth.step_id.as_ref().unwrap()).await.unwrap();
     assert_eq!(step.attempts, 4);
     // The record of the refusal is the engine's decision as made: the check that failed is the
     // one the verdict names.
@@ -1125,7 +1125,7 @@ async fn reads_run_again_and_a_key_past_its_retention_is_a_new_operation(db: &Te
     assert_eq!(w2.idem_key, w1.idem_key);
     assert_eq!(fake.count("ticket.update"), 2);
     // The first step is still there, done, under its archived key.
-    let old = store.step(w1.step_id.as_deref().unwrap()).await.unwrap();
+    let old = store.step(w1.step_id.as_ref().unwrap()).await.unwrap();
     assert_eq!(old.status, StepStatus::Done);
     assert!(
         old.idem_key
@@ -1192,7 +1192,7 @@ async fn a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a
     let ex = executor(&store, fake.clone(), clk.clone());
     let reg = registry();
     let big = |invoice: &str| DirectCall {
-        run_id: format!("run-{invoice}"),
+        run_id: format!("run-{invoice}").into(),
         ..direct(
             "payment.send",
             json!({"invoice_id": invoice, "amount": 20000.0,

@@ -75,7 +75,7 @@ fn pay(who: &str, invoice: u32, supplier: &str, amount: f64) -> DirectCall {
         principal: who.into(),
         tool: "pay.send".into(),
         inputs: json!({"invoice_id": format!("INV-{invoice}"), "supplier_id": supplier, "amount": amount}),
-        run_id: format!("run-{who}"),
+        run_id: format!("run-{who}").into(),
         purpose: Some("ops".into()),
         reason: Some("pay the matched invoice".into()),
         purpose_from: None,
@@ -413,7 +413,7 @@ async fn eight_concurrent_callers_never_overrun_a_value_budget(db: &TestDb) {
                     &format!("SUP-{:04}", c * 100 + i),
                     amount(c, i),
                 );
-                call.run_id = format!("run-caller-{c}");
+                call.run_id = format!("run-caller-{c}").into();
                 let r = ex.governed_call(call).await.unwrap();
                 out.push((amount(c, i), r));
             }

@@ -302,7 +302,7 @@ fn field_grants_budgets_and_policies_refuse_what_they_should() {
     let engine = Engine::new(&registry, &keys);
     let now = Timestamp(1_781_170_937_000);
     let deny = |v: Verdict| match v {
-        Verdict::Deny { check, rule, .. } => (check, rule),
+        Verdict::Deny { check, rule, .. } => (check, rule.to_string()),
         other => panic!("expected a denial, got {other:?}"),
     };
 

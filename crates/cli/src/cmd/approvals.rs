@@ -17,7 +17,7 @@ use serde_json::Value;
 use toolgate_console::fmt::text;
 use toolgate_console::queue::{self, Filter};
 use toolgate_console::{ConsoleError, actions, item};
-use toolgate_core::{ApprovalKeys, Clock, Effect, Registry, SystemClock};
+use toolgate_core::{ApprovalId, ApprovalKeys, Clock, Effect, Registry, SystemClock};
 use toolgate_gateway::Upstreams;
 use toolgate_store::{
     BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, Served, Store, Target,
@@ -304,7 +304,7 @@ async fn command(
             };
             let id = id.as_deref().unwrap_or_default();
             let (exec, upstreams) = terminal(registry, store, reads());
-            let exit = match item::load_for(&exec, id, &who).await {
+            let exit = match item::load_for(&exec, &ApprovalId::from(id), &who).await {
                 Ok(v) => write_item(out, &v).map(|_| Exit::Success),
                 Err(e) => refused(out, e),
             };
@@ -360,7 +360,9 @@ async fn command(
             };
             let (exec, upstreams) = terminal(registry, store, keys);
             // Decided again, dry, first: a call that would be refused is not approved.
-            let exit = match actions::approve(&exec, id, &who, input_hash, false).await {
+            let exit = match actions::approve(&exec, &ApprovalId::from(id), &who, input_hash, false)
+                .await
+            {
                 Ok(a) => writeln!(out, "approved by {who}: {}", approved_text(&a))
                     .map(|_| Exit::Success)
                     .map_err(Into::into),
@@ -378,7 +380,7 @@ async fn command(
                 Err(e) => return (Err(e), None),
             };
             let (exec, upstreams) = terminal(registry, store, reads());
-            let exit = match actions::reject(&exec, id, &who, reason).await {
+            let exit = match actions::reject(&exec, &ApprovalId::from(id), &who, reason).await {
                 Ok(()) => writeln!(out, "rejected by {who}: {}", text(reason.trim()))
                     .map(|_| Exit::Success)
                     .map_err(Into::into),
@@ -442,7 +444,7 @@ async fn list(
                 })
                 .collect();
             t.row(vec![
-                r.approval_id.clone(),
+                r.approval_id.to_string(),
                 if it.new_destinations.is_empty() {
                     it.tier.to_string()
                 } else {
@@ -521,7 +523,7 @@ async fn write_run(
         };
         t.row(vec![
             (n + 1).to_string(),
-            id.clone(),
+            id.to_string(),
             tool.clone(),
             inputs,
             hash.clone(),
@@ -815,7 +817,7 @@ mod tests {
             assert_eq!(rep.status, StepStatus::NeedsApproval);
             let id = rep.outcome.unwrap().approval_id.unwrap();
             store.close().await;
-            (id, step_id)
+            (id.to_string(), step_id.to_string())
         });
         (url, ids.0, ids.1)
     }
@@ -833,7 +835,7 @@ mod tests {
     fn step_status(url: &str, step: &str) -> StepStatus {
         runtime().unwrap().block_on(async {
             let store = Store::connect(url, StoreConfig::default()).await.unwrap();
-            let s = store.step(step).await.unwrap().status;
+            let s = store.step(&step.into()).await.unwrap().status;
             store.close().await;
             s
         })
@@ -987,7 +989,7 @@ mod tests {
                         principal: "fin-worker".into(),
                         tool: "payment.transfer".into(),
                         inputs: json!({"supplier_id": "SUP-0001", "invoice_id": invoice, "amount": amount}),
-                        run_id: run_id.clone(),
+                        run_id: run_id.clone().into(),
                         purpose: Some("billing".into()),
                         reason: Some(format!("{NASTY} {}", "x".repeat(100_000))),
                         purpose_from: None,
@@ -999,7 +1001,7 @@ mod tests {
                     .await
                     .unwrap();
                 assert_eq!(c.status, toolgate_store::CallStatus::NeedsApproval, "{c:?}");
-                ids.push(c.approval_id.unwrap());
+                ids.push(c.approval_id.unwrap().to_string());
             }
             // A tool name the agent chose: refused as unknown, kept in the audit chain.
             let unknown = exec
@@ -1007,7 +1009,7 @@ mod tests {
                     principal: "fin-worker".into(),
                     tool: format!("x{NASTY}"),
                     inputs: json!({}),
-                    run_id: run_id.clone(),
+                    run_id: run_id.clone().into(),
                     purpose: Some("billing".into()),
                     reason: None,
                     purpose_from: None,
@@ -1272,7 +1274,14 @@ mod tests {
         assert_eq!(step_status(&url, &step), StepStatus::NeedsApproval);
         runtime().unwrap().block_on(async {
             let store = Store::connect(&url, StoreConfig::default()).await.unwrap();
-            assert!(store.approval(&id).await.unwrap().approved_by.is_empty());
+            assert!(
+                store
+                    .approval(&ApprovalId::from(&id))
+                    .await
+                    .unwrap()
+                    .approved_by
+                    .is_empty()
+            );
             store.close().await;
         });
     }

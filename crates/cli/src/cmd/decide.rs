@@ -243,7 +243,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
                 (i + 1).to_string(),
                 c.name.to_string(),
                 outcome.into(),
-                c.rule.clone().unwrap_or_default(),
+                c.rule.as_deref().unwrap_or_default().to_string(),
                 c.detail.clone(),
             ]);
         }

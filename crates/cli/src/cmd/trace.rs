@@ -7,6 +7,7 @@ use crate::cmd::ConfigArg;
 use anyhow::bail;
 
 use crate::cmd::store::{open_existing, runtime};
+use toolgate_core::RunId;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -26,7 +27,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
     runtime()?.block_on(async {
         let registry = args.config.load()?;
         let store = open_existing(&registry, args.store.as_deref()).await?;
-        if store.steps(&args.run).await?.is_empty()
+        let run = RunId::from(&args.run);
+        if store.steps(&run).await?.is_empty()
             && store.audit_records(None, Some(&args.run)).await?.is_empty()
         {
             bail!(
@@ -35,7 +37,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
                 toolgate_core::clip::printable(&args.run)
             );
         }
-        let text = store.trace(&args.run, args.verbose).await?;
+        let text = store.trace(&run, args.verbose).await?;
         write!(out, "{text}")?;
         Ok(Exit::Success)
     })

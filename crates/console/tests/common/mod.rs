@@ -15,7 +15,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use serde_json::{Value, json};
 use toolgate_console::{ConsoleOptions, ConsoleState};
-use toolgate_core::{ApprovalKeys, FixedClock, Registry, Timestamp};
+use toolgate_core::{ApprovalId, ApprovalKeys, FixedClock, Registry, RunId, StepId, Timestamp};
 use toolgate_store::{
     BoxFuture, CallMeta, Executor, Handler, HandlerError, HandlerOutput, PlannedStep, Store,
     StoreConfig, Target,
@@ -77,7 +77,11 @@ impl Handler for Recorder {
         Box::pin(async move {
             let n = {
                 let mut c = self.calls.lock().unwrap();
-                c.push((target.tool.clone(), meta.step_id.clone(), inputs.clone()));
+                c.push((
+                    target.tool.clone(),
+                    meta.step_id.to_string(),
+                    inputs.clone(),
+                ));
                 c.len()
             };
             let answer = self.answers.lock().unwrap().get(&target.tool).cloned();
@@ -155,9 +159,9 @@ pub fn payment(supplier: &str, invoice: &str, amount: f64, iban: &str) -> Value 
 
 /// A parked step: its run, step id and approval id.
 pub struct Parked {
-    pub run: String,
-    pub step: String,
-    pub approval: String,
+    pub run: RunId,
+    pub step: StepId,
+    pub approval: ApprovalId,
 }
 
 /// Creates a run of `steps`, executes each in order, and returns the last one, parked.
@@ -173,7 +177,7 @@ pub async fn park(e: &Env, steps: Vec<PlannedStep>) -> Parked {
         )
         .await
         .unwrap();
-    let ids: Vec<String> = e
+    let ids: Vec<StepId> = e
         .store
         .steps(&run)
         .await

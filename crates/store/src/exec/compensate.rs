@@ -16,7 +16,7 @@ struct Compensation<'a> {
 
 /// A compensation step opened (running, committed), to be called.
 struct Opened {
-    step_id: String,
+    step_id: StepId,
     key: IdempotencyKey,
     tool: String,
     inputs: Value,
@@ -27,7 +27,7 @@ impl Executor {
     /// Aborts a run: steps not yet run are refused, then each done `write` step's compensating
     /// tool is called, newest first, each recorded as a compensation step with its own audit
     /// record. Returns the compensation steps.
-    pub async fn abort_run(&self, run_id: &str, note: &str) -> Result<Vec<StepReport>> {
+    pub async fn abort_run(&self, run_id: &RunId, note: &str) -> Result<Vec<StepReport>> {
         let now = self.clock.now();
         let mut tx = self.store.begin().await?;
         let done = self.stop_run(&mut tx, run_id, note, now).await?;
@@ -183,7 +183,7 @@ impl Executor {
             )
             .await?;
             opened.push(Opened {
-                step_id: id,
+                step_id: StepId::new(id),
                 key,
                 tool: c.tool,
                 inputs: c.inputs,
@@ -195,10 +195,10 @@ impl Executor {
 
     /// Calls one opened compensation and records what came back (never retried: a failure or
     /// an unclear answer is for a person to look at).
-    async fn compensate(&self, run_id: &str, note: &str, o: Opened) -> Result<StepReport> {
+    async fn compensate(&self, run_id: &RunId, note: &str, o: Opened) -> Result<StepReport> {
         let meta = CallMeta {
             idempotency_key: o.key.clone(),
-            run_id: run_id.to_string(),
+            run_id: run_id.clone(),
             step_id: o.step_id.clone(),
             approval_tokens: Vec::new(),
             principal: o.undoes.principal.clone(),
@@ -235,7 +235,7 @@ impl Executor {
             ..o.undoes
         };
         let settle = Settle {
-            step_id: o.step_id.clone(),
+            step_id: o.step_id.to_string(),
             outcome: outcome.clone(),
             retry_at: None,
             idem_key: o.key.to_string(),

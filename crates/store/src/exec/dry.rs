@@ -45,7 +45,7 @@ impl Executor {
 
     /// The parked call of `req` as the executor would take it up again.
     async fn pending_for(&self, req: &crate::model::ApprovalRequest) -> Result<Pending> {
-        Ok(match self.store.step(&req.subject).await {
+        Ok(match self.store.step(&req.subject_step()).await {
             Ok(s) => Pending::from_step(&s),
             Err(StoreError::NotFound { .. }) => {
                 let key = req
@@ -67,10 +67,14 @@ impl Executor {
                 };
                 Pending {
                     step_id: String::new(),
-                    run_id: req.run_id.clone().unwrap_or_default(),
+                    run_id: req
+                        .run_id
+                        .clone()
+                        .map(RunId::into_string)
+                        .unwrap_or_default(),
                     seq: 0,
                     kind: StepKind::Direct,
-                    principal: req.principal.clone(),
+                    principal: req.principal.to_string(),
                     tool: req.tool.clone(),
                     inputs: req.inputs.clone(),
                     idem_key: IdempotencyKey::from_stored(key),

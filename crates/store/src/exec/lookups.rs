@@ -74,10 +74,10 @@ impl Executor {
         let key = IdempotencyKey::for_call(&p.run_id, &l.tool, &with, &l.inputs);
         let meta = CallMeta {
             idempotency_key: key.clone(),
-            run_id: p.run_id.clone(),
-            step_id: p.step_id.clone(),
+            run_id: p.run_id.clone().into(),
+            step_id: p.step_id.clone().into(),
             approval_tokens: Vec::new(),
-            principal: p.principal.clone(),
+            principal: p.principal.clone().into(),
         };
         let target = self.target(&l.tool);
         let started = Instant::now();
@@ -153,10 +153,10 @@ impl Executor {
         let key = IdempotencyKey::for_call(&p.run_id, &w.read, &with, &inputs);
         let meta = CallMeta {
             idempotency_key: key.clone(),
-            run_id: p.run_id.clone(),
-            step_id: p.step_id.clone(),
+            run_id: p.run_id.clone().into(),
+            step_id: p.step_id.clone().into(),
             approval_tokens: Vec::new(),
-            principal: p.principal.clone(),
+            principal: p.principal.clone().into(),
         };
         let started = Instant::now();
         let res = match system_inputs_fit(&self.registry, &w.read, &inputs) {
@@ -235,10 +235,10 @@ impl Executor {
         let run = run_id.unwrap_or("approval-page");
         let meta = CallMeta {
             idempotency_key: IdempotencyKey::for_call(run, tool, &with, inputs),
-            run_id: run.to_string(),
-            step_id: String::new(),
+            run_id: run.into(),
+            step_id: StepId::default(),
             approval_tokens: Vec::new(),
-            principal: principal.to_string(),
+            principal: principal.into(),
         };
         let target = self.target(tool);
         match tokio::time::timeout(

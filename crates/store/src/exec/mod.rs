@@ -24,10 +24,10 @@ use serde_json::{Value, json};
 use toolgate_core::schema::FieldError;
 use toolgate_core::why::{PurposeSource, replays};
 use toolgate_core::{
-    ApprovalClaims, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName, Clock,
-    Decision, Definition, DestinationFacts, DestinationLookupCall, Effect, Engine, IdempotencyKey,
-    IdempotencyState, InputHash, MAX_ATTEMPTS, Registry, RunHistory, StepStatus, Tier, Timestamp,
-    Verdict, canonical, destination_lookups,
+    ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName,
+    Clock, Decision, Definition, DestinationFacts, DestinationLookupCall, Effect, Engine,
+    IdempotencyKey, IdempotencyState, InputHash, MAX_ATTEMPTS, PrincipalId, Registry, RunHistory,
+    RunId, StepId, StepStatus, Tier, Timestamp, Verdict, canonical, destination_lookups,
 };
 
 use crate::audit::{self, AuditApproval, AuditCall, AuditDecision, AuditDraft, AuditWho};
@@ -55,10 +55,10 @@ pub struct Target {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallMeta {
     pub idempotency_key: IdempotencyKey,
-    pub run_id: String,
-    pub step_id: String,
+    pub run_id: RunId,
+    pub step_id: StepId,
     pub approval_tokens: Vec<ApprovalToken>,
-    pub principal: String,
+    pub principal: PrincipalId,
 }
 
 /// What a handler returned.
@@ -132,13 +132,13 @@ impl Served {
 /// A direct call (a `tools/call` outside a plan), as the gateway sees it after authentication.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DirectCall {
-    pub principal: String,
+    pub principal: PrincipalId,
     pub tool: String,
     /// The tool's inputs, without toolgate's own arguments (see `toolgate_core::why`).
     pub inputs: Value,
     /// The run: the one `_meta.run_id` names, or the principal's current run
     /// ([`Store::current_run`]). Never the connection's: keys and approvals do not depend on it.
-    pub run_id: String,
+    pub run_id: RunId,
     pub purpose: Option<String>,
     pub reason: Option<String>,
     /// Where the purpose came from (`_meta`, an argument, a default); the record names it.
@@ -179,9 +179,9 @@ pub struct CallResult {
     pub status: CallStatus,
     pub decision: Decision,
     pub idem_key: IdempotencyKey,
-    pub step_id: Option<String>,
+    pub step_id: Option<StepId>,
     pub outcome: Option<StepOutcome>,
-    pub approval_id: Option<String>,
+    pub approval_id: Option<ApprovalId>,
     pub audit_seq: i64,
 }
 
@@ -217,11 +217,11 @@ pub(crate) struct Pending {
 impl Pending {
     fn from_step(s: &Step) -> Self {
         Pending {
-            step_id: s.step_id.clone(),
-            run_id: s.run_id.clone(),
+            step_id: s.step_id.to_string(),
+            run_id: s.run_id.to_string(),
             seq: s.seq,
             kind: s.kind,
-            principal: s.principal.clone(),
+            principal: s.principal.to_string(),
             tool: s.tool.clone(),
             inputs: s.inputs.clone(),
             idem_key: s.idem_key.clone(),
@@ -330,7 +330,7 @@ fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {
     let mut o = StepOutcome::status(status);
     match &decision.verdict {
         Verdict::Deny { rule, reason, .. } | Verdict::NeedsApproval { rule, reason, .. } => {
-            o.rule = Some(rule.clone());
+            o.rule = Some(rule.to_string());
             o.error = Some(reason.clone());
         }
         Verdict::Allow => {}

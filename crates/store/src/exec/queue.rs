@@ -31,7 +31,7 @@ impl Executor {
 
     /// Executes one step by id: claims it if it is pending or retryable, otherwise returns
     /// what was recorded (a step done, refused, parked or unknown never runs again).
-    pub async fn execute_step(&self, step_id: &str) -> Result<StepReport> {
+    pub async fn execute_step(&self, step_id: &StepId) -> Result<StepReport> {
         let mut out = self.claim_and_run(Claim::Step(step_id)).await?;
         if out.is_empty() {
             let s = self.store.step(step_id).await?;
@@ -130,7 +130,7 @@ impl Executor {
                 Prepared::Settled {
                     p, status, outcome, ..
                 } => reports.push(StepReport {
-                    step_id: p.step_id,
+                    step_id: StepId::new(p.step_id),
                     status: outcome.status,
                     replayed: status == CallStatus::Replayed,
                     outcome: Some(outcome),
@@ -154,7 +154,7 @@ impl Executor {
                 source,
             })?;
             reports.push(StepReport {
-                step_id: c.p.step_id.clone(),
+                step_id: StepId::new(c.p.step_id.clone()),
                 status: c.outcome.status,
                 outcome: Some(c.outcome),
                 replayed: false,

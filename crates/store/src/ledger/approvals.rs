@@ -5,7 +5,9 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
-use toolgate_core::{ApprovalToken, InputHash, Timestamp, canonical};
+use toolgate_core::{
+    ApprovalId, ApprovalToken, InputHash, PrincipalId, RunId, Timestamp, canonical,
+};
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
@@ -173,10 +175,10 @@ macro_rules! request_cols {
 fn request_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest> {
     let status = r.text("status")?;
     Ok(ApprovalRequest {
-        approval_id: r.text("approval_id")?,
+        approval_id: ApprovalId::new(r.text("approval_id")?),
         subject: r.text("subject")?,
-        run_id: r.opt_text("run_id")?,
-        principal: r.text("principal")?,
+        run_id: r.opt_text("run_id")?.map(RunId::new),
+        principal: PrincipalId::new(r.text("principal")?),
         tool: r.text("tool")?,
         tool_version: r.text("tool_version")?,
         input_hash: InputHash::from_stored(r.text("input_hash")?),
@@ -283,7 +285,7 @@ pub(crate) async fn grants(c: &mut impl Sql) -> Result<Vec<ApprovalDecision>> {
     .iter()
     .map(|r| {
         Ok(ApprovalDecision {
-            approval_id: r.text("approval_id")?,
+            approval_id: ApprovalId::new(r.text("approval_id")?),
             approver: r.text("approver")?,
             at: Timestamp::from_millis(r.i64("granted_at")?),
             approved: true,
@@ -303,7 +305,7 @@ pub(crate) async fn rejections(c: &mut impl Sql) -> Result<Vec<ApprovalDecision>
     .iter()
     .map(|r| {
         Ok(ApprovalDecision {
-            approval_id: r.text("approval_id")?,
+            approval_id: ApprovalId::new(r.text("approval_id")?),
             approver: r.text("decided_by")?,
             at: Timestamp::from_millis(r.i64("decided_at")?),
             approved: false,

@@ -2,7 +2,10 @@
 //! recovery, reconciliation and aborted runs change them, and as they are read back.
 
 use serde_json::Value;
-use toolgate_core::{Effect, IdempotencyKey, InputHash, StepStatus, Tier, Timestamp, canonical};
+use toolgate_core::{
+    Effect, IdempotencyKey, InputHash, PrincipalId, RunId, StepId, StepStatus, Tier, Timestamp,
+    canonical,
+};
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
@@ -31,14 +34,14 @@ fn json(text: &str) -> Result<Value> {
 pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
     let kind = r.text("kind")?;
     Ok(Step {
-        step_id: r.text("step_id")?,
-        run_id: r.text("run_id")?,
+        step_id: StepId::new(r.text("step_id")?),
+        run_id: RunId::new(r.text("run_id")?),
         seq: r.i64("seq")?,
         kind: StepKind::parse(&kind).ok_or_else(|| StoreError::UnknownValue {
             what: "step kind",
             value: kind.clone(),
         })?,
-        principal: r.text("principal")?,
+        principal: PrincipalId::new(r.text("principal")?),
         role: r.text("role")?,
         tool: r.text("tool")?,
         effect: parse_effect(&r.text("effect")?)?,
@@ -62,7 +65,7 @@ pub(crate) fn step_from_row(r: &Row) -> Result<Step> {
                 })
             })
             .transpose()?,
-        compensates: r.opt_text("compensates")?,
+        compensates: r.opt_text("compensates")?.map(StepId::new),
         created_at: Timestamp::from_millis(r.i64("created_at")?),
         updated_at: Timestamp::from_millis(r.i64("updated_at")?),
     })

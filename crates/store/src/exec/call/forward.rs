@@ -53,10 +53,10 @@ impl Executor {
         };
         let meta = CallMeta {
             idempotency_key: p.idem_key.clone(),
-            run_id: p.run_id.clone(),
-            step_id: p.step_id.clone(),
+            run_id: p.run_id.clone().into(),
+            step_id: p.step_id.clone().into(),
             approval_tokens: tokens.clone(),
-            principal: p.principal.clone(),
+            principal: p.principal.clone().into(),
         };
         let target = self.target(&p.tool);
         let started = Instant::now();

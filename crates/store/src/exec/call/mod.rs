@@ -139,10 +139,10 @@ impl Executor {
         let started = Instant::now();
         let mut p = Pending {
             step_id: String::new(),
-            run_id: call.run_id,
+            run_id: call.run_id.into_string(),
             seq: 0,
             kind: StepKind::Direct,
-            principal: call.principal,
+            principal: call.principal.into_string(),
             tool: call.tool,
             inputs: call.inputs,
             idem_key: key.clone(),
@@ -175,7 +175,7 @@ impl Executor {
             if let Some(reviewer) = join
                 && !self
                     .store
-                    .may_join_run(&p.run_id, &p.principal, reviewer)
+                    .may_join_run(&RunId::from(&p.run_id), &p.principal, reviewer)
                     .await?
             {
                 return Ok(None);
@@ -195,7 +195,7 @@ impl Executor {
                 status,
                 decision,
                 idem_key: key,
-                step_id: (!p.step_id.is_empty()).then_some(p.step_id),
+                step_id: (!p.step_id.is_empty()).then_some(StepId::new(p.step_id)),
                 approval_id: outcome.approval_id.clone(),
                 outcome: Some(outcome),
                 audit_seq,
@@ -214,7 +214,7 @@ impl Executor {
                     status,
                     decision,
                     idem_key: key,
-                    step_id: Some(p.step_id),
+                    step_id: Some(StepId::new(p.step_id)),
                     outcome: Some(outcome),
                     approval_id: None,
                     audit_seq: seq,

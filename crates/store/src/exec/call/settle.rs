@@ -137,7 +137,7 @@ impl Executor {
         )
         .await?;
         let mut outcome = outcome_of(StepStatus::NeedsApproval, &decision);
-        outcome.approval_id = Some(approval_id);
+        outcome.approval_id = Some(ApprovalId::new(approval_id));
         if p.kind != StepKind::Direct {
             self.settle_inline(tx, &p, &outcome, now).await?;
         }

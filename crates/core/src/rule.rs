@@ -1,0 +1,170 @@
+//! The id of the rule behind a check's outcome and a decision (`grant.purpose`, `gate.always`, a
+//! policy's id, `schema.maximum`, `budget.window.<id>`). The engine's own rules are constants;
+//! the others are made from what the registry names (a policy, a window budget, a destination's
+//! rule) or from the schema constraint that failed, by one constructor each. Rules are open — a
+//! registry adds its own — so this is a newtype, not an enum. It is written as its text, byte for
+//! byte, wherever it is recorded (serde transparent): the audit chain's hashes do not change.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Deref;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Tier;
+
+/// A rule id. See the module documentation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Rule(Cow<'static, str>);
+
+impl Rule {
+    /// A credential that names no principal.
+    pub const CREDENTIAL: Rule = Rule::fixed("credential");
+    /// An upstream tool whose definition is not the one `toolgate.lock` pins.
+    pub const PIN_BLOCKED: Rule = Rule::fixed("pin.blocked");
+    /// A tool that does not exist, or is not listed for the caller's role.
+    pub const TOOL_UNKNOWN: Rule = Rule::fixed("tool.unknown");
+    /// A call that states no purpose.
+    pub const PURPOSE_MISSING: Rule = Rule::fixed("purpose.missing");
+    /// A purpose the tool is not declared for.
+    pub const TOOL_PURPOSE: Rule = Rule::fixed("tool.purpose");
+    /// A purpose no grant of the caller's covers for the tool's scopes.
+    pub const GRANT_PURPOSE: Rule = Rule::fixed("grant.purpose");
+    /// A call the tool requires a reason for, without one.
+    pub const REASON_MISSING: Rule = Rule::fixed("reason.missing");
+    /// A tier above what the grants allow.
+    pub const GRANT_TIER: Rule = Rule::fixed("grant.tier");
+    /// A sensitivity above what the grants allow.
+    pub const GRANT_SENSITIVITY: Rule = Rule::fixed("grant.sensitivity");
+    /// The tool's per-run rate limit, used up.
+    pub const RATE_LIMIT: Rule = Rule::fixed("rate_limit");
+    /// A policy that could not be evaluated (fails closed).
+    pub const POLICY_ERROR: Rule = Rule::fixed("policy.error");
+    /// An operation already made by another principal.
+    pub const IDEMPOTENCY_ELSEWHERE: Rule = Rule::fixed("idempotency.elsewhere");
+    /// An idempotency key used again with other inputs.
+    pub const IDEMPOTENCY_INPUTS_DIFFER: Rule = Rule::fixed("idempotency.inputs_differ");
+    /// A call attempted as often as it may be.
+    pub const ATTEMPTS_EXHAUSTED: Rule = Rule::fixed("attempts.exhausted");
+    /// A tool that always needs a person's approval.
+    pub const GATE_ALWAYS: Rule = Rule::fixed("gate.always");
+    /// A call a person rejected.
+    pub const APPROVAL_REJECTED: Rule = Rule::fixed("approval.rejected");
+
+    const fn fixed(id: &'static str) -> Rule {
+        Rule(Cow::Borrowed(id))
+    }
+
+    /// A rule the registry names (a policy's id, a destination's rule), as written there.
+    pub fn new(id: impl Into<String>) -> Rule {
+        Rule(Cow::Owned(id.into()))
+    }
+
+    /// The schema constraint the inputs failed first (`schema.maximum`, `schema.required`…).
+    pub fn schema(constraint: &str) -> Rule {
+        Rule::new(format!("schema.{constraint}"))
+    }
+
+    /// A destination field whose value is not on its list (`destination.<field>`).
+    pub fn destination(field: &str) -> Rule {
+        Rule::new(format!("destination.{field}"))
+    }
+
+    /// The daily budget of `tier` (`budget.<tier>`).
+    pub fn daily_budget(tier: Tier) -> Rule {
+        Rule::new(format!("budget.{tier}"))
+    }
+
+    /// The window budget `id` (`budget.window.<id>`).
+    pub fn window(id: &str) -> Rule {
+        Rule::new(format!("budget.window.{id}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Deref for Rule {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Rule {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Rule {
+    fn from(id: String) -> Rule {
+        Rule::new(id)
+    }
+}
+
+impl From<&str> for Rule {
+    fn from(id: &str) -> Rule {
+        Rule::new(id)
+    }
+}
+
+impl From<&Rule> for String {
+    fn from(rule: &Rule) -> String {
+        rule.0.to_string()
+    }
+}
+
+impl From<Rule> for String {
+    fn from(rule: Rule) -> String {
+        rule.0.into_owned()
+    }
+}
+
+impl PartialEq<str> for Rule {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Rule {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Rule {
+    fn eq(&self, other: &String) -> bool {
+        self.0.as_ref() == other.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_is_written_as_its_text() {
+        assert_eq!(
+            serde_json::to_string(&Rule::GATE_ALWAYS).unwrap(),
+            "\"gate.always\""
+        );
+        assert_eq!(
+            serde_json::from_str::<Rule>("\"gate.always\"").unwrap(),
+            Rule::GATE_ALWAYS
+        );
+        assert_eq!(Rule::schema("maximum"), "schema.maximum");
+        assert_eq!(
+            Rule::window("daily-eur").to_string(),
+            "budget.window.daily-eur"
+        );
+    }
+}
