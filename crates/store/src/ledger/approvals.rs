@@ -51,6 +51,41 @@ pub(crate) async fn used_nonces(tx: &mut Tx, nonces: &[String]) -> Result<HashSe
     Ok(used)
 }
 
+/// Spends an approval's single-use `nonce` for `subject`: false when another call spent it
+/// first.
+pub(crate) async fn consume_nonce(
+    tx: &mut Tx,
+    nonce: &str,
+    subject: &str,
+    now: Timestamp,
+) -> Result<bool> {
+    let fresh = tx
+        .exec(
+            "INSERT INTO consumed_nonces (nonce, subject, consumed_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (nonce) DO NOTHING",
+            args![nonce, subject, now.millis()],
+        )
+        .await?;
+    Ok(fresh > 0)
+}
+
+/// The approved or pending requests for `subject` are consumed: the call they gate starts.
+pub(crate) async fn mark_consumed(tx: &mut Tx, subject: &str, now: Timestamp) -> Result<()> {
+    tx.exec(
+        "UPDATE approval_requests SET status = $1, decided_at = COALESCE(decided_at, $2) \
+         WHERE subject = $3 AND status IN ($4, $5)",
+        args![
+            ApprovalStatus::Consumed.as_str(),
+            now.millis(),
+            subject,
+            APPROVED,
+            PENDING
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 /// A request for people's approval of one exact call.
 pub(crate) struct NewRequest<'a> {
     pub subject: &'a str,

@@ -264,6 +264,60 @@ pub(crate) async fn open_keyed(
     row.opt_i64("seq")
 }
 
+/// Starts another attempt of a direct call's existing step: running until `lease`, its last
+/// outcome cleared, and the decision that allowed this attempt kept (for recovery).
+pub(crate) async fn rearm(
+    tx: &mut Tx,
+    step_id: &str,
+    lease: i64,
+    decision: &str,
+    now: Timestamp,
+) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET status = $1, attempts = attempts + 1, lease_until = $2, \
+         updated_at = $3, outcome = NULL, decision = $4 WHERE step_id = $5",
+        args![
+            StepStatus::Running.as_str(),
+            lease,
+            now.millis(),
+            decision,
+            step_id
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Keeps on a claimed step the decision that allowed it (for recovery).
+pub(crate) async fn keep_decision(tx: &mut Tx, step_id: &str, decision: &str) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET decision = $1 WHERE step_id = $2",
+        args![decision, step_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Keeps on the step who approved its call (canonical JSON: approvers, when, the input hash).
+pub(crate) async fn keep_approval(tx: &mut Tx, step_id: &str, approval: &str) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET approval = $1 WHERE step_id = $2",
+        args![approval, step_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A direct call's step whose reservation is given back before it ran: failed, no lease.
+pub(crate) async fn fail_unstarted(tx: &mut Tx, step_id: &str) -> Result<()> {
+    tx.exec(
+        "UPDATE steps SET status = $1, lease_until = NULL WHERE step_id = $2",
+        args![StepStatus::Failed.as_str(), step_id],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Records `outcome` on the step and ends its lease.
 pub(crate) async fn settle(
     tx: &mut Tx,

@@ -8,6 +8,7 @@
 use crate::exec::*;
 
 use super::LedgerView;
+use crate::ledger::approvals;
 
 /// Why a reservation of a call the engine allowed could not be made: a conditional write lost
 /// to what the engine could not see.
@@ -246,13 +247,7 @@ impl Executor {
                         crate::ledger::keys::forget(tx, &p.idem_key).await?;
                         return Ok(Some(Lost::AttemptsExhausted));
                     }
-                    tx.exec(
-                        "UPDATE steps SET status = 'running', attempts = attempts + 1, \
-                         lease_until = $1, updated_at = $2, outcome = NULL, decision = $4 \
-                         WHERE step_id = $3",
-                        args![lease, now.millis(), &id, &allowed],
-                    )
-                    .await?;
+                    steps::rearm(tx, &id, lease, &allowed, now).await?;
                     p.step_id = id;
                     p.attempts = attempts + 1;
                 }
@@ -267,11 +262,7 @@ impl Executor {
 
         if p.kind != StepKind::Direct {
             // A claimed planned step keeps its decision too, for recovery (see `decision_json`).
-            tx.exec(
-                "UPDATE steps SET decision = $1 WHERE step_id = $2",
-                args![decision_json(decision), &p.step_id],
-            )
-            .await?;
+            steps::keep_decision(tx, &p.step_id, &decision_json(decision)).await?;
         }
         Ok(None)
     }
@@ -363,14 +354,7 @@ impl Executor {
     ) -> Result<()> {
         // Approvals: single-use, consumed here, in the transaction that starts the call.
         for c in &decision.approvals {
-            let fresh = tx
-                .exec(
-                    "INSERT INTO consumed_nonces (nonce, subject, consumed_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (nonce) DO NOTHING",
-                    args![&c.nonce, subject, now.millis()],
-                )
-                .await?;
-            if fresh == 0 {
+            if !approvals::consume_nonce(tx, &c.nonce, subject, now).await? {
                 // Another call consumed it between our read and now: fail closed.
                 return Err(StoreError::Token(toolgate_core::TokenError::Reused(
                     c.nonce.clone(),
@@ -378,22 +362,13 @@ impl Executor {
             }
         }
         if !decision.approvals.is_empty() {
-            tx.exec(
-                "UPDATE approval_requests SET status = 'consumed', decided_at = COALESCE(decided_at, $1) \
-                 WHERE subject = $2 AND status IN ('approved', 'pending')",
-                args![now.millis(), subject],
-            )
-            .await?;
+            approvals::mark_consumed(tx, subject, now).await?;
             let approval = json!({
                 "by": decision.approvals.iter().map(|c| c.approver.clone()).collect::<Vec<_>>(),
                 "at": now.millis(),
                 "input_hash": decision.input_hash.as_str(),
             });
-            tx.exec(
-                "UPDATE steps SET approval = $1 WHERE step_id = $2",
-                args![canonical(&approval), &p.step_id],
-            )
-            .await?;
+            steps::keep_approval(tx, &p.step_id, &canonical(&approval)).await?;
         }
         Ok(())
     }
@@ -401,11 +376,7 @@ impl Executor {
     pub(crate) async fn unreserve_key(&self, tx: &mut Tx, p: &Pending) -> Result<()> {
         crate::ledger::keys::release_in_flight(tx, &p.idem_key).await?;
         if p.kind == StepKind::Direct {
-            tx.exec(
-                "UPDATE steps SET status = 'failed', lease_until = NULL WHERE step_id = $1",
-                args![&p.step_id],
-            )
-            .await?;
+            steps::fail_unstarted(tx, &p.step_id).await?;
         }
         Ok(())
     }
