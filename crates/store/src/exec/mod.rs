@@ -31,7 +31,7 @@ use toolgate_core::{
 };
 
 use crate::audit::{self, AuditApproval, AuditCall, AuditDecision, AuditDraft, AuditWho};
-use crate::db::{Tx, args};
+use crate::db::Tx;
 use crate::error::{Result, StoreError};
 use crate::ledger::approvals::used_nonces;
 use crate::ledger::steps::NewStep;
