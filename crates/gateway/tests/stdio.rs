@@ -2,34 +2,12 @@
 //! in-memory pipe, which is what `serve_stdio` runs on stdin/stdout), and an upstream started as
 //! a child process (the finance fake binary) that receives the derived key in `_meta`.
 
-use std::path::PathBuf;
 
+use crate::clients::workspace_binary;
 use crate::common::*;
 use rmcp::ServiceExt;
 use serde_json::json;
 use toolgate_gateway::{Gateway, GatewayServer, ServeOptions};
-
-fn fake_binary() -> PathBuf {
-    // target/debug/deps/stdio-… → target/debug/toolgate-fake-finance
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let bin = dir.join("toolgate-fake-finance");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = std::process::Command::new(cargo)
-            .args(["build", "-p", "toolgate-fakes", "--bins"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building toolgate-fakes failed");
-    }
-    bin
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_the_key() {
@@ -39,7 +17,7 @@ async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_th
         dir.path(),
         &format!(
             "    command: \"{}\"\n    args: [\"--record\", \"{}\"]\n    package: \"toolgate-fakes@0.1.0\"\n    timeout_secs: 5\n",
-            fake_binary().display(),
+            workspace_binary("toolgate-fake-finance", "toolgate-fakes").display(),
             record.display()
         ),
     );

@@ -14,29 +14,8 @@ use tokio_util::sync::CancellationToken;
 use toolgate_fakes::record::{Record, read_records};
 use toolgate_gateway::{Gateway, GatewayError, KeySource, ServeOptions};
 
+use crate::clients::workspace_binary;
 use crate::common::*;
-
-fn fake_binary() -> PathBuf {
-    // target/debug/deps/integration-… → target/debug/toolgate-fake-finance
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let bin = dir.join("toolgate-fake-finance");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = std::process::Command::new(cargo)
-            .args(["build", "-p", "toolgate-fakes", "--bins"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building toolgate-fakes failed");
-    }
-    bin
-}
 
 /// A stdio client speaking raw JSON-RPC lines to toolgate.
 struct Client {
@@ -64,7 +43,7 @@ impl Client {
             format!(
                 "#!/bin/sh\necho $$ > '{}'\nexec '{}' {args}\n",
                 dir.path().join("pid").display(),
-                fake_binary().display()
+                workspace_binary("toolgate-fake-finance", "toolgate-fakes").display()
             ),
         )
         .unwrap();
