@@ -2,7 +2,6 @@
 //! in-memory pipe, which is what `serve_stdio` runs on stdin/stdout), and an upstream started as
 //! a child process (the finance fake binary) that receives the derived key in `_meta`.
 
-
 use crate::clients::workspace_binary;
 use crate::common::*;
 use rmcp::ServiceExt;
