@@ -34,16 +34,50 @@ fn migrator(files: &[(i64, &'static str, &'static str)]) -> Migrator {
     let migrations = files
         .iter()
         .map(|&(version, description, sql)| {
-            Migration::new(
+            let no_tx = sql.starts_with("-- no-transaction");
+            let mut m = Migration::new(
                 version,
                 description.into(),
                 MigrationType::Simple,
                 sql.into_sql_str(),
-                sql.starts_with("-- no-transaction"),
-            )
+                no_tx,
+            );
+            if let Some(checksum) = released_checksum(version) {
+                m.checksum = checksum.into();
+            }
+            m
         })
         .collect();
     Migrator::with_migrations(migrations)
+}
+
+/// Migrations whose comments were reworded after databases had applied them (SHA-384, hex, of
+/// the text as first released; the same on both backends). sqlx refuses a database whose
+/// applied migration's checksum differs from the file's, so these keep the checksum they were
+/// applied with; their statements did not change. A change to a statement is a new migration.
+const RELEASED_CHECKSUMS: &[(i64, &str)] = &[
+    (
+        2,
+        "90ca6c2ff48f8ce14dc26380a36e9baf819e698e0941695f75c505cf576d0eb7aa63d4d5ef54746fcccc610a55bf2e7b",
+    ),
+    (
+        3,
+        "3f7da02180c7abec1c058807e22d16eb1eed9c3afef49429ccf747d59e73733b23a86e471944b90f4397007aead5e44c",
+    ),
+    (
+        5,
+        "3b2f8950ea8cc108cdc0e12bbd82f1d194162ba8d444d320c94410d50ba464c9272a9840c952ed851fb1d4d02a42a99b",
+    ),
+];
+
+fn released_checksum(version: i64) -> Option<Vec<u8>> {
+    let (_, hex) = RELEASED_CHECKSUMS.iter().find(|(v, _)| *v == version)?;
+    Some(
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("a hex checksum"))
+            .collect(),
+    )
 }
 
 /// A bound value.
@@ -691,6 +725,32 @@ impl Tx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_reworded_migrations_keep_a_released_checksum() {
+        // Each override stands for a file whose text changed since release (else it is stale),
+        // on both backends, and the migrators carry it.
+        for (files, migrator) in [
+            (embedded::SQLITE, &*SQLITE_MIGRATIONS),
+            (embedded::POSTGRES, &*PG_MIGRATIONS),
+        ] {
+            for &(version, _) in RELEASED_CHECKSUMS {
+                let (_, _, sql) = files.iter().find(|(v, ..)| *v == version).unwrap();
+                let released = released_checksum(version).unwrap();
+                assert_eq!(released.len(), 48, "SHA-384 of migration {version}");
+                let current = Migration::new(
+                    version,
+                    "".into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                );
+                assert_ne!(&*current.checksum, &released[..], "migration {version}");
+                let m = migrator.iter().find(|m| m.version == version).unwrap();
+                assert_eq!(&*m.checksum, &released[..], "migration {version}");
+            }
+        }
+    }
 
     /// A relaxed reservation on PostgreSQL does not wait for the WAL flush — set in the same
     /// round trip as its `BEGIN` — and [`Tx::unrelax`] gives it back the store's setting; a

@@ -1,4 +1,4 @@
--- Window budgets (issue 9): sums and counts of calls over a sliding window, per budget,
+-- Window budgets: sums and counts of calls over a sliding window, per budget,
 -- principal and key value. A reservation is taken with the step (in its reservation
 -- transaction), kept when the call lands or its outcome is unknown, and deleted when the call
 -- fails; rows older than the window are never read again and are pruned under the lock.

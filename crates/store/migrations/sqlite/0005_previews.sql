@@ -1,4 +1,4 @@
--- Preview, then commit (seed 002): what a preview call rendered and will be committed. The
+-- Preview, then commit: what a preview call rendered and will be committed. The
 -- commit call names only plan_id; the gateway runs the call with exactly these inputs, so an
 -- approval (bound to input_hash) is an approval of the previewed plan.
 CREATE TABLE previews (
