@@ -455,21 +455,34 @@ impl Upstream {
                 match self.lean_session(&peer) {
                     Some(fresh) => self.send_lean(lean, fresh, &peer, &mut params).await,
                     None => {
-                        let params = serde_json::from_value(params)
-                            .expect("parameters read back as they were written");
-                        return match self.send_call(&peer, params).await {
-                            Ok(result) => output_of(result),
-                            Err(e) => Err(HandlerError::Unanswered(format!(
-                                "the call to upstream '{}' failed after reconnecting: {e}",
-                                self.name
-                            ))),
-                        };
+                        return self
+                            .send_again_through_rmcp(&peer, params, "reconnecting")
+                            .await;
                     }
                 }
             }
             other => other,
         };
         self.lean_outcome(answer)
+    }
+
+    /// Sends a call that was never delivered once more, through rmcp, on the upstream reached
+    /// again (`after`: what was done to reach it, for the error).
+    async fn send_again_through_rmcp(
+        &self,
+        peer: &Peer<RoleClient>,
+        params: serde_json::Value,
+        after: &str,
+    ) -> Result<HandlerOutput, HandlerError> {
+        let params =
+            serde_json::from_value(params).expect("parameters read back as they were written");
+        match self.send_call(peer, params).await {
+            Ok(result) => output_of(result),
+            Err(e) => Err(HandlerError::Unanswered(format!(
+                "the call to upstream '{}' failed after {after}: {e}",
+                self.name
+            ))),
+        }
     }
 
     /// What an answer over a lean hop means for the store, as for an answer through rmcp.
@@ -532,15 +545,9 @@ impl Upstream {
                 match self.lean_child(&peer) {
                     Some(fresh) => self.send_child(&fresh, &mut params).await,
                     None => {
-                        let params = serde_json::from_value(params)
-                            .expect("parameters read back as they were written");
-                        return match self.send_call(&peer, params).await {
-                            Ok(result) => output_of(result),
-                            Err(e) => Err(HandlerError::Unanswered(format!(
-                                "the call to upstream '{}' failed after restarting it: {e}",
-                                self.name
-                            ))),
-                        };
+                        return self
+                            .send_again_through_rmcp(&peer, params, "restarting it")
+                            .await;
                     }
                 }
             }
