@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use toolgate_core::{IdempotencyKey, InputHash, StepStatus, Timestamp};
 
-use crate::db::{Tx, args};
+use crate::db::{Row, Tx, args};
 use crate::error::Result;
 use crate::store::parse_status;
 
@@ -24,6 +24,24 @@ pub(crate) struct HeldKey {
 }
 
 impl HeldKey {
+    /// From a row of the key's record (`input_hash`, `state`, `outcome`, `expires_at`,
+    /// `step_id`) joined with the step that holds it (`principal`, `created_at`, `status`).
+    fn read(r: &Row) -> Result<HeldKey> {
+        Ok(HeldKey {
+            input_hash: r.text("input_hash")?,
+            done: r.text("state")? == "done",
+            outcome: r.opt_text("outcome")?,
+            expires_at: Timestamp::from_millis(r.i64("expires_at")?),
+            step_id: r.text("step_id")?,
+            principal: r.opt_text("principal")?,
+            created_at: r.opt_i64("created_at")?.map(Timestamp::from_millis),
+            step_status: r
+                .opt_text("status")?
+                .map(|t| parse_status(&t))
+                .transpose()?,
+        })
+    }
+
     /// A completed key past its retention at `now`: forgotten, so the operation may be made
     /// again.
     pub(crate) fn lapsed(&self, now: Timestamp) -> bool {
@@ -44,19 +62,7 @@ pub(crate) async fn held(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<Hel
     else {
         return Ok(None);
     };
-    Ok(Some(HeldKey {
-        input_hash: r.text("input_hash")?,
-        done: r.text("state")? == "done",
-        outcome: r.opt_text("outcome")?,
-        expires_at: Timestamp::from_millis(r.i64("expires_at")?),
-        step_id: r.text("step_id")?,
-        principal: r.opt_text("principal")?,
-        created_at: r.opt_i64("created_at")?.map(Timestamp::from_millis),
-        step_status: r
-            .opt_text("status")?
-            .map(|t| parse_status(&t))
-            .transpose()?,
-    }))
+    HeldKey::read(&r).map(Some)
 }
 
 /// The step row that holds `key` in its own key column: the one an earlier attempt of a direct
@@ -96,19 +102,7 @@ pub(crate) async fn held_and_step(
     };
     let held = match r.opt_text("input_hash")? {
         None => None,
-        Some(input_hash) => Some(HeldKey {
-            input_hash,
-            done: r.text("state")? == "done",
-            outcome: r.opt_text("outcome")?,
-            expires_at: Timestamp::from_millis(r.i64("expires_at")?),
-            step_id: r.text("step_id")?,
-            principal: r.opt_text("principal")?,
-            created_at: r.opt_i64("created_at")?.map(Timestamp::from_millis),
-            step_status: r
-                .opt_text("status")?
-                .map(|t| parse_status(&t))
-                .transpose()?,
-        }),
+        Some(_) => Some(HeldKey::read(&r)?),
     };
     let step = match r.opt_text("own_step")? {
         None => None,
