@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+mod ser;
+
+pub use ser::{Error as CanonError, canonical_of};
+
 /// The RFC 8785 canonical form of a JSON value.
 ///
 /// Written directly rather than through `serde_json_canonicalizer`, which allocates a UTF-16
@@ -53,15 +57,7 @@ fn write_canonical(v: &Value, out: &mut String) {
         }
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            // Sorted by UTF-16 code units (RFC 8785 §3.2.3), which differs from UTF-8 byte
-            // order only for characters above U+FFFF.
-            entries.sort_by(|a, b| {
-                if a.0.is_ascii() && b.0.is_ascii() {
-                    a.0.cmp(b.0)
-                } else {
-                    a.0.encode_utf16().cmp(b.0.encode_utf16())
-                }
-            });
+            entries.sort_by(|a, b| key_order(a.0, b.0));
             out.push('{');
             for (i, (k, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
@@ -73,6 +69,16 @@ fn write_canonical(v: &Value, out: &mut String) {
             }
             out.push('}');
         }
+    }
+}
+
+/// The order of an object's keys: by UTF-16 code units (RFC 8785 §3.2.3), which differs from
+/// UTF-8 byte order only for characters above U+FFFF.
+fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        a.cmp(b)
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
     }
 }
 

@@ -241,3 +241,125 @@ proptest::proptest! {
         proptest::prop_assert_eq!(canonical(&v), reference);
     }
 }
+
+proptest::proptest! {
+    /// A value written straight to its canonical form is byte for byte its canonical form
+    /// through `serde_json::Value`.
+    #[test]
+    fn canonical_of_a_value_is_its_canonical_form(v in arb_any_json()) {
+        proptest::prop_assert_eq!(crate::canon::canonical_of(&v).unwrap(), canonical(&v));
+    }
+}
+
+/// Typed values too: structs whose fields are not in key order, every shape of enum variant,
+/// options, bytes, chars, floats, maps with number and bool keys, and a flattened map that
+/// repeats a field's key.
+#[test]
+fn canonical_of_a_typed_value_is_its_canonical_form_through_a_value() {
+    use serde::Serialize;
+    use std::collections::BTreeMap;
+
+    #[derive(Serialize)]
+    enum Shape {
+        Unit,
+        Newtype(i64),
+        Tuple(u8, String),
+        Struct { zeta: bool, alpha: Option<f64> },
+    }
+
+    #[derive(Serialize)]
+    struct Extra {
+        zz: u32,
+        seq: &'static str,
+    }
+
+    #[derive(Serialize)]
+    struct Record<'a> {
+        seq: i64,
+        prev: &'a str,
+        body: Vec<Shape>,
+        big: u64,
+        negative_big: i64,
+        half: f32,
+        nan: f64,
+        letter: char,
+        #[serde(with = "serde_bytes_as_seq")]
+        bytes: Vec<u8>,
+        none: Option<String>,
+        ids: BTreeMap<u32, &'a str>,
+        flags: BTreeMap<bool, u8>,
+        text: String,
+        #[serde(flatten)]
+        extra: Extra,
+        value: Value,
+    }
+
+    mod serde_bytes_as_seq {
+        pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(v)
+        }
+    }
+
+    let record = Record {
+        seq: 7,
+        prev: "sha256:00",
+        body: vec![
+            Shape::Unit,
+            Shape::Newtype(-3),
+            Shape::Tuple(1, "é\u{10000}\u{1f}".into()),
+            Shape::Struct {
+                zeta: true,
+                alpha: Some(0.1),
+            },
+            Shape::Struct {
+                zeta: false,
+                alpha: None,
+            },
+        ],
+        big: u64::MAX,
+        negative_big: i64::MIN,
+        half: 0.5,
+        nan: f64::NAN,
+        letter: '\u{202e}',
+        bytes: vec![0, 255],
+        none: None,
+        ids: BTreeMap::from([(2, "b"), (10, "a")]),
+        flags: BTreeMap::from([(true, 1), (false, 0)]),
+        text: "line\nbreak \"quoted\" \u{7f}".into(),
+        extra: Extra {
+            zz: 9,
+            seq: "flattened over the field of the same name",
+        },
+        value: json!({"z": 1, "a": {"y": [true, null], "b": 1e300}}),
+    };
+    let through_value = canonical(&serde_json::to_value(&record).unwrap());
+    assert_eq!(crate::canon::canonical_of(&record).unwrap(), through_value);
+    assert!(through_value.contains(r#""seq":"flattened over the field of the same name""#));
+
+    // serde_json's raw JSON text (as `RawValue` serialises itself) is canonicalised in place.
+    struct Raw(&'static str);
+    impl Serialize for Raw {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeStruct as _;
+            const TOKEN: &str = "$serde_json::private::RawValue";
+            let mut st = s.serialize_struct(TOKEN, 1)?;
+            st.serialize_field(TOKEN, self.0)?;
+            st.end()
+        }
+    }
+    let mut expected = serde_json::Map::new();
+    expected.insert("outer".into(), json!({"a": "x", "b": [1, 2.5]}));
+    assert_eq!(
+        crate::canon::canonical_of(&BTreeMap::from([(
+            "outer",
+            Raw(r#"{"b": [1, 2.50], "a": "x"}"#)
+        )]))
+        .unwrap(),
+        canonical(&Value::Object(expected))
+    );
+
+    // A key that is not a string, a number or a bool has no canonical form, as in serde_json.
+    let bad = BTreeMap::from([(vec![1u8], 1)]);
+    assert!(serde_json::to_value(&bad).is_err());
+    assert!(crate::canon::canonical_of(&bad).is_err());
+}

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Check, Decision, Effect, ShadowRule, StepStatus, Tier, Timestamp, canonical};
+use toolgate_core::canon::{canonical_of, sha256_tagged};
+use toolgate_core::{Check, Decision, Effect, ShadowRule, StepStatus, Tier, Timestamp};
 
 use crate::db::{Conn, Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
@@ -598,7 +598,7 @@ pub struct AuditRecord {
 impl AuditRecord {
     /// The canonical JSON the chain hashes.
     pub fn canonical(&self) -> String {
-        canonical(&serde_json::to_value(self).expect("audit records serialise"))
+        canonical_of(self).expect("audit records serialise")
     }
 }
 
@@ -728,7 +728,7 @@ pub(crate) fn link(head: &ChainPoint, drafts: &[&AuditDraft]) -> Linked {
             prev: &prev,
             body,
         };
-        let text = canonical(&serde_json::to_value(&record).expect("audit records serialise"));
+        let text = canonical_of(&record).expect("audit records serialise");
         let hash = sha256_tagged(text.as_bytes());
         prev = hash.clone();
         rows.push(AuditRow {
@@ -1310,6 +1310,10 @@ mod tests {
             let record: AuditRecord = serde_json::from_str(&text).unwrap();
             assert_eq!(record.seq, i as i64 + 1);
             assert_eq!(record.canonical(), text);
+            // The text the chain hashes is what records were always hashed over: the canonical
+            // form of the record as a JSON value.
+            let as_value = toolgate_core::canonical(&serde_json::to_value(&record).unwrap());
+            assert_eq!(as_value, text);
             assert_eq!(sha256_tagged(text.as_bytes()), row.hash);
         }
     }

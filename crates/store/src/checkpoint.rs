@@ -265,7 +265,7 @@ impl SignedCheckpoint {
 
     /// One line of JSON (canonical), as a checkpoint file holds it.
     pub fn to_line(&self) -> String {
-        canonical(&serde_json::to_value(self).expect("checkpoints serialise"))
+        toolgate_core::canon::canonical_of(self).expect("checkpoints serialise")
     }
 
     /// The record it names.

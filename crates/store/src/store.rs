@@ -995,7 +995,7 @@ fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
 }
 
 pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
-    canonical(&serde_json::to_value(v).expect("store values serialise"))
+    toolgate_core::canon::canonical_of(v).expect("store values serialise")
 }
 
 /// Applies one settlement inside a transaction (the audit record is appended by the caller).
