@@ -51,6 +51,13 @@ const RESTART_FRAMES: i64 = 4_096;
 /// only a backstop, for when the background checkpointer falls far behind (64 MiB of WAL).
 pub(crate) const BACKSTOP_FRAMES: u32 = 16_384;
 
+/// Runs a statement that returns no rows from the connection's cache of prepared statements
+/// (`execute_batch` parses its text every time: a transaction's `BEGIN` and `COMMIT` are run
+/// once per group commit).
+fn run_cached(c: &Connection, sql: &str) -> rusqlite::Result<()> {
+    c.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 /// Connections to one SQLite file.
 #[derive(Clone)]
 pub(crate) struct Lite {
@@ -175,7 +182,7 @@ impl Lite {
         let mut pause = Duration::from_millis(1);
         let begun = loop {
             let lc = conn.lc.as_mut().expect("open connection");
-            match lc.c.execute_batch("BEGIN IMMEDIATE") {
+            match run_cached(&lc.c, "BEGIN IMMEDIATE") {
                 Err(e) if is_busy(&e) && Instant::now() < deadline => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(50));
@@ -442,7 +449,7 @@ impl LiteTx {
             // The fsync runs on the blocking pool; the connection comes back with the answer.
             let lc = self.conn.lc.take().expect("open connection");
             let (lc, r) = tokio::task::spawn_blocking(move || {
-                let r = lc.c.execute_batch("COMMIT");
+                let r = run_cached(&lc.c, "COMMIT");
                 (lc, r)
             })
             .await
@@ -453,7 +460,7 @@ impl LiteTx {
             self.conn.lc = Some(lc);
             r
         } else {
-            self.conn.c().execute_batch("COMMIT")
+            run_cached(self.conn.c(), "COMMIT")
         };
         if let Err(e) = r {
             self.rollback_or_discard();
