@@ -82,30 +82,33 @@ fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
     }
 }
 
-/// A string as ECMAScript's `JSON.stringify` writes it (RFC 8785 §3.2.2.2).
+/// A string as ECMAScript's `JSON.stringify` writes it (RFC 8785 §3.2.2.2): `"` and `\`
+/// escaped, the five control characters with short escapes as such, the other control
+/// characters as `\u00xx`, everything else as it is. Scanned by byte: every byte that needs an
+/// escape is ASCII, and no byte of a multi-byte character is.
 fn write_str(s: &str, out: &mut String) {
     use std::fmt::Write as _;
     out.push('"');
     let mut start = 0;
-    for (i, c) in s.char_indices() {
-        let esc = match c {
-            '"' => "\\\"",
-            '\\' => "\\\\",
-            '\u{8}' => "\\b",
-            '\u{c}' => "\\f",
-            '\n' => "\\n",
-            '\r' => "\\r",
-            '\t' => "\\t",
-            c if (c as u32) < 0x20 => "",
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        let esc = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..0x20 => "",
             _ => continue,
         };
         out.push_str(&s[start..i]);
         if esc.is_empty() {
-            let _ = write!(out, "\\u{:04x}", c as u32);
+            let _ = write!(out, "\\u{b:04x}");
         } else {
             out.push_str(esc);
         }
-        start = i + c.len_utf8();
+        start = i + 1;
     }
     out.push_str(&s[start..]);
     out.push('"');

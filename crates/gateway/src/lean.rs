@@ -21,11 +21,15 @@
 //! `Content-Length` or over the limit, or one that does not parse. rmcp then answers as it
 //! always has, errors included.
 //!
-//! The call runs in a task of its own, so a client that hangs up mid-call does not cancel it
-//! halfway: it is decided, forwarded and recorded as if the client had waited, and a retry
-//! finds it.
+//! A client that hangs up mid-call does not cancel the call halfway: it goes on in a task of
+//! its own ([`RunToEnd`]), decided, forwarded and recorded as if the client had waited, and a
+//! retry finds it.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -93,7 +97,7 @@ pub(crate) async fn tools_call(
     if let Some(token) = progress {
         return answer_as_stream(server, caller, id, params, meta, token);
     }
-    let call = tokio::spawn(async move { server.call(caller, params, meta, None).await });
+    let call = RunToEnd::new(async move { server.call(caller, params, meta, None).await });
     let body = serde_json::to_vec(&reply(&id, call.await)).expect("a JSON value serialises");
     (
         [(
@@ -105,7 +109,67 @@ pub(crate) async fn tools_call(
         .into_response()
 }
 
-type CallOutcome = Result<Result<CallToolResult, ErrorData>, tokio::task::JoinError>;
+type CallOutcome = Result<Result<CallToolResult, ErrorData>, Panicked>;
+
+/// A call that panicked instead of answering.
+#[derive(Debug)]
+struct Panicked;
+
+impl std::fmt::Display for Panicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the call panicked")
+    }
+}
+
+/// A call run in the request's own task that, if the request is dropped before it answers (the
+/// client hung up), goes on to its end in a task of its own. Spawning every call up front gave
+/// the same guarantee at the price of a task hand-off per call, which another worker thread
+/// was woken to take.
+struct RunToEnd<F: Future<Output: Send> + Send + 'static> {
+    call: Option<Pin<Box<F>>>,
+}
+
+impl<F: Future<Output: Send> + Send + 'static> RunToEnd<F> {
+    fn new(call: F) -> Self {
+        RunToEnd {
+            call: Some(Box::pin(call)),
+        }
+    }
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Future for RunToEnd<F> {
+    type Output = Result<F::Output, Panicked>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(call) = self.call.as_mut() else {
+            panic!("RunToEnd polled after it answered");
+        };
+        // A panic is the call's answer (an internal error), as a spawned task's would be.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => {
+                self.call = None;
+                Poll::Ready(Ok(out))
+            }
+            Err(_) => {
+                self.call = None;
+                Poll::Ready(Err(Panicked))
+            }
+        }
+    }
+}
+
+impl<F: Future<Output: Send> + Send + 'static> Drop for RunToEnd<F> {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                call.await;
+            });
+        }
+    }
+}
 
 /// The JSON-RPC reply to the call `id`.
 fn reply(id: &Value, outcome: CallOutcome) -> Value {
@@ -153,7 +217,7 @@ fn answer_as_stream(
                 Some(p) = progress.recv() => {
                     let _ = frames.send(event(&progress_message(p)));
                 }
-                out = &mut call => break out,
+                out = &mut call => break out.map_err(|_| Panicked),
             }
         };
         // Everything the relay told before the call returned is queued: it goes first.

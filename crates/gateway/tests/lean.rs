@@ -115,3 +115,58 @@ async fn a_plain_call_on_a_session_is_one_json_reply_and_the_rest_is_rmcps() {
     assert_eq!(h.records_for("draft_note").len(), 2);
     h.shutdown().await;
 }
+
+/// A client that hangs up while its call is at the upstream does not cancel the call halfway:
+/// it reaches the upstream once and is recorded, as if the client had waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_client_hangs_up_still_runs_and_is_recorded() {
+    let h = Harness::start_with(
+        vec![toolgate_fakes::FaultSpec {
+            kind: toolgate_fakes::FaultKind::Slow(std::time::Duration::from_millis(600)),
+            selector: toolgate_fakes::fault::Selector::Always,
+            tool: Some("draft_note".into()),
+        }],
+        None,
+    )
+    .await;
+    let raw = Raw::new(&h.url);
+    let session = raw.open(WORKER_KEY).await;
+    let hung_up = tokio::time::timeout(
+        std::time::Duration::from_millis(200),
+        raw.send(
+            WORKER_KEY,
+            Some(&session),
+            draft(51, "INV-20260615", json!({})),
+        ),
+    )
+    .await;
+    assert!(hung_up.is_err(), "the client gave up before the answer");
+    assert!(
+        h.records_for("draft_note").is_empty(),
+        "still at the upstream"
+    );
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let recorded = loop {
+        let audit = h.audit("test-worker").await;
+        let done = audit
+            .iter()
+            .any(|a| a["tool"] == "note.draft" && a["outcome"]["status"] == "done");
+        if done || std::time::Instant::now() > deadline {
+            break audit;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(
+        recorded
+            .iter()
+            .any(|a| a["tool"] == "note.draft" && a["outcome"]["status"] == "done"),
+        "the call ran to its end and was recorded: {recorded:?}"
+    );
+    assert_eq!(
+        h.records_for("draft_note").len(),
+        1,
+        "reached the upstream once"
+    );
+    h.shutdown().await;
+}
