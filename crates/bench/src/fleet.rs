@@ -89,6 +89,8 @@ struct Gateway {
     backend: Backend,
     url: String,
     pid: Option<u32>,
+    /// The PostgreSQL database it uses (none on SQLite).
+    database: Option<String>,
     read_sessions: Vec<String>,
     write_sessions: Vec<String>,
 }
@@ -100,6 +102,9 @@ struct Point {
     c: u32,
     sample: Sample,
     db_cpu_us: Option<f64>,
+    /// The part of it spent by the backends serving the gateway's own database (not the
+    /// server's background processes, nor anyone else's connections).
+    backends_cpu_us: Option<f64>,
 }
 
 /// What the counting relay saw per call.
@@ -169,7 +174,16 @@ async fn measure(
         };
         let (gateway, child) = start(opts, binary, &dir, &upstream, &url, most).await?;
         children.push(child);
-        gateways.push(Gateway { backend, ..gateway });
+        let database = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(database.to_string()),
+            Backend::Baseline => baseline_db.map(str::to_string),
+        };
+        gateways.push(Gateway {
+            backend,
+            database,
+            ..gateway
+        });
     }
     // The counted gateway: the same database, its connections through the relay.
     let counts = Arc::new(WireCounts::default());
@@ -200,18 +214,22 @@ async fn measure(
                 for g in &gateways {
                     let script = load_script(scratch.path(), tool, g, block)?;
                     block += 1;
-                    let db_before = postgres_cpu_us();
+                    let db_before = postgres_cpu_us(None);
+                    let own = g.database.as_deref();
+                    let backends_before = own.map(|d| postgres_cpu_us(Some(d)));
                     let sample = wrk(&g.url, &script, c, opts.secs, g.pid).await?;
-                    let db_cpu_us = g
-                        .backend
-                        .on_postgres()
-                        .then(|| (postgres_cpu_us() - db_before) / sample.requests.max(1.0));
+                    let per_call = |before: f64, db: Option<&str>| {
+                        (postgres_cpu_us(db) - before) / sample.requests.max(1.0)
+                    };
+                    let db_cpu_us = g.backend.on_postgres().then(|| per_call(db_before, None));
+                    let backends_cpu_us = backends_before.map(|b| per_call(b, own));
                     eprintln!(
-                        "round {round} {tool:?} c={c} {}: p50 {:.0} µs, {:.0}/s, database CPU {} µs/call, errors {}",
+                        "round {round} {tool:?} c={c} {}: p50 {:.0} µs, {:.0}/s, database CPU {} µs/call ({} in its backends), errors {}",
                         g.backend.label(),
                         sample.p50_us,
                         sample.per_sec,
                         db_cpu_us.map_or("—".into(), |v| format!("{v:.0}")),
+                        backends_cpu_us.map_or("—".into(), |v| format!("{v:.0}")),
                         sample.errors
                     );
                     if let Some(e) = &sample.first_error {
@@ -223,6 +241,7 @@ async fn measure(
                         c,
                         sample,
                         db_cpu_us,
+                        backends_cpu_us,
                     });
                 }
             }
@@ -296,6 +315,7 @@ async fn start(
         backend: Backend::Postgres,
         url,
         pid: child.id(),
+        database: None,
         read_sessions,
         write_sessions,
     };
@@ -310,8 +330,9 @@ fn load_script(dir: &Path, tool: Tool, g: &Gateway, block: u64) -> anyhow::Resul
     lua(dir, tool, Hop::ToolgateFsync, key, sessions, block, false)
 }
 
-/// The user + system CPU time so far of every process named `postgres` on this machine, in µs.
-fn postgres_cpu_us() -> f64 {
+/// The user + system CPU time so far of every process named `postgres` on this machine, in µs;
+/// with `database`, only of the backends connected to it (their process title names it).
+fn postgres_cpu_us(database: Option<&str>) -> f64 {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0.0;
     };
@@ -322,6 +343,14 @@ fn postgres_cpu_us() -> f64 {
                 .to_string_lossy()
                 .bytes()
                 .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            database.is_none_or(|db| {
+                let title = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&title)
+                    .split_whitespace()
+                    .any(|word| word == db)
+            })
         })
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter_map(|stat| {
@@ -527,7 +556,9 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
         t,
         "{} rounds of {} s per point; `toolgate serve` with durability fsync; wrk on kept-alive \
          connections, one session each. CPU per call: the `serve` process's user+system time, and \
-         every `postgres` process's, over the calls of the load.\n",
+         every `postgres` process's (background processes and other clients of the server \
+         included), over the calls of the load; `its backends`: only the processes serving the \
+         gateway's own database.\n",
         opts.rounds, opts.secs
     );
     for &tool in tools {
@@ -543,13 +574,13 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
         for c in &opts.conc {
             let _ = write!(
                 t,
-                " c={c} calls/s | p50 µs | p99 µs | toolgate CPU/call µs | database CPU/call µs |"
+                " c={c} calls/s | p50 µs | p99 µs | toolgate CPU/call µs | database CPU/call µs | its backends µs |"
             );
         }
         let _ = writeln!(t, " errors |");
         let _ = write!(t, "|---|");
         for _ in &opts.conc {
-            let _ = write!(t, "---:|---:|---:|---:|---:|");
+            let _ = write!(t, "---:|---:|---:|---:|---:|---:|");
         }
         let _ = writeln!(t, "---:|");
         for backend in Backend::ALL.into_iter().filter(|b| b.runs(opts)) {
@@ -563,12 +594,13 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
                 errors += cell.iter().map(|p| p.sample.errors).sum::<u64>();
                 let _ = write!(
                     t,
-                    " {} | {} | {} | {} | {} |",
+                    " {} | {} | {} | {} | {} | {} |",
                     range(cell.iter().map(|p| p.sample.per_sec)),
                     range(cell.iter().map(|p| p.sample.p50_us)),
                     range(cell.iter().map(|p| p.sample.p99_us)),
                     range(cell.iter().filter_map(|p| p.sample.cpu_us)),
                     range(cell.iter().filter_map(|p| p.db_cpu_us)),
+                    range(cell.iter().filter_map(|p| p.backends_cpu_us)),
                 );
             }
             let _ = writeln!(t, " {errors} |");
