@@ -161,15 +161,7 @@ async fn a_listed_call_reaches_the_upstream_with_the_derived_idempotency_key() {
 /// progress, ask later"; the write reaches the upstream once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_that_finds_its_write_running_waits_and_answers_with_its_outcome() {
-    let h = Harness::start_with(
-        vec![toolgate_fakes::FaultSpec {
-            kind: toolgate_fakes::FaultKind::Slow(std::time::Duration::from_millis(700)),
-            selector: toolgate_fakes::fault::Selector::Always,
-            tool: Some("draft_note".into()),
-        }],
-        None,
-    )
-    .await;
+    let h = Harness::start_slow("draft_note", 700).await;
     let (first, again) = (h.client(WORKER_KEY).await, h.client(WORKER_KEY).await);
     let note = json!({"invoice_id": "INV-20260615", "kind": "query", "text": "Confirm the date."});
     let meta = billing(

@@ -120,15 +120,7 @@ async fn a_plain_call_on_a_session_is_one_json_reply_and_the_rest_is_rmcps() {
 /// it reaches the upstream once and is recorded, as if the client had waited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_client_hangs_up_still_runs_and_is_recorded() {
-    let h = Harness::start_with(
-        vec![toolgate_fakes::FaultSpec {
-            kind: toolgate_fakes::FaultKind::Slow(std::time::Duration::from_millis(600)),
-            selector: toolgate_fakes::fault::Selector::Always,
-            tool: Some("draft_note".into()),
-        }],
-        None,
-    )
-    .await;
+    let h = Harness::start_slow("draft_note", 600).await;
     let raw = Raw::new(&h.url);
     let session = raw.open(WORKER_KEY).await;
     let hung_up = tokio::time::timeout(

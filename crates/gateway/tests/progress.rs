@@ -22,8 +22,6 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
-use toolgate_fakes::fault::Selector;
-use toolgate_fakes::{FaultKind, FaultSpec};
 
 /// A client that keeps every progress notification it is sent.
 #[derive(Clone, Default)]
@@ -59,15 +57,7 @@ async fn listener(url: &str) -> (RunningService<RoleClient, Listener>, Listener)
 /// The gateway in front of a fake ERP whose `search_invoices` takes `ms` and reports two
 /// progress steps, the last just before it answers.
 async fn slow_search(ms: u64) -> Harness {
-    Harness::start_with(
-        vec![FaultSpec {
-            kind: FaultKind::Slow(Duration::from_millis(ms)),
-            selector: Selector::Always,
-            tool: Some("search_invoices".into()),
-        }],
-        None,
-    )
-    .await
+    Harness::start_slow("search_invoices", ms).await
 }
 
 /// A governed `invoice.search` in its own run.

@@ -491,17 +491,7 @@ async fn shadow_rules_never_block_and_the_report_counts_what_the_audit_log_holds
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_in_flight_finishes_under_the_version_it_started_with() {
-    use toolgate_fakes::fault::Selector;
-    use toolgate_fakes::{FaultKind, FaultSpec};
-    let h = Harness::start_with(
-        vec![FaultSpec {
-            kind: FaultKind::Slow(Duration::from_millis(800)),
-            selector: Selector::Always,
-            tool: Some("draft_note".into()),
-        }],
-        None,
-    )
-    .await;
+    let h = Harness::start_slow("draft_note", 800).await;
     let v1 = version(&h);
     let worker = h.client(WORKER_KEY).await;
     let slow =

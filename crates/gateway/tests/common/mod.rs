@@ -203,6 +203,16 @@ impl Harness {
         Self::start_with(Vec::new(), None).await
     }
 
+    /// A harness whose fake answers every call of `tool` (the fake's own name) after `ms`.
+    pub async fn start_slow(tool: &str, ms: u64) -> Harness {
+        let slow = FaultSpec {
+            kind: toolgate_fakes::FaultKind::Slow(std::time::Duration::from_millis(ms)),
+            selector: toolgate_fakes::fault::Selector::Always,
+            tool: Some(tool.into()),
+        };
+        Self::start_with(vec![slow], None).await
+    }
+
     pub async fn start_with(faults: Vec<FaultSpec>, oauth: Option<OAuthOptions>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("erp-calls.jsonl");
