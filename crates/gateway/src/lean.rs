@@ -164,9 +164,7 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for RunToEnd<F> {
         if let Some(call) = self.call.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            runtime.spawn(async move {
-                call.await;
-            });
+            runtime.spawn(call);
         }
     }
 }

@@ -88,6 +88,15 @@ impl Writer<'_> {
     }
 }
 
+/// Integers that fit an `i128` are written by [`Writer::int`].
+macro_rules! integers {
+    ($($method:ident($ty:ty)),* $(,)?) => {
+        $(fn $method(self, v: $ty) -> Result<(), Error> {
+            self.int(v.into())
+        })*
+    };
+}
+
 impl<'a, 'b> ser::Serializer for &'a mut Writer<'b> {
     type Ok = ();
     type Error = Error;
@@ -103,33 +112,17 @@ impl<'a, 'b> ser::Serializer for &'a mut Writer<'b> {
         self.out.push_str(if v { "true" } else { "false" });
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.int(v.into())
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.int(v.into())
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.int(v.into())
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        self.int(v.into())
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Error> {
-        self.int(v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.int(v.into())
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.int(v.into())
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.int(v.into())
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.int(v.into())
-    }
+    integers!(
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_i128(i128),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+    );
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
         let i = i128::try_from(v).map_err(|_| Error(format!("{v} is out of range")))?;
         self.int(i)
@@ -289,15 +282,16 @@ array!(
     SerializeTupleVariant::serialize_field
 );
 
-/// One member of an object being written: its key and where `"key":value` lies in the output.
+/// One member of an object being written: its key and where `"key":value` lies in the output
+/// (after the comma that separates it from the one before).
 struct Member {
     key: Cow<'static, str>,
     start: usize,
     end: usize,
 }
 
-/// An object being written: its members go to the output as they come and are put in order
-/// when it closes.
+/// An object being written: its members go to the output as they come, and are put in order
+/// when it closes if they did not come in it.
 struct Object<'a, 'b> {
     w: &'a mut Writer<'b>,
     /// Where the object's members start in the output (after its `{`).
@@ -340,6 +334,9 @@ impl<'a, 'b> Object<'a, 'b> {
             write_canonical(&parsed, self.w.out);
             return Ok(());
         }
+        if !self.members.is_empty() {
+            self.w.out.push(',');
+        }
         let start = self.w.out.len();
         write_str(&key, self.w.out);
         self.w.out.push(':');
@@ -349,37 +346,25 @@ impl<'a, 'b> Object<'a, 'b> {
         Ok(())
     }
 
-    /// Puts the members in canonical order, with commas between them, and closes the object.
+    /// Puts the members in canonical order, if they did not come in it, and closes the object.
     fn close(mut self) -> Result<(), Error> {
         if self.raw {
             return Ok(());
         }
         let members = &mut self.members;
-        let in_order = members
+        if !members
             .windows(2)
-            .all(|m| key_order(&m[0].key, &m[1].key).is_lt());
-        if in_order {
-            // Written in order already (most structs' fields): only the commas are missing.
-            let written = self.w.out.split_off(self.start);
-            for (i, m) in members.iter().enumerate() {
-                if i > 0 {
-                    self.w.out.push(',');
-                }
-                let base = self.start;
-                self.w.out.push_str(&written[m.start - base..m.end - base]);
-            }
-        } else {
+            .all(|m| key_order(&m[0].key, &m[1].key).is_lt())
+        {
             // A stable sort keeps members with one key in the order they came; of those, the
             // value kept is the last one's (as a map keeps it).
             members.sort_by(|a, b| key_order(&a.key, &b.key));
-            let written = self.w.out.split_off(self.start);
-            let base = self.start;
-            let mut first = true;
+            let (written, base) = (self.w.out.split_off(self.start), self.start);
             for (i, m) in members.iter().enumerate() {
                 if members.get(i + 1).is_some_and(|next| next.key == m.key) {
                     continue;
                 }
-                if !std::mem::take(&mut first) {
+                if self.w.out.len() > base {
                     self.w.out.push(',');
                 }
                 self.w.out.push_str(&written[m.start - base..m.end - base]);
