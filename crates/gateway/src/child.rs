@@ -3,10 +3,10 @@
 //! instead of going through rmcp's client (a worker task, channels, and its own serialisation
 //! per request). rmcp's client still runs on the same child for everything else: `initialize`,
 //! `tools/list`, list-changed notifications, the requests the child makes of its client
-//! (answered by rmcp's default client handler), prompts, resources and shutdown. Measured (the
-//! stdio bench, three alternated runs, beside the same build with this hop off): 13–33 µs off a
-//! call's p50 on top of the lean stdio path ([`crate::stdio`]); with rmcp serving the caller,
-//! between nothing and 60 µs.
+//! (answered by rmcp's default client handler), prompts, resources and shutdown. It is the
+//! stdio counterpart of the HTTP upstream hop ([`crate::hop`]) and pairs with the lean stdio
+//! path on the caller's side ([`crate::stdio`]); the stdio bench measures both (figures in
+//! docs/evidence.md).
 //!
 //! - **One reader, one writer.** [`spawn`] starts the child and gives rmcp an in-process pipe
 //!   in place of the child's stdio. One task reads the child's stdout a line at a time: an

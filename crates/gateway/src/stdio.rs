@@ -1,14 +1,12 @@
 //! The lean stdio path: `toolgate serve --stdio` answers a plain `tools/call` itself and leaves
 //! everything else to rmcp. rmcp's stdio server reads and writes stdin/stdout through tokio's
-//! blocking pool and routes each request through its service task and channels. Measured with
-//! `cargo bench -p toolgate-gateway --bench stdio_overhead -- --durability process` and the
-//! build before as `--baseline`, three alternated runs on a loaded 2-core machine (p50 of
-//! 615–635 µs before): this path alone took 44–80 µs off a call's p50, both lean hops together
-//! 69–113 µs (11–18 %; the lean upstream hop is [`crate::child`]), and reading and writing stdio
-//! as pipes through the reactor rather than the blocking pool was worth about 60 µs in two runs
-//! of the three (nothing in the third). The serving loop runs as a task on the runtime's
-//! workers, so a call it spawns starts on the thread that read it (in one run, 100 µs better
-//! than serving from the thread that blocks on `serve`).
+//! blocking pool and routes each request through its service task and channels, work the
+//! commonest request does not need. Here a plain call goes from the line read straight to a
+//! governed call and its reply straight to stdout, and the lean upstream hop
+//! ([`crate::child`]) does the same on the upstream's side. The serving loop runs as a task on
+//! the runtime's workers, so a call it spawns starts on the thread that read it rather than
+//! being handed over from the thread that blocks on `serve`. What a stdio call costs:
+//! `cargo bench -p toolgate-gateway --bench stdio_overhead` (figures in docs/evidence.md).
 //!
 //! - **One reader, one writer.** One task reads stdin line by line. A plain JSON-RPC
 //!   `tools/call` request after the client's `notifications/initialized` (the same test as the

@@ -1,8 +1,8 @@
 //! SQLite's hot path. Statements run on the calling task, synchronously, on a connection of
 //! our own (`rusqlite`), instead of each statement taking a trip to a driver thread and back:
 //! a governed call makes about twenty statements, each a microsecond or two of work in SQLite
-//! once its pages are cached, and with a thread hop per statement the hops were most of the
-//! call's cost.
+//! once its pages are cached, and with a thread hop per statement the hops would be most of
+//! the call's cost.
 //!
 //! What could block the runtime for long is kept off it: writers in this process queue on an
 //! async lock before `BEGIN IMMEDIATE`; a writer in another process (the CLI, a second
@@ -11,10 +11,10 @@
 //! is SQLite work on cached pages and the WAL `write` of a commit that is not fsync'd.
 //!
 //! Checkpoints run on a thread of their own ([`checkpointer`]), not inside whichever commit
-//! crosses SQLite's auto-checkpoint threshold: that commit used to copy thousands of WAL
-//! frames into the database file and fsync it while holding the write lock, on a runtime
-//! thread, and every call queued behind it waited (`gateway_load` at 32 concurrent calls: p99
-//! 24–55 ms across runs, 19–26 ms with this thread).
+//! crosses SQLite's auto-checkpoint threshold: that commit would copy thousands of WAL frames
+//! into the database file and fsync it while holding the write lock, on a runtime thread, and
+//! every call queued behind it would wait; under concurrent load the tail latency is what it
+//! saves (docs/design-notes.md).
 //!
 //! Migrations and raw administration still go through sqlx's pool on the same file.
 
