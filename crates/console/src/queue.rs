@@ -204,7 +204,7 @@ fn build_inner(
     let mut order: Vec<(String, String)> = Vec::new();
     let mut groups: BTreeMap<(String, String), Vec<QueueItem>> = BTreeMap::new();
     for it in items {
-        let key = (it.request.tool.clone(), it.request.rule.clone());
+        let key = (it.request.tool.clone(), it.request.rule.to_string());
         if !groups.contains_key(&key) {
             order.push(key.clone());
         }

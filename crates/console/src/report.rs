@@ -353,7 +353,7 @@ pub fn compute(
             .or_insert(0) += 1;
         match b.why.decision {
             AuditDecision::Deny => {
-                let rule = b.why.rule.clone().unwrap_or_else(|| "(none)".into());
+                let rule = b.why.rule.as_deref().unwrap_or("(none)").to_string();
                 if rule.starts_with("idempotency.") {
                     conflicts += 1;
                 }
@@ -412,10 +412,10 @@ pub fn compute(
     let mut weeks: BTreeMap<(String, String, i64), (u64, u64)> = BTreeMap::new();
     let mut ages = Vec::new();
     for a in &requests {
-        let key = (a.tool.clone(), a.rule.clone());
+        let key = (a.tool.clone(), a.rule.to_string());
         let g = gates.entry(key.clone()).or_insert_with(|| Gate {
             tool: a.tool.clone(),
-            rule: a.rule.clone(),
+            rule: a.rule.to_string(),
             raised: 0,
             approved: 0,
             rejected: 0,

@@ -47,7 +47,7 @@ fn draft(tool: &str, decision: AuditDecision, rule: Option<&str>, i: i64) -> Aud
             reason: None,
             evidence: vec![],
             decision,
-            rule: rule.map(str::to_string),
+            rule: rule.map(toolgate_core::Rule::from),
             checks: vec![],
             shadow: Vec::new(),
         },

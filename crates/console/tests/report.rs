@@ -65,7 +65,7 @@ fn draft(x: &R) -> AuditDraft {
             reason: None,
             evidence: vec![],
             decision: x.decision,
-            rule: x.rule.map(str::to_string),
+            rule: x.rule.map(toolgate_core::Rule::from),
             checks: vec![],
             shadow: Vec::new(),
         },

@@ -457,7 +457,7 @@ impl Registry {
 }
 
 /// The rule that refuses a plan-bound principal's call that matches none of its planned steps.
-pub const UNPLANNED: &str = "plan.unplanned";
+pub const UNPLANNED: crate::rule::Rule = crate::rule::Rule::PLAN_UNPLANNED;
 
 /// Why a plan-bound principal's call was refused with [`UNPLANNED`]; `in_run`: the call named
 /// its run, and matched no step of that run.

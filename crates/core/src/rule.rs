@@ -51,6 +51,60 @@ impl Rule {
     pub const GATE_ALWAYS: Rule = Rule::fixed("gate.always");
     /// A call a person rejected.
     pub const APPROVAL_REJECTED: Rule = Rule::fixed("approval.rejected");
+    /// A planned step a reviewer rejected.
+    pub const REVIEW_REJECTED: Rule = Rule::fixed("review.rejected");
+    /// An earlier attempt of the same operation has not finished.
+    pub const IDEMPOTENCY_IN_PROGRESS: Rule = Rule::fixed("idempotency.in_progress");
+    /// An earlier attempt of the same operation has an unknown outcome.
+    pub const IDEMPOTENCY_UNKNOWN: Rule = Rule::fixed("idempotency.unknown");
+    /// The target answered "no".
+    pub const HANDLER_FAILED: Rule = Rule::fixed("handler.failed");
+    /// A read or write that timed out: it did not happen, and may be retried.
+    pub const TIMEOUT_RETRYABLE: Rule = Rule::fixed("timeout.retryable");
+    /// A read or write that got no clean answer: it did not happen, and may be retried.
+    pub const UNANSWERED_RETRYABLE: Rule = Rule::fixed("unanswered.retryable");
+    /// An irreversible call that timed out: it may have happened.
+    pub const TIMEOUT_IRREVERSIBLE: Rule = Rule::fixed("timeout.irreversible");
+    /// An irreversible call that got no clean answer: it may have happened.
+    pub const UNANSWERED_IRREVERSIBLE: Rule = Rule::fixed("unanswered.irreversible");
+    /// A write not made because the values it would change could not be read first.
+    pub const COMPENSATE_UNREAD: Rule = Rule::fixed("compensate_with.unread");
+    /// A read whose worker died mid-call, settled by recovery.
+    pub const RECOVERY_READ: Rule = Rule::fixed("recovery.read");
+    /// A write whose worker died mid-call: its outcome is unknown.
+    pub const RECOVERY_UNKNOWN: Rule = Rule::fixed("recovery.unknown");
+    /// A step of an aborted run.
+    pub const RUN_ABORTED: Rule = Rule::fixed("run.aborted");
+    /// A run that is not the caller's.
+    pub const RUN_FOREIGN: Rule = Rule::fixed("run.foreign");
+    /// A run the caller has none of by that id.
+    pub const RUN_UNKNOWN: Rule = Rule::fixed("run.unknown");
+    /// A plan-bound principal's call that matches no planned step.
+    pub const PLAN_UNPLANNED: Rule = Rule::fixed("plan.unplanned");
+    /// A planned step no worker may execute.
+    pub const PLAN_WORKER: Rule = Rule::fixed("plan.worker");
+    /// A commit of a preview that takes other arguments than the plan id.
+    pub const PREVIEW_PLAN_ID_ONLY: Rule = Rule::fixed("preview.plan_id_only");
+    /// A commit of no plan of the caller's.
+    pub const PREVIEW_UNKNOWN_PLAN: Rule = Rule::fixed("preview.unknown_plan");
+    /// A commit of an expired plan.
+    pub const PREVIEW_EXPIRED: Rule = Rule::fixed("preview.expired");
+    /// A commit of a plan whose tool changed since the preview.
+    pub const PREVIEW_TOOL_CHANGED: Rule = Rule::fixed("preview.tool_changed");
+    /// An upstream served at its pinned definitions.
+    pub const PIN_SERVED: Rule = Rule::fixed("pin.served");
+    /// An upstream server blocked whole by `toolgate.lock`.
+    pub const PIN_SERVER_BLOCKED: Rule = Rule::fixed("pin.server_blocked");
+    /// One upstream tool blocked by `toolgate.lock`.
+    pub const PIN_TOOL_BLOCKED: Rule = Rule::fixed("pin.tool_blocked");
+    /// A registry folder that failed validation on reload.
+    pub const RELOAD_INVALID: Rule = Rule::fixed("reload.invalid");
+    /// A person re-pinned upstream definitions.
+    pub const LOCK_APPROVE: Rule = Rule::fixed("lock.approve");
+    /// The inputs of a built-in tool that do not fit its schema.
+    pub const SCHEMA: Rule = Rule::fixed("schema");
+    /// A refusal that names no rule of its own.
+    pub const REFUSED: Rule = Rule::fixed("refused");
 
     const fn fixed(id: &'static str) -> Rule {
         Rule(Cow::Borrowed(id))
@@ -81,6 +135,28 @@ impl Rule {
         Rule::new(format!("budget.window.{id}"))
     }
 
+    /// The lookup `read` that reads the values a write changes, before it (`compensate_with.<read>`).
+    pub fn compensate_with(read: &str) -> Rule {
+        Rule::new(format!("compensate_with.{read}"))
+    }
+
+    /// The compensation of step `step_id` (`compensates.<step>`).
+    pub fn compensates(step_id: &str) -> Rule {
+        Rule::new(format!("compensates.{step_id}"))
+    }
+
+    /// An `unknown` call settled by asking the target with the lookup `lookup`
+    /// (`reconciled.<lookup>`).
+    pub fn reconciled(lookup: &str) -> Rule {
+        Rule::new(format!("reconciled.{lookup}"))
+    }
+
+    /// Whether a call failed by this rule did not happen and may be made again with the same
+    /// inputs: the one place that says which failures an agent is told to retry.
+    pub fn is_retryable(&self) -> bool {
+        *self == Rule::TIMEOUT_RETRYABLE || *self == Rule::UNANSWERED_RETRYABLE
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -108,6 +184,12 @@ impl AsRef<str> for Rule {
 impl From<String> for Rule {
     fn from(id: String) -> Rule {
         Rule::new(id)
+    }
+}
+
+impl From<&Rule> for Rule {
+    fn from(rule: &Rule) -> Rule {
+        rule.clone()
     }
 }
 
@@ -166,5 +248,15 @@ mod tests {
             Rule::window("daily-eur").to_string(),
             "budget.window.daily-eur"
         );
+    }
+
+    #[test]
+    fn only_a_failure_that_did_not_happen_is_retryable() {
+        assert!(Rule::TIMEOUT_RETRYABLE.is_retryable());
+        assert!(Rule::UNANSWERED_RETRYABLE.is_retryable());
+        assert!(Rule::new("unanswered.retryable").is_retryable());
+        assert!(!Rule::HANDLER_FAILED.is_retryable());
+        assert!(!Rule::TIMEOUT_IRREVERSIBLE.is_retryable());
+        assert!(!Rule::UNANSWERED_IRREVERSIBLE.is_retryable());
     }
 }

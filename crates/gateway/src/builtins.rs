@@ -25,7 +25,7 @@ use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::registry::{UNPLANNED, unplanned_reason};
-use toolgate_core::{Builtin, CheckName, Clock, Registry, RunId, StepId, StepStatus};
+use toolgate_core::{Builtin, CheckName, Clock, Registry, Rule, RunId, StepId, StepStatus};
 use toolgate_store::{
     BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
     PlanSubmission, PlannedStep, ReviewVerdict, Store, StoreError, Target, assign_worker,
@@ -128,14 +128,14 @@ pub(crate) async fn foreign_run(
             None,
             split.why.purpose.as_deref(),
             split.why.reason.as_deref(),
-            "run.foreign",
+            &Rule::RUN_FOREIGN,
             &detail,
             ex.clock.now(),
         )
         .await
         .map_err(internal)?;
     tracing::info!(principal = %caller.principal, tool, run, audit_seq = seq, "a call named another principal's run");
-    Ok(Refusal::new(tool, "run", "run.foreign", detail)
+    Ok(Refusal::new(tool, "run", Rule::RUN_FOREIGN, detail)
         .next("name a run of your own in `_meta.run_id`, or leave it out for a new one")
         .fact("audit_seq", seq)
         .into_result())
@@ -167,7 +167,7 @@ async fn planned_call(
                 Some(&call.run_id),
                 call.purpose.as_deref(),
                 call.reason.as_deref(),
-                UNPLANNED,
+                &UNPLANNED,
                 &detail,
                 ex.clock.now(),
             )
@@ -245,10 +245,10 @@ async fn refuse_plan(
     }
     let plan: PlanInputs = serde_json::from_value(call.inputs.clone()).ok()?;
     let problem = plan.steps.iter().enumerate().find_map(|(i, s)| {
-        let at = |rule: String, why: String| Some((i + 1, s.tool.clone(), rule, why));
+        let at = |rule: Rule, why: String| Some((i + 1, s.tool.clone(), rule, why));
         let worker = match assign_worker(reg, &call.principal, &s.tool, s.worker.as_deref()) {
             Ok(w) => w,
-            Err(why) => return at("plan.worker".into(), why.to_string()),
+            Err(why) => return at(Rule::PLAN_WORKER, why.to_string()),
         };
         let step = PlannedStep {
             tool: s.tool.clone(),
@@ -333,7 +333,7 @@ async fn run_status(
         return Ok(Refusal::new(
             Builtin::RunStatus.name(),
             CheckName::Schema,
-            "schema",
+            Rule::SCHEMA,
             detail.join("; "),
         )
         .next("call it with the `run_id` of one of your runs")
@@ -345,7 +345,7 @@ async fn run_status(
             return Ok(Refusal::new(
                 Builtin::RunStatus.name(),
                 CheckName::Schema,
-                "schema",
+                Rule::SCHEMA,
                 format!("it takes {{run_id}}: {e}"),
             )
             .next("call it with the `run_id` of one of your runs")
@@ -356,7 +356,7 @@ async fn run_status(
         Refusal::new(
             Builtin::RunStatus.name(),
             "run",
-            "run.unknown",
+            Rule::RUN_UNKNOWN,
             format!("no run '{}' for '{}'", inputs.run_id, call.principal),
         )
         .next("ask for the status of a run of your own")

@@ -8,7 +8,9 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ResultType};
 use serde_json::{Value, json};
 use toolgate_core::decide::unknown_tool_message;
-use toolgate_core::{ApprovalId, CheckName, Decision, Outcome, StepStatus, Verdict, canonical};
+use toolgate_core::{
+    ApprovalId, CheckName, Decision, Outcome, Rule, StepStatus, Verdict, canonical,
+};
 use toolgate_store::{CallResult, CallStatus, Step, StepOutcome};
 
 /// The key under which a result that is not plain structured content is stored whole.
@@ -77,7 +79,7 @@ fn readable_error(text: String, facts: Value) -> CallToolResult {
 pub(crate) struct Refusal {
     tool: String,
     check: String,
-    rule: String,
+    rule: Rule,
     reason: String,
     /// What the text says of why, when more than the one reason (every failed check).
     said: Option<String>,
@@ -89,7 +91,7 @@ impl Refusal {
     pub(crate) fn new(
         tool: impl Into<String>,
         check: impl ToString,
-        rule: impl Into<String>,
+        rule: impl Into<Rule>,
         reason: impl Into<String>,
     ) -> Self {
         Refusal {
@@ -104,10 +106,10 @@ impl Refusal {
     }
 
     /// The engine's refusal of `tool`: the check its verdict names, and every check that failed.
-    fn of_decision(tool: &str, check: CheckName, rule: &str, reason: &str, d: &Decision) -> Self {
+    fn of_decision(tool: &str, check: CheckName, rule: &Rule, reason: &str, d: &Decision) -> Self {
         let failed = failed_checks(d);
         let all: Vec<&str> = failed.iter().filter_map(|f| f["detail"].as_str()).collect();
-        let mut r = Refusal::new(tool, check, rule, reason).next(next_moves(check));
+        let mut r = Refusal::new(tool, check, rule.clone(), reason).next(next_moves(check));
         if all.len() > 1 {
             r.said = Some(all.join("; "));
         }
@@ -127,7 +129,7 @@ impl Refusal {
     }
 
     /// The rule that refused.
-    pub(crate) fn rule(&self) -> &str {
+    pub(crate) fn rule(&self) -> &Rule {
         &self.rule
     }
 
@@ -152,7 +154,7 @@ impl Refusal {
         v.insert("status".into(), "refused".into());
         v.insert("tool".into(), tool.into());
         v.insert("check".into(), check.into());
-        v.insert("rule".into(), rule.into());
+        v.insert("rule".into(), String::from(rule).into());
         v.insert("reason".into(), reason.into());
         if let Some(next) = next {
             v.insert("next".into(), next.into());
@@ -238,8 +240,8 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
                     reason,
                     approvers_needed,
                     ..
-                } => (rule.to_string(), reason.clone(), *approvers_needed),
-                _ => (String::new(), String::new(), 1),
+                } => (rule.clone(), reason.clone(), *approvers_needed),
+                _ => (Rule::default(), String::new(), 1),
             };
             let parked = NotDone::NeedsApproval {
                 approval_id: r.approval_id.clone().unwrap_or_default(),
@@ -267,7 +269,7 @@ pub fn call_result(tool: &str, r: &CallResult) -> Result<CallToolResult, ErrorDa
                 Ok(Refusal::new(
                     tool,
                     "gateway",
-                    rule.unwrap_or_else(|| "refused".into()),
+                    rule.unwrap_or(Rule::REFUSED),
                     reason.unwrap_or_else(|| "refused".into()),
                 )
                 .into_result())
@@ -319,7 +321,7 @@ pub(crate) enum NotDone {
     /// Parked until people approve it.
     NeedsApproval {
         approval_id: ApprovalId,
-        rule: String,
+        rule: Rule,
         reason: String,
         /// How many approvers the gate needs (a direct call's answer says it).
         approvers_needed: Option<u8>,
@@ -327,7 +329,7 @@ pub(crate) enum NotDone {
     /// It may have happened; toolgate settles it with the target by key.
     Unknown,
     /// The target answered "no", or did not answer a call that may be retried.
-    Failed { rule: String, error: String },
+    Failed { rule: Rule, error: String },
     /// An earlier attempt of the same call has not finished.
     InProgress,
     /// The same key was used with different inputs; the first call stands.
@@ -413,7 +415,7 @@ impl NotDone {
                 )
             }
             (NotDone::Failed { rule, error }, Asked::Call { .. }) => {
-                let retryable = rule == "timeout.retryable";
+                let retryable = rule.is_retryable();
                 let next = if retryable {
                     "it did not happen and may be retried with the same inputs"
                 } else {
@@ -467,7 +469,7 @@ impl NotDone {
 }
 
 /// The rule and the error a planned step's outcome names (empty when it names none).
-fn rule_and_error(step: &Step) -> (String, String) {
+fn rule_and_error(step: &Step) -> (Rule, String) {
     let o = step.outcome.as_ref();
     (
         o.and_then(|o| o.rule.clone()).unwrap_or_default(),
@@ -539,6 +541,42 @@ mod tests {
             serde_json::to_string(r.structured_content.as_ref().unwrap()).unwrap(),
             r#"{"status":"failed","tool":"crm.read","rule":"timeout.retryable","error":"the call timed out without an answer","idempotency_key":"k1","retryable":true}"#
         );
+    }
+
+    #[test]
+    fn a_direct_call_that_got_no_clean_answer_may_be_retried() {
+        // The store's own outcome of a read or write that got no clean answer.
+        let failed = NotDone::Failed {
+            rule: Rule::UNANSWERED_RETRYABLE,
+            error: "no clean answer (connection reset); retryable with the same key".into(),
+        };
+        let r = failed.into_result(Asked::Call {
+            tool: "crm.read",
+            key: "k1",
+        });
+        let facts = r.structured_content.as_ref().unwrap();
+        assert_eq!(facts["rule"], "unanswered.retryable");
+        assert_eq!(facts["retryable"], true);
+        assert!(
+            r.content[0]
+                .as_text()
+                .unwrap()
+                .text
+                .ends_with("Next: it did not happen and may be retried with the same inputs.")
+        );
+    }
+
+    #[test]
+    fn a_handlers_no_is_not_retried() {
+        let failed = NotDone::Failed {
+            rule: Rule::HANDLER_FAILED,
+            error: "insufficient funds".into(),
+        };
+        let r = failed.into_result(Asked::Call {
+            tool: "payment.schedule",
+            key: "k1",
+        });
+        assert_eq!(r.structured_content.as_ref().unwrap()["retryable"], false);
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::canon::{canonical_of, sha256_tagged};
-use toolgate_core::{Check, Decision, Effect, ShadowRule, StepStatus, Tier, Timestamp};
+use toolgate_core::{
+    Check, Decision, Effect, Rule, ShadowRule, StepStatus, Tier, Timestamp, Verdict,
+};
 
 use crate::db::{Conn, Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
@@ -43,7 +45,7 @@ pub struct AuditWhy {
     pub decision: AuditDecision,
     /// The deciding rule, when a rule decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
+    pub rule: Option<Rule>,
     /// Every check of the decision, passed or failed.
     #[serde(default)]
     pub checks: Vec<Check>,
@@ -238,6 +240,14 @@ impl AuditCall {
     }
 }
 
+/// The rule `decision` was decided by, if not a plain allow.
+fn deciding_rule(decision: &Decision) -> Option<Rule> {
+    match &decision.verdict {
+        Verdict::Allow => None,
+        Verdict::Deny { rule, .. } | Verdict::NeedsApproval { rule, .. } => Some(rule.clone()),
+    }
+}
+
 /// One constructor per kind of record, each taking what its event has.
 impl AuditDraft {
     /// An event of `kind` about `call` that ended as `outcome` says, decided by `rule` (when
@@ -248,7 +258,7 @@ impl AuditDraft {
         ts: Timestamp,
         kind: AuditDecision,
         call: AuditCall,
-        rule: Option<String>,
+        rule: Option<Rule>,
         decision: Option<&Decision>,
         outcome: AuditOutcome,
         approval: Option<AuditApproval>,
@@ -309,10 +319,7 @@ impl AuditDraft {
         outcome: &StepOutcome,
         governance_us: Option<i64>,
     ) -> Self {
-        let rule = decision
-            .rule()
-            .map(str::to_string)
-            .or_else(|| outcome.rule.clone());
+        let rule = deciding_rule(decision).or_else(|| outcome.rule.clone());
         let outcome = AuditOutcome {
             target_ref: outcome.target_ref.clone(),
             latency_ms: outcome.latency_ms,
@@ -340,7 +347,7 @@ impl AuditDraft {
     pub fn lookup(
         ts: Timestamp,
         call: AuditCall,
-        rule: impl Into<String>,
+        rule: impl Into<Rule>,
         outcome: &StepOutcome,
         registry_version: impl Into<String>,
     ) -> Self {
@@ -360,7 +367,7 @@ impl AuditDraft {
         ts: Timestamp,
         kind: AuditDecision,
         call: AuditCall,
-        rule: impl Into<String>,
+        rule: impl Into<Rule>,
         outcome: &StepOutcome,
         registry_version: impl Into<String>,
     ) -> Self {
@@ -381,7 +388,7 @@ impl AuditDraft {
     pub fn refusal(
         ts: Timestamp,
         call: AuditCall,
-        rule: impl Into<String>,
+        rule: impl Into<Rule>,
         error: Option<String>,
         registry_version: impl Into<String>,
     ) -> Self {
@@ -409,7 +416,7 @@ impl AuditDraft {
     pub fn rejection(
         ts: Timestamp,
         call: AuditCall,
-        rule: &str,
+        rule: impl Into<Rule>,
         note: &str,
         error: Option<String>,
         approval: Option<AuditApproval>,
@@ -423,7 +430,7 @@ impl AuditDraft {
             error,
             ..AuditOutcome::of(StepStatus::Refused)
         };
-        let (rule, version) = (Some(rule.to_string()), registry_version.into());
+        let (rule, version) = (Some(rule.into()), registry_version.into());
         AuditDraft::about(
             ts,
             AuditDecision::Rejected,
@@ -458,7 +465,7 @@ impl AuditDraft {
 
     /// A preview refused by the engine's `decision`: no plan was made.
     pub fn preview_refusal(ts: Timestamp, call: AuditCall, decision: &Decision) -> Self {
-        let rule = decision.rule().map(str::to_string);
+        let rule = deciding_rule(decision);
         let outcome = AuditOutcome::of(StepStatus::Refused);
         let version = decision.registry_version.clone();
         AuditDraft::about(
@@ -483,7 +490,7 @@ impl AuditDraft {
         registry_version: impl Into<String>,
     ) -> Self {
         let call = AuditCall::toolgate(AuditWho::toolgate(), subject, checked, reason);
-        let (rule, version) = (Some("pin.served".to_string()), registry_version.into());
+        let (rule, version) = (Some(Rule::PIN_SERVED), registry_version.into());
         let outcome = AuditOutcome::of(StepStatus::Done);
         AuditDraft::about(
             ts,
@@ -503,13 +510,13 @@ impl AuditDraft {
         ts: Timestamp,
         subject: impl Into<String>,
         checked: Value,
-        rule: &str,
+        rule: impl Into<Rule>,
         reason: String,
         error: String,
         registry_version: impl Into<String>,
     ) -> Self {
         let call = AuditCall::toolgate(AuditWho::toolgate(), subject, checked, reason);
-        let (rule, version) = (Some(rule.to_string()), registry_version.into());
+        let (rule, version) = (Some(rule.into()), registry_version.into());
         let outcome = AuditOutcome {
             error: Some(error),
             ..AuditOutcome::of(StepStatus::Refused)
@@ -537,7 +544,7 @@ impl AuditDraft {
         serving_version: impl Into<String>,
     ) -> Self {
         let call = AuditCall::toolgate(AuditWho::toolgate(), "registry.reload", attempt, reason);
-        let rule = invalid.as_ref().map(|_| "reload.invalid".to_string());
+        let rule = invalid.as_ref().map(|_| Rule::RELOAD_INVALID);
         let status = match invalid {
             None => StepStatus::Done,
             Some(_) => StepStatus::Refused,
@@ -571,7 +578,7 @@ impl AuditDraft {
         lock_version: impl Into<String>,
     ) -> Self {
         let call = AuditCall::toolgate(AuditWho::new(by, "operator"), subject, pins, reason);
-        let (rule, version) = (Some("lock.approve".to_string()), lock_version.into());
+        let (rule, version) = (Some(Rule::LOCK_APPROVE), lock_version.into());
         let outcome = AuditOutcome::of(StepStatus::Done);
         AuditDraft::about(
             ts,

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::{
-    ApprovalId, Check, Effect, IdempotencyKey, InputHash, PrincipalId, RunId, StepId, StepStatus,
-    Tier, Timestamp,
+    ApprovalId, Check, Effect, IdempotencyKey, InputHash, PrincipalId, Rule, RunId, StepId,
+    StepStatus, Tier, Timestamp,
 };
 
 /// Who is behind a call beyond its credential: the model and prompt revision the client
@@ -77,7 +77,7 @@ pub struct StepOutcome {
     pub error: Option<String>,
     /// The rule that refused, gated or settled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
+    pub rule: Option<Rule>,
     /// The target system's reference for what it did (a payment run id…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_ref: Option<String>,
@@ -182,7 +182,7 @@ pub struct ApprovalRequest {
     pub inputs: Value,
     pub reason: Option<String>,
     pub evidence: Vec<String>,
-    pub rule: String,
+    pub rule: Rule,
     pub approvers_needed: i64,
     pub approved_by: Vec<String>,
     pub status: ApprovalStatus,

@@ -7,8 +7,8 @@
 use serde::Serialize;
 use serde_json::Value;
 use toolgate_core::{
-    IdempotencyKey, InputHash, PrincipalId, PrincipalKind, Registry, RunId, StepId, StepStatus,
-    Timestamp,
+    IdempotencyKey, InputHash, PrincipalId, PrincipalKind, Registry, Rule, RunId, StepId,
+    StepStatus, Timestamp,
 };
 
 use crate::audit::{AuditCall, AuditDraft, AuditWho};
@@ -153,7 +153,7 @@ pub fn assign_worker(
 /// is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepProblem {
-    pub rule: String,
+    pub rule: Rule,
     pub reason: String,
 }
 
@@ -161,7 +161,7 @@ pub struct StepProblem {
 /// call, and inputs that pass the tool's own closed schema. The reason names what is wrong.
 pub fn check_step(registry: &Registry, step: &PlannedStep) -> std::result::Result<(), StepProblem> {
     let unknown = || StepProblem {
-        rule: "tool.unknown".into(),
+        rule: Rule::TOOL_UNKNOWN,
         reason: format!("unknown tool '{}' for '{}'", step.tool, step.principal),
     };
     let tool = registry
@@ -175,7 +175,7 @@ pub fn check_step(registry: &Registry, step: &PlannedStep) -> std::result::Resul
     tool.schema
         .validate(&step.inputs)
         .map_err(|errors| StepProblem {
-            rule: format!("schema.{}", errors[0].constraint),
+            rule: Rule::schema(&errors[0].constraint),
             reason: format!(
                 "inputs fail the schema of '{}': {}",
                 step.tool,
@@ -355,7 +355,7 @@ impl Store {
         }
         if verdict == ReviewVerdict::Rejected {
             let mut outcome = StepOutcome::status(StepStatus::Refused);
-            outcome.rule = Some("review.rejected".into());
+            outcome.rule = Some(Rule::REVIEW_REJECTED);
             outcome.error = Some(format!("rejected by reviewer {reviewer}: {note}"));
             if steps::refuse_unrun(&mut tx, step_id, &outcome, now).await? {
                 approvals::close_pending(&mut tx, step_id, now).await?;
@@ -372,7 +372,7 @@ impl Store {
                 let draft = AuditDraft::rejection(
                     now,
                     call,
-                    "review.rejected",
+                    Rule::REVIEW_REJECTED,
                     note,
                     outcome.error.clone(),
                     None,
@@ -426,7 +426,7 @@ impl Store {
         run_id: Option<&str>,
         purpose: Option<&str>,
         reason: Option<&str>,
-        rule: &str,
+        rule: &Rule,
         detail: &str,
         now: Timestamp,
     ) -> Result<i64> {
@@ -448,7 +448,7 @@ impl Store {
             ..AuditCall::new(AuditWho::of(registry, principal), tool, t)
         };
         let version = registry.version.hash.clone();
-        let draft = AuditDraft::refusal(now, call, rule, Some(detail.to_string()), version);
+        let draft = AuditDraft::refusal(now, call, rule.clone(), Some(detail.to_string()), version);
         Ok(self.append_audit(vec![draft]).await?[0])
     }
 

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use toolgate_core::config::Durability;
 use toolgate_core::{
     ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash,
-    Redactor, Registry, RunId, StepId, StepStatus, Tier, Timestamp, canonical,
+    Redactor, Registry, Rule, RunId, StepId, StepStatus, Tier, Timestamp, canonical,
 };
 
 use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
@@ -674,7 +674,7 @@ impl Store {
             id: approval_id.to_string(),
         })?;
         let mut outcome = StepOutcome::status(StepStatus::Refused);
-        outcome.rule = Some("approval.rejected".into());
+        outcome.rule = Some(Rule::APPROVAL_REJECTED);
         outcome.error = Some(format!("rejected by {approver}: {note}"));
         outcome.approval_id = Some(approval_id.clone());
         let parked = steps::refuse_parked(&mut tx, &subject, &outcome, now).await?;
@@ -690,7 +690,7 @@ impl Store {
         let draft = AuditDraft::rejection(
             now,
             call,
-            "approval.rejected",
+            Rule::APPROVAL_REJECTED,
             note,
             outcome.error.clone(),
             Some(rejected_by),
@@ -879,7 +879,7 @@ pub(crate) async fn grant(
             req.registry_version
                 .unwrap_or_else(|| registry.version.hash.clone()),
         ),
-        gate_rule: Some(req.rule),
+        gate_rule: Some(req.rule.into()),
         // The upstream definition the call was parked under (none for built-in tools).
         definition_hash: req.definition_hash,
         approver: approver.to_string(),

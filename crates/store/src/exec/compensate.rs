@@ -64,7 +64,7 @@ impl Executor {
             });
         }
         let mut refused = StepOutcome::status(StepStatus::Refused);
-        refused.rule = Some("run.aborted".into());
+        refused.rule = Some(Rule::RUN_ABORTED);
         refused.error = Some(format!("the run was aborted: {note}"));
         steps::refuse_unrun_of_run(tx, run_id, &refused, now).await?;
         steps::done_writes(tx, run_id).await
@@ -219,7 +219,7 @@ impl Executor {
             },
         };
         let now = self.clock.now();
-        let rule = format!("compensates.{}", o.undoes.step_id);
+        let rule = Rule::compensates(&o.undoes.step_id);
         let mut outcome = compensation_outcome(res);
         outcome.latency_ms = Some(started.elapsed().as_millis() as i64);
         outcome.rule = Some(rule.clone());

@@ -116,7 +116,7 @@ impl Executor {
             }
         };
         outcome.latency_ms = Some(started.elapsed().as_millis() as i64);
-        let rule = format!("destination.{}", l.field);
+        let rule = Rule::destination(&l.field);
         outcome.rule = Some(rule.clone());
         let lp = Pending {
             tool: l.tool.clone(),
@@ -175,7 +175,7 @@ impl Executor {
                 Err(_) => Err(StoreError::from(HandlerError::Timeout)),
             },
         };
-        let rule = format!("compensate_with.{}", w.read);
+        let rule = Rule::compensate_with(&w.read);
         let mut outcome = StepOutcome::status(if res.is_ok() {
             StepStatus::Done
         } else {

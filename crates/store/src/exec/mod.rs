@@ -26,8 +26,9 @@ use toolgate_core::why::{PurposeSource, replays};
 use toolgate_core::{
     ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, BudgetView, CallRequest, CheckName,
     Clock, Decision, Definition, DestinationFacts, DestinationLookupCall, Effect, Engine,
-    IdempotencyKey, IdempotencyState, InputHash, MAX_ATTEMPTS, PrincipalId, Registry, RunHistory,
-    RunId, StepId, StepStatus, Tier, Timestamp, Verdict, canonical, destination_lookups,
+    IdempotencyKey, IdempotencyState, InputHash, MAX_ATTEMPTS, PrincipalId, Registry, Rule,
+    RunHistory, RunId, StepId, StepStatus, Tier, Timestamp, Verdict, canonical,
+    destination_lookups,
 };
 
 use crate::audit::{self, AuditApproval, AuditCall, AuditDecision, AuditDraft, AuditWho};
@@ -330,7 +331,7 @@ fn outcome_of(status: StepStatus, decision: &Decision) -> StepOutcome {
     let mut o = StepOutcome::status(status);
     match &decision.verdict {
         Verdict::Deny { rule, reason, .. } | Verdict::NeedsApproval { rule, reason, .. } => {
-            o.rule = Some(rule.to_string());
+            o.rule = Some(rule.clone());
             o.error = Some(reason.clone());
         }
         Verdict::Allow => {}

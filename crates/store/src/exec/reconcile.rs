@@ -142,7 +142,7 @@ impl Executor {
         landed: Landed,
         now: Timestamp,
     ) -> Result<StepReport> {
-        let rule = format!("reconciled.{lookup}");
+        let rule = Rule::reconciled(lookup);
         let (outcome, idem, budget, retry) = if landed.found {
             let mut o = StepOutcome::status(StepStatus::Done);
             o.target_ref = landed.target_ref;

@@ -86,8 +86,8 @@ impl Executor {
                 let mut o = StepOutcome::status(StepStatus::Failed);
                 o.error =
                     Some("the worker stopped before recording; a read is safe to repeat".into());
-                o.rule = Some("recovery.read".into());
-                (o, "recovery.read")
+                o.rule = Some(Rule::RECOVERY_READ);
+                (o, Rule::RECOVERY_READ)
             } else {
                 let mut o = StepOutcome::status(StepStatus::Unknown);
                 o.error = Some(
@@ -95,8 +95,8 @@ impl Executor {
                      it waits for reconciliation by key"
                         .into(),
                 );
-                o.rule = Some("recovery.unknown".into());
-                (o, "recovery.unknown")
+                o.rule = Some(Rule::RECOVERY_UNKNOWN);
+                (o, Rule::RECOVERY_UNKNOWN)
             };
             let retry = (outcome.status == StepStatus::Failed
                 && s.attempts < i64::from(MAX_ATTEMPTS))
@@ -119,7 +119,7 @@ impl Executor {
                 now,
             };
             crate::store::apply_settle(&mut tx, &settle).await?;
-            drafts.push(self.system_draft(s, AuditDecision::Recovery, rule, &outcome, now));
+            drafts.push(self.system_draft(s, AuditDecision::Recovery, &rule, &outcome, now));
             reports.push(StepReport {
                 step_id: s.step_id.clone(),
                 status: outcome.status,

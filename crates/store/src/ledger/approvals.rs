@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 use toolgate_core::{
-    ApprovalId, ApprovalToken, InputHash, PrincipalId, RunId, Timestamp, canonical,
+    ApprovalId, ApprovalToken, InputHash, PrincipalId, Rule, RunId, Timestamp, canonical,
 };
 
 use crate::db::{Row, Sql, Tx, args};
@@ -221,7 +221,7 @@ fn request_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest
         reason: r.opt_text("reason")?,
         evidence: serde_json::from_value(stored_json("evidence", &r.text("evidence")?)?)
             .unwrap_or_default(),
-        rule: r.text("rule")?,
+        rule: Rule::new(r.text("rule")?),
         approvers_needed: r.i64("approvers_needed")?,
         approved_by,
         status: ApprovalStatus::parse(&status).ok_or_else(|| StoreError::UnknownValue {
@@ -426,7 +426,7 @@ pub(crate) struct GateRequest {
     pub status: String,
     pub expires_at: i64,
     pub approvers_needed: i64,
-    pub rule: String,
+    pub rule: Rule,
     pub definition_hash: Option<String>,
     pub registry_version: Option<String>,
 }
@@ -450,7 +450,7 @@ pub(crate) async fn gate_request(tx: &mut Tx, approval_id: &str) -> Result<Optio
             status: r.text("status")?,
             expires_at: r.i64("expires_at")?,
             approvers_needed: r.i64("approvers_needed")?,
-            rule: r.text("rule")?,
+            rule: Rule::new(r.text("rule")?),
             definition_hash: r.opt_text("definition_hash")?,
             registry_version: r.opt_text("registry_version")?,
         })

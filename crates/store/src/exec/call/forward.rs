@@ -91,7 +91,7 @@ impl Executor {
                     "not made: the values it would change could not be read first ({why}), so it \
                      could not be undone; retryable with the same key"
                 ));
-                o.rule = Some("compensate_with.unread".into());
+                o.rule = Some(Rule::COMPENSATE_UNREAD);
                 o.latency_ms = Some(latency);
                 let retry =
                     (p.attempts < i64::from(MAX_ATTEMPTS)).then_some(now.millis() + backoff);
@@ -116,7 +116,7 @@ impl Executor {
                 // The target answered "no": recorded, and replayed to a retry with the same key.
                 let mut o = StepOutcome::status(StepStatus::Failed);
                 o.error = Some(msg);
-                o.rule = Some("handler.failed".into());
+                o.rule = Some(Rule::HANDLER_FAILED);
                 o.latency_ms = Some(latency);
                 o.latency_us = Some(latency_us);
                 let stored = to_json(&o);
@@ -142,8 +142,8 @@ impl Executor {
                         .into(),
                 });
                 o.rule = Some(match e {
-                    HandlerError::Unanswered(_) => "unanswered.irreversible".into(),
-                    _ => "timeout.irreversible".into(),
+                    HandlerError::Unanswered(_) => Rule::UNANSWERED_IRREVERSIBLE,
+                    _ => Rule::TIMEOUT_IRREVERSIBLE,
                 });
                 o.latency_ms = Some(latency);
                 o.latency_us = Some(latency_us);
@@ -161,10 +161,10 @@ impl Executor {
                     o.error = Some(format!(
                         "no clean answer ({why}); retryable with the same key"
                     ));
-                    o.rule = Some("unanswered.retryable".into());
+                    o.rule = Some(Rule::UNANSWERED_RETRYABLE);
                 } else {
                     o.error = Some("timed out; retryable with the same key".into());
-                    o.rule = Some("timeout.retryable".into());
+                    o.rule = Some(Rule::TIMEOUT_RETRYABLE);
                 }
                 o.latency_ms = Some(latency);
                 o.latency_us = Some(latency_us);

@@ -58,7 +58,7 @@ impl Executor {
         &self,
         lookup: &Pending,
         outcome: &StepOutcome,
-        rule: String,
+        rule: Rule,
     ) -> AuditDraft {
         AuditDraft::lookup(
             self.clock.now(),
@@ -103,7 +103,7 @@ impl Executor {
         &self,
         s: &Step,
         kind: AuditDecision,
-        rule: &str,
+        rule: &Rule,
         outcome: &StepOutcome,
         now: Timestamp,
     ) -> AuditDraft {
@@ -111,7 +111,7 @@ impl Executor {
             now,
             kind,
             self.audit_call(&Pending::from_step(s), &[]),
-            rule,
+            rule.clone(),
             outcome,
             self.registry.version.hash.clone(),
         )

@@ -63,7 +63,7 @@ impl Executor {
             // and the retry hears that it is in progress.
             Some(Lost::InProgress) => {
                 let mut outcome = StepOutcome::status(StepStatus::Running);
-                outcome.rule = Some("idempotency.in_progress".into());
+                outcome.rule = Some(Rule::IDEMPOTENCY_IN_PROGRESS);
                 outcome.error = Some(
                     "the same call is in progress; check its status instead of retrying".into(),
                 );

@@ -47,17 +47,17 @@ impl Executor {
             (
                 CallStatus::Unknown,
                 StepStatus::Unknown,
-                "idempotency.unknown",
+                Rule::IDEMPOTENCY_UNKNOWN,
             )
         } else {
             (
                 CallStatus::InProgress,
                 StepStatus::Running,
-                "idempotency.in_progress",
+                Rule::IDEMPOTENCY_IN_PROGRESS,
             )
         };
         let mut outcome = StepOutcome::status(step_status);
-        outcome.rule = Some(rule.into());
+        outcome.rule = Some(rule);
         if p.kind == StepKind::Direct {
             p.step_id = h.step_id;
         }
@@ -105,7 +105,7 @@ impl Executor {
         tx: &mut Tx,
         p: Pending,
         decision: Decision,
-        rule: &str,
+        rule: &Rule,
         approvers_needed: i64,
         view: &LedgerView,
         now: Timestamp,
