@@ -3,6 +3,11 @@
 //! or an OAuth 2.1 JWT access token when a JWKS is configured) to a principal of the registry and
 //! puts it in the request's extensions; the MCP handler reads it from there. Nothing a request
 //! says about itself (in `_meta` or elsewhere) is ever used to decide who it is.
+//!
+//! The credential is resolved against the registry version the request is then served under:
+//! the middleware takes one snapshot ([`Surface`]) and hands it on with the caller, so a reload
+//! is seen by a request all at once (its principal and role, its tools and its rules), never
+//! half before it and half after.
 
 use std::sync::Arc;
 
@@ -15,6 +20,7 @@ use serde_json::json;
 use toolgate_core::Registry;
 
 use crate::jwt::JwtVerifier;
+use crate::server::{GatewayState, Surface};
 
 /// How the caller proved who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,32 +52,22 @@ pub enum AuthFailure {
     Invalid(String),
 }
 
-/// Resolves credentials to callers.
+/// Resolves credentials to callers, against the registry version a request is served under
+/// (it keeps none of its own).
 pub struct Authenticator {
-    /// The principals of the current registry version (swapped on reload).
-    registry: arc_swap::ArcSwap<Registry>,
     jwt: Option<JwtVerifier>,
     /// Absolute URL of the protected-resource metadata document, for `WWW-Authenticate`.
     metadata_url: String,
 }
 
 impl Authenticator {
-    pub fn new(registry: Arc<Registry>, jwt: Option<JwtVerifier>, metadata_url: String) -> Self {
-        Authenticator {
-            registry: arc_swap::ArcSwap::new(registry),
-            jwt,
-            metadata_url,
-        }
+    pub fn new(jwt: Option<JwtVerifier>, metadata_url: String) -> Self {
+        Authenticator { jwt, metadata_url }
     }
 
-    /// Resolves credentials against `registry` from now on (a reload's new principals).
-    pub fn set_registry(&self, registry: Arc<Registry>) {
-        self.registry.store(registry);
-    }
-
-    /// The caller holding an API key (used for stdio, where the key comes from the environment).
-    pub fn by_api_key(&self, key: &str) -> Option<Caller> {
-        let registry = self.registry.load();
+    /// The principal of `registry` holding an API key (also for stdio, where the key comes from
+    /// the environment).
+    pub fn by_api_key(&self, registry: &Registry, key: &str) -> Option<Caller> {
         registry.principal_by_key(key).map(|p| Caller {
             principal: p.id().to_string(),
             role: p.role().to_string(),
@@ -80,8 +76,12 @@ impl Authenticator {
         })
     }
 
-    /// Resolves an `Authorization` header value.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Caller, AuthFailure> {
+    /// Resolves an `Authorization` header value to a principal of `registry`.
+    pub fn authenticate(
+        &self,
+        registry: &Registry,
+        authorization: Option<&str>,
+    ) -> Result<Caller, AuthFailure> {
         let Some(value) = authorization else {
             return Err(AuthFailure::Missing);
         };
@@ -96,7 +96,7 @@ impl Authenticator {
         if token.is_empty() {
             return Err(AuthFailure::Missing);
         }
-        if let Some(c) = self.by_api_key(token) {
+        if let Some(c) = self.by_api_key(registry, token) {
             return Ok(c);
         }
         let looks_like_jwt = token.split('.').count() == 3;
@@ -105,7 +105,6 @@ impl Authenticator {
                 let subject = v.verify(token).map_err(|e| {
                     AuthFailure::Invalid(format!("the access token was refused: {e}"))
                 })?;
-                let registry = self.registry.load();
                 let p = registry.principal_by_subject(&subject).ok_or_else(|| {
                     AuthFailure::Invalid(
                         "the access token's subject is not mapped to any principal".into(),
@@ -159,9 +158,19 @@ impl Authenticator {
     }
 }
 
-/// axum middleware: authenticates every request to the MCP endpoint, or answers 401.
+/// What the credential middleware needs: how to resolve a credential, and the gateway whose
+/// serving registry version each request is resolved against and then served under.
+#[derive(Clone)]
+pub struct Admission {
+    pub auth: Arc<Authenticator>,
+    pub gateway: Arc<GatewayState>,
+}
+
+/// axum middleware: authenticates every request to the MCP endpoint, or answers 401. An
+/// admitted request carries its [`Caller`] and the `Arc<Surface>` it was resolved against, the
+/// one snapshot the request is served under.
 pub async fn require_caller(
-    State(auth): State<Arc<Authenticator>>,
+    State(admission): State<Admission>,
     mut req: Request,
     next: Next,
 ) -> Response {
@@ -169,15 +178,17 @@ pub async fn require_caller(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    match auth.authenticate(value) {
+    let surface: Arc<Surface> = admission.gateway.surface();
+    match admission.auth.authenticate(&surface.registry, value) {
         Ok(caller) => {
             tracing::debug!(principal = %caller.principal, role = %caller.role, "authenticated");
             req.extensions_mut().insert(caller);
+            req.extensions_mut().insert(surface);
             next.run(req).await
         }
         Err(f) => {
             tracing::info!(reason = ?f, "refused a request without a valid credential");
-            auth.unauthorized(&f)
+            admission.auth.unauthorized(&f)
         }
     }
 }

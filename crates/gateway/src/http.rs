@@ -17,7 +17,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Authenticator, require_caller};
+use crate::auth::{Admission, Authenticator, require_caller};
 use crate::server::{GatewayServer, GatewayState};
 use crate::sessions::SessionOwners;
 
@@ -56,7 +56,8 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
         sessions,
         config.with_cancellation_token(shutdown),
     );
-    // The credential check runs first (the outer layer), then the session's owner is checked,
+    // The credential check runs first (the outer layer; it takes the registry snapshot the
+    // request is resolved against and served under), then the session's owner is checked,
     // then a plain `tools/call` on a live session is answered without rmcp (lean.rs).
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
@@ -69,7 +70,10 @@ pub fn router(state: HttpState, allowed_hosts: Vec<String>, shutdown: Cancellati
             crate::sessions::bind,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            state.auth.clone(),
+            Admission {
+                auth: state.auth.clone(),
+                gateway: state.gateway.clone(),
+            },
             require_caller,
         ));
     // The approver's page and the surface numbers, in the same process (its own sign-in:

@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 
 use crate::auth::Caller;
 use crate::relay::ProgressSink;
-use crate::server::GatewayServer;
+use crate::server::{GatewayServer, Surface};
 use crate::sessions::SessionOwners;
 
 /// The largest body the lean path reads (rmcp's own limit).
@@ -68,7 +68,7 @@ pub(crate) async fn tools_call(
     req: Request,
     next: Next,
 ) -> Response {
-    let Some((caller, session)) = eligible(&req, &lean.hosts) else {
+    let Some((caller, surface, session)) = eligible(&req, &lean.hosts) else {
         return next.run(req).await;
     };
     let (parts, body) = req.into_parts();
@@ -95,9 +95,9 @@ pub(crate) async fn tools_call(
         progress,
     } = call;
     if let Some(token) = progress {
-        return answer_as_stream(server, caller, id, params, meta, token);
+        return answer_as_stream(server, caller, surface, id, params, meta, token);
     }
-    let call = RunToEnd::new(async move { server.call(caller, params, meta, None).await });
+    let call = RunToEnd::new(async move { server.call(caller, surface, params, meta, None).await });
     let body = serde_json::to_vec(&reply(&id, call.await)).expect("a JSON value serialises");
     (
         [(
@@ -195,6 +195,7 @@ fn event(message: &Value) -> Bytes {
 fn answer_as_stream(
     server: GatewayServer,
     caller: Caller,
+    surface: Arc<Surface>,
     id: Value,
     params: CallToolRequestParams,
     meta: JsonObject,
@@ -205,8 +206,11 @@ fn answer_as_stream(
         to: ProgressSink::Stream(progress_tx),
         token,
     };
-    let mut call =
-        tokio::spawn(async move { server.call(caller, params, meta, Some(relay)).await });
+    let mut call = tokio::spawn(async move {
+        server
+            .call(caller, surface, params, meta, Some(relay))
+            .await
+    });
     let (frames, body) = mpsc::unbounded_channel::<Bytes>();
     tokio::spawn(async move {
         let outcome = loop {
@@ -246,8 +250,9 @@ fn progress_message(p: ProgressNotificationParam) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": p})
 }
 
-/// The caller and session of a request the lean path may take, judged by its head alone.
-fn eligible(req: &Request, hosts: &[String]) -> Option<(Caller, String)> {
+/// The caller, the registry snapshot its credential was resolved against, and the session of a
+/// request the lean path may take, judged by its head alone.
+fn eligible(req: &Request, hosts: &[String]) -> Option<(Caller, Arc<Surface>, String)> {
     if req.method() != Method::POST {
         return None;
     }
@@ -270,7 +275,8 @@ fn eligible(req: &Request, hosts: &[String]) -> Option<(Caller, String)> {
         return None;
     }
     let caller = req.extensions().get::<Caller>()?.clone();
-    Some((caller, session))
+    let surface = req.extensions().get::<Arc<Surface>>()?.clone();
+    Some((caller, surface, session))
 }
 
 /// The `Host` header names one of `hosts` exactly (as rmcp would allow it: the same name, and

@@ -25,7 +25,7 @@ use toolgate_contract::{
     ContractError, DefinitionHash, Lockfile, PinSet, PinVerdict, ServerIdentity,
 };
 use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Clock, Registry, SystemClock};
+use toolgate_core::{Clock, Registry, Timestamp};
 use toolgate_store::{AuditDraft, DirectCall, Store};
 
 use crate::auth::Caller;
@@ -44,7 +44,13 @@ pub struct Pins {
     /// Bumped each time a changed lockfile is loaded; a verdict from an older generation is
     /// re-checked.
     generation: AtomicU64,
-    store: OnceLock<Store>,
+    ledger: OnceLock<Ledger>,
+}
+
+/// Where pin records go: the process's store, stamped by the executor's clock.
+struct Ledger {
+    store: Store,
+    clock: Arc<dyn Clock>,
 }
 
 struct Loaded {
@@ -92,7 +98,7 @@ impl Pins {
             path: Some(path),
             loaded: Mutex::new(loaded),
             generation: AtomicU64::new(0),
-            store: OnceLock::new(),
+            ledger: OnceLock::new(),
         })
     }
 
@@ -107,7 +113,7 @@ impl Pins {
                 version: String::new(),
             }),
             generation: AtomicU64::new(0),
-            store: OnceLock::new(),
+            ledger: OnceLock::new(),
         }
     }
 
@@ -115,9 +121,10 @@ impl Pins {
         self.path.is_some()
     }
 
-    /// Where pin records go (set once the store is open, before upstreams are checked).
-    pub fn attach_store(&self, store: Store) {
-        let _ = self.store.set(store);
+    /// Where pin records go, and the clock that stamps them: the store and the clock of the
+    /// executor that decides calls (set once the store is open, before upstreams are checked).
+    pub fn attach_store(&self, store: Store, clock: Arc<dyn Clock>) {
+        let _ = self.ledger.set(Ledger { store, clock });
     }
 
     fn current(&self) -> (Arc<PinSet>, String, u64) {
@@ -160,17 +167,18 @@ impl Pins {
         }
     }
 
-    async fn record(&self, drafts: Vec<AuditDraft>) {
+    /// Appends the records `drafts` makes at the attached clock's time.
+    async fn record(&self, drafts: impl FnOnce(Timestamp) -> Vec<AuditDraft>) {
+        let Some(ledger) = self.ledger.get() else {
+            tracing::warn!("pin check before the store was attached: not recorded");
+            return;
+        };
+        let drafts = drafts(ledger.clock.now());
         if drafts.is_empty() {
             return;
         }
-        match self.store.get() {
-            Some(store) => {
-                if let Err(e) = store.append_audit(drafts).await {
-                    tracing::error!(error = %e, "recording a pin check in the audit chain failed");
-                }
-            }
-            None => tracing::warn!("pin check before the store was attached: not recorded"),
+        if let Err(e) = ledger.store.append_audit(drafts).await {
+            tracing::error!(error = %e, "recording a pin check in the audit chain failed");
         }
     }
 }
@@ -230,7 +238,7 @@ impl PinGuard {
         }
         log_verdict(&verdict);
         self.pins
-            .record(drafts_for(&verdict, &self.identity, &version))
+            .record(|now| drafts_for(&verdict, &self.identity, &version, now))
             .await;
     }
 
@@ -311,10 +319,14 @@ fn log_verdict(v: &PinVerdict) {
     tracing::info!(upstream = %v.server, served = v.allowed.len(), blocked = v.blocked.len(), removed = v.removed.len(), "checked against toolgate.lock");
 }
 
-/// The audit records of one verdict: what is served, and each block.
-fn drafts_for(v: &PinVerdict, identity: &ServerIdentity, version: &str) -> Vec<AuditDraft> {
+/// The audit records of one verdict, made at `now`: what is served, and each block.
+fn drafts_for(
+    v: &PinVerdict,
+    identity: &ServerIdentity,
+    version: &str,
+    now: Timestamp,
+) -> Vec<AuditDraft> {
     let server = &v.server;
-    let now = SystemClock.now();
     if let Some(reason) = &v.server_blocked {
         return vec![AuditDraft::pin_block(
             now,
@@ -507,6 +519,28 @@ mod tests {
             !b.recheck_if_lock_changed(&tools()).await,
             "nothing changed since"
         );
+    }
+
+    #[tokio::test]
+    async fn pin_records_are_stamped_by_the_attached_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        approve(dir.path(), "a");
+        let url = format!("sqlite://{}", dir.path().join("toolgate.db").display());
+        let store = Store::connect(&url, toolgate_store::StoreConfig::default())
+            .await
+            .unwrap();
+        let at = Timestamp::from_millis(1_780_000_000_000);
+        let pins = Arc::new(Pins::load(dir.path()).unwrap());
+        pins.attach_store(store.clone(), Arc::new(toolgate_core::FixedClock::at(at)));
+        PinGuard::new("a", identity("a"), pins.clone())
+            .check(info("a"), &tools())
+            .await;
+        PinGuard::new("b", identity("b"), pins)
+            .check(info("b"), &tools())
+            .await;
+        let records = store.audit_records(None, None).await.unwrap();
+        assert_eq!(records.len(), 2, "a pin record and a block record");
+        assert!(records.iter().all(|r| r.body.ts == at), "{records:#?}");
     }
 
     #[test]

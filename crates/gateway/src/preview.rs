@@ -30,7 +30,7 @@ use toolgate_store::{Executor, StoreError};
 use crate::auth::Caller;
 use crate::meta::CallContext;
 use crate::render::Refusal;
-use crate::server::{GatewayServer, mcp_tool, mcp_tool_with, split_arguments};
+use crate::server::{GatewayServer, Surface, mcp_tool, mcp_tool_with, split_arguments};
 use toolgate_core::why::Split;
 
 /// The suffix of a preview tool's name.
@@ -120,35 +120,39 @@ fn store_error(e: StoreError) -> ErrorData {
     )
 }
 
-/// Handles a preview or commit call.
+/// Handles a preview or commit call under `surface`, the snapshot the request took (and `route`
+/// was found in): every phase of it, the commit's governed call included, under that version.
 pub async fn handle(
     server: &GatewayServer,
+    surface: &Surface,
     caller: &Caller,
     route: Route<'_>,
     arguments: Option<JsonObject>,
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     match route {
-        Route::Preview(tool) => preview(server, caller, tool, arguments, meta).await,
-        Route::Commit(tool) => commit(server, caller, tool, arguments, meta).await,
+        Route::Preview(tool) => preview(server, surface, caller, tool, arguments, meta).await,
+        Route::Commit(tool) => commit(server, surface, caller, tool, arguments, meta).await,
     }
 }
 
 async fn preview(
     server: &GatewayServer,
+    surface: &Surface,
     caller: &Caller,
     tool: &RegistryTool,
     arguments: Option<JsonObject>,
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let cfg = &tool.config;
-    // One snapshot of the registry and the executor for the whole preview, and the executor's
-    // clock for its decision, its expiry and its record, as for the call that commits it.
-    let executor = server.state().executor();
+    // The request's snapshot of the registry and the executor for the whole preview, and the
+    // executor's clock for its decision, its expiry and its record, as for the call that
+    // commits it.
+    let executor = &surface.executor;
     let now = executor.clock.now();
     let ctx = CallContext::from_meta(meta);
     let split = split_arguments(
-        &executor.registry,
+        &surface.registry,
         caller,
         tool.name(),
         arguments.unwrap_or_default(),
@@ -168,10 +172,10 @@ async fn preview(
         meta.insert("reason".into(), json!(r));
     }
     let meta = &meta;
-    let decision = static_decision(&executor, caller, tool, &inputs, &split, now);
+    let decision = static_decision(executor, caller, tool, &inputs, &split, now);
     if let Some(refused) = static_refusal(tool, &decision) {
         let r = Recorded::PreviewRefused(&decision);
-        record(server, caller, tool, &inputs, meta, r, now).await?;
+        record(server, surface, caller, tool, &inputs, meta, r, now).await?;
         return Ok(refused);
     }
     let hash = InputHash::of(&inputs);
@@ -198,7 +202,7 @@ async fn preview(
         decision: &decision,
         plan_id: plan.plan_id.clone(),
     };
-    record(server, caller, tool, &inputs, meta, r, now).await?;
+    record(server, surface, caller, tool, &inputs, meta, r, now).await?;
     tracing::info!(principal = %caller.principal, tool = %cfg.name, plan_id = %plan.plan_id, hash = %plan.input_hash, "preview");
     let envelope = json!({
         "tool": cfg.name,
@@ -300,8 +304,10 @@ enum Recorded<'a> {
 
 /// Appends a preview's or a refused commit's audit record, durably, before the caller hears
 /// anything.
+#[allow(clippy::too_many_arguments)]
 async fn record(
     server: &GatewayServer,
+    surface: &Surface,
     caller: &Caller,
     tool: &RegistryTool,
     inputs: &Value,
@@ -311,7 +317,10 @@ async fn record(
 ) -> Result<(), ErrorData> {
     let ctx = CallContext::from_meta(meta);
     // A run named that is not the caller's is not joined: the record names no run.
-    let run_id = server.run_for(caller, ctx.run_id.clone()).await?.ok();
+    let run_id = server
+        .run_in(surface, caller, ctx.run_id.clone())
+        .await?
+        .ok();
     let store = &server.state().store;
     let (inputs, redacted) = store.config().redactor.redact(inputs, &tool.config.redact);
     let name = match r {
@@ -336,7 +345,7 @@ async fn record(
         Recorded::Plan { decision, plan_id } => AuditDraft::preview(now, call, decision, plan_id),
         Recorded::PreviewRefused(decision) => AuditDraft::preview_refusal(now, call, decision),
         Recorded::CommitRefused { rule } => {
-            let version = server.state().registry().version.hash.clone();
+            let version = surface.registry.version.hash.clone();
             AuditDraft::refusal(now, call, rule, None, version)
         }
     };
@@ -417,20 +426,21 @@ async fn committable(
 
 async fn commit(
     server: &GatewayServer,
+    surface: &Surface,
     caller: &Caller,
     tool: &RegistryTool,
     arguments: Option<JsonObject>,
     meta: &JsonObject,
 ) -> Result<CallToolResult, ErrorData> {
     let args = Value::Object(arguments.unwrap_or_default());
-    let now = server.state().executor().clock.now();
+    let now = surface.executor.clock.now();
     let plan = match committable(server, caller, tool, &args, now).await? {
         Ok(plan) => plan,
         Err(refusal) => {
             let r = Recorded::CommitRefused {
                 rule: refusal.rule().to_string(),
             };
-            record(server, caller, tool, &args, meta, r, now).await?;
+            record(server, surface, caller, tool, &args, meta, r, now).await?;
             return Ok(refusal.into_result());
         }
     };
@@ -448,8 +458,9 @@ async fn commit(
         Value::Object(m) => m,
         _ => JsonObject::new(),
     };
+    // Decided under the snapshot the commit was routed and checked under, not a newer one.
     let mut r = server
-        .governed(caller, name, Some(inputs), &call_meta)
+        .governed_in(surface, caller, name, Some(inputs), &call_meta)
         .await?;
     if let Some(Value::Object(m)) = r.structured_content.as_mut() {
         m.insert("plan_id".into(), json!(plan.plan_id));

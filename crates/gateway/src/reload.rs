@@ -20,10 +20,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::lint::review;
-use toolgate_core::{Clock, LoadError, Registry, SystemClock, Timestamp};
+use toolgate_core::{Clock, LoadError, Registry, Timestamp};
 use toolgate_store::audit::AuditDraft;
 
-use crate::auth::Authenticator;
 use crate::server::GatewayState;
 
 /// The folder, under the registry folder, where a running `toolgate serve` says what it serves.
@@ -137,7 +136,6 @@ impl ServeStatus {
 pub struct Reloader {
     dir: PathBuf,
     state: Arc<GatewayState>,
-    auth: Arc<Authenticator>,
     /// One reload at a time.
     running: tokio::sync::Mutex<()>,
     status: Mutex<ServeStatus>,
@@ -147,9 +145,10 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    pub fn new(dir: PathBuf, state: Arc<GatewayState>, auth: Arc<Authenticator>) -> Arc<Reloader> {
-        let now = SystemClock.now().millis();
-        let serving = VersionInfo::of(&state.registry());
+    pub fn new(dir: PathBuf, state: Arc<GatewayState>) -> Arc<Reloader> {
+        let surface = state.surface();
+        let now = surface.executor.clock.now().millis();
+        let serving = VersionInfo::of(&surface.registry);
         let status = ServeStatus {
             pid: std::process::id(),
             config_dir: dir.display().to_string(),
@@ -162,7 +161,6 @@ impl Reloader {
         Arc::new(Reloader {
             dir,
             state,
-            auth,
             running: tokio::sync::Mutex::new(()),
             status: Mutex::new(status),
             write_status: AtomicBool::new(false),
@@ -184,14 +182,13 @@ impl Reloader {
     pub async fn reload(&self, trigger: Trigger) -> ReloadReport {
         let _one = self.running.lock().await;
         let started = std::time::Instant::now();
-        let current = self.state.registry();
-        let (mut report, next) = check_folder(&self.dir, &current, trigger).await;
+        let serving = self.state.surface();
+        let clock = serving.executor.clock.as_ref();
+        let (mut report, next) = check_folder(&self.dir, &serving.registry, clock, trigger).await;
         if let Some(next) = next {
-            let next = Arc::new(next);
-            // The authenticator first: a caller it admits under the new principals is decided
-            // under the new rules an instant later, never the reverse.
-            self.auth.set_registry(next.clone());
-            self.state.swap_registry(next);
+            // One swap: principals, roles, tools and rules change together for the requests
+            // that take a snapshot after it (the authenticator resolves against that snapshot).
+            self.state.swap_registry(Arc::new(next));
             self.state.tools_changed();
             report.outcome = ReloadOutcome::Applied;
         }
@@ -336,11 +333,13 @@ pub(crate) fn reload_draft(dir: &Path, r: &ReloadReport) -> AuditDraft {
     AuditDraft::reload(ts, attempt, reason, invalid, serving.hash.clone())
 }
 
-/// Loads and validates the folder against the serving registry: the attempt's report and, when
-/// it should be applied, the new registry (the caller swaps it in and marks it applied).
+/// Loads and validates the folder against the serving registry: the attempt's report (stamped
+/// by `clock`, the executor's) and, when it should be applied, the new registry (the caller
+/// swaps it in and marks it applied).
 pub(crate) async fn check_folder(
     dir: &Path,
     current: &Registry,
+    clock: &dyn Clock,
     trigger: Trigger,
 ) -> (ReloadReport, Option<Registry>) {
     let from = VersionInfo::of(current);
@@ -349,7 +348,7 @@ pub(crate) async fn check_folder(
         .await
         .unwrap_or_else(|e| Err((None, vec![format!("the reload task failed: {e}")])));
     let mut report = ReloadReport {
-        at: SystemClock.now().millis(),
+        at: clock.now().millis(),
         trigger,
         outcome: ReloadOutcome::Refused,
         from,
@@ -505,7 +504,8 @@ pub(crate) async fn reload_executor(
     trigger: Trigger,
 ) -> toolgate_store::Executor {
     let started = std::time::Instant::now();
-    let (mut report, next) = check_folder(dir, &executor.registry, trigger).await;
+    let clock = executor.clock.as_ref();
+    let (mut report, next) = check_folder(dir, &executor.registry, clock, trigger).await;
     let out = match next {
         Some(next) => {
             report.outcome = ReloadOutcome::Applied;
@@ -603,6 +603,19 @@ fn restart_only_changes(a: &Registry, b: &Registry) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_reload_attempt_is_stamped_by_the_executors_clock() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/finance");
+        let serving = Registry::load(&dir).unwrap();
+        let at = Timestamp::from_millis(1_780_000_000_000);
+        let clock = toolgate_core::FixedClock::at(at);
+        let (report, next) = check_folder(&dir, &serving, &clock, Trigger::Call).await;
+        assert_eq!(report.outcome, ReloadOutcome::Unchanged, "{report:?}");
+        assert!(next.is_none());
+        assert_eq!(report.at, at.millis());
+        assert_eq!(reload_draft(&dir, &report).ts, at);
+    }
 
     #[test]
     fn only_registry_files_trigger_a_reload() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::serve::ListenerExt;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::config::Durability;
-use toolgate_core::{Redactor, Registry, SystemClock};
+use toolgate_core::{Clock, Redactor, Registry, SystemClock};
 use toolgate_store::{Executor, Store, StoreConfig};
 
 use crate::auth::{Authenticator, Caller, CredentialKind};
@@ -201,7 +201,9 @@ impl Gateway {
                  killed, not a power loss (commits are flushed to the disk later, not one by one)"
             );
         }
-        pins.attach_store(store.clone());
+        // One clock for the executor's decisions and the pin records alike.
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        pins.attach_store(store.clone(), clock.clone());
         let failed = upstreams.connect_all().await;
         for (name, why) in &failed {
             tracing::warn!(upstream = %name, error = %why, "serving without this upstream for now");
@@ -211,7 +213,7 @@ impl Gateway {
             registry.clone(),
             Arc::new(secrets.approval),
             upstreams.clone(),
-            Arc::new(SystemClock),
+            clock,
         );
         let jwt = match &opts.oauth {
             Some(o) => Some(JwtVerifier::load(o).await.map_err(GatewayError::OAuth)?),
@@ -230,9 +232,9 @@ impl Gateway {
                     .unwrap_or(&registry.gateway.server.http)
             ),
         };
-        let auth = Arc::new(Authenticator::new(registry.clone(), jwt, metadata_url));
+        let auth = Arc::new(Authenticator::new(jwt, metadata_url));
         let state = Arc::new(GatewayState::new(executor, upstreams));
-        let reloader = Reloader::new(dir.clone(), state.clone(), auth.clone());
+        let reloader = Reloader::new(dir.clone(), state.clone());
         Ok(Gateway {
             state,
             auth,
@@ -348,9 +350,14 @@ impl Gateway {
                 "set TOOLGATE_API_KEY to the API key of the principal to serve".into(),
             )
         })?;
-        let mut c = self.auth.by_api_key(key).ok_or_else(|| {
-            GatewayError::Stdio("TOOLGATE_API_KEY matches no credential in principals.yaml".into())
-        })?;
+        let mut c = self
+            .auth
+            .by_api_key(&self.state.registry(), key)
+            .ok_or_else(|| {
+                GatewayError::Stdio(
+                    "TOOLGATE_API_KEY matches no credential in principals.yaml".into(),
+                )
+            })?;
         c.credential = CredentialKind::Stdio;
         Ok(c)
     }

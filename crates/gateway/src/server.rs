@@ -185,22 +185,34 @@ impl GatewayServer {
         &self.state
     }
 
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+    /// Who makes this request, and the one registry version it is served under: over HTTP, the
+    /// snapshot its credential was resolved against (`auth::require_caller`); for the fixed
+    /// stdio caller, the version serving as the request comes in.
+    fn request(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(Caller, Arc<Surface>), ErrorData> {
         if let Some(c) = &self.fixed {
-            return Ok(c.clone());
+            return Ok((c.clone(), self.state.surface()));
         }
-        context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|p| p.extensions.get::<Caller>())
-            .cloned()
-            .ok_or_else(|| {
-                // The HTTP boundary refuses unauthenticated requests before they get here.
-                ErrorData::invalid_request("no authenticated caller for this request", None)
-            })
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let caller = parts.and_then(|p| p.extensions.get::<Caller>()).cloned();
+        let surface = parts
+            .and_then(|p| p.extensions.get::<Arc<Surface>>())
+            .cloned();
+        match (caller, surface) {
+            (Some(caller), Some(surface)) => Ok((caller, surface)),
+            // The HTTP boundary refuses unauthenticated requests before they get here.
+            _ => Err(ErrorData::invalid_request(
+                "no authenticated caller for this request",
+                None,
+            )),
+        }
     }
 
-    /// One governed `tools/call` for an authenticated caller, under the current registry.
+    /// One governed `tools/call` for an authenticated caller, under the current registry (the
+    /// snapshot this call takes is the one it keeps; a call already holding one uses
+    /// [`GatewayServer::governed_in`]).
     pub async fn governed(
         &self,
         caller: &Caller,
@@ -214,7 +226,7 @@ impl GatewayServer {
 
     /// One governed `tools/call` under `surface`, the one registry version the whole call
     /// keeps, however long it takes: a reload in the middle does not mix two versions' rules.
-    async fn governed_in(
+    pub(crate) async fn governed_in(
         &self,
         surface: &Surface,
         caller: &Caller,
@@ -329,18 +341,10 @@ impl GatewayServer {
 }
 
 impl GatewayServer {
-    /// The run a call belongs to: the one `_meta.run_id` names, if the caller may use it
-    /// (`Err` with the name when it is another principal's), or the caller's current run.
-    pub(crate) async fn run_for(
-        &self,
-        caller: &Caller,
-        named: Option<String>,
-    ) -> Result<Result<RunId, String>, ErrorData> {
-        self.run_in(&self.state.surface(), caller, named).await
-    }
-
-    /// [`GatewayServer::run_for`] under a snapshot the request already holds.
-    async fn run_in(
+    /// The run a call belongs to, under the snapshot its request holds: the one `_meta.run_id`
+    /// names, if the caller may use it (`Err` with the name when it is another principal's), or
+    /// the caller's current run.
+    pub(crate) async fn run_in(
         &self,
         surface: &Surface,
         caller: &Caller,
@@ -455,7 +459,7 @@ impl ServerHandler for GatewayServer {
     ) -> Result<(), ErrorData> {
         // Accepted and noted; toolgate sends no log notifications of its own yet, and upstream
         // log messages are not relayed (see tests/conformance/exclusions.txt).
-        let caller = self.caller(&context)?;
+        let (caller, _) = self.request(&context)?;
         tracing::debug!(principal = %caller.principal, level = ?request.level, "logging/setLevel");
         Ok(())
     }
@@ -465,9 +469,9 @@ impl ServerHandler for GatewayServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let caller = self.caller(&context)?;
+        let (caller, surface) = self.request(&context)?;
         crate::pins::refresh(&self.state).await;
-        let registry = self.state.registry();
+        let registry = &surface.registry;
         let principal = registry.principal(&caller.principal);
         let tools: Vec<Tool> = registry
             .tools_for_role(&caller.role)
@@ -489,9 +493,8 @@ impl ServerHandler for GatewayServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let caller = self.caller(&context)?;
-        let registry = self.state.registry();
-        crate::passthrough::list_prompts(&registry, &self.state.upstreams, &caller).await
+        let (caller, surface) = self.request(&context)?;
+        crate::passthrough::list_prompts(&surface.registry, &self.state.upstreams, &caller).await
     }
 
     async fn get_prompt(
@@ -499,9 +502,8 @@ impl ServerHandler for GatewayServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let caller = self.caller(&context)?;
-        let registry = self.state.registry();
-        crate::passthrough::get_prompt(&registry, &self.state.upstreams, &caller, request)
+        let (caller, surface) = self.request(&context)?;
+        crate::passthrough::get_prompt(&surface.registry, &self.state.upstreams, &caller, request)
             .await
             .map(Into::into)
     }
@@ -511,9 +513,8 @@ impl ServerHandler for GatewayServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let caller = self.caller(&context)?;
-        let registry = self.state.registry();
-        crate::passthrough::list_resources(&registry, &self.state.upstreams, &caller).await
+        let (caller, surface) = self.request(&context)?;
+        crate::passthrough::list_resources(&surface.registry, &self.state.upstreams, &caller).await
     }
 
     async fn read_resource(
@@ -521,11 +522,15 @@ impl ServerHandler for GatewayServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let caller = self.caller(&context)?;
-        let registry = self.state.registry();
-        crate::passthrough::read_resource(&registry, &self.state.upstreams, &caller, request)
-            .await
-            .map(Into::into)
+        let (caller, surface) = self.request(&context)?;
+        crate::passthrough::read_resource(
+            &surface.registry,
+            &self.state.upstreams,
+            &caller,
+            request,
+        )
+        .await
+        .map(Into::into)
     }
 
     async fn call_tool(
@@ -533,7 +538,7 @@ impl ServerHandler for GatewayServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = self.caller(&context)?;
+        let (caller, surface) = self.request(&context)?;
         let mut meta = context.meta.0.0.clone();
         if let Some(m) = &request.meta {
             for (k, v) in &m.0.0 {
@@ -549,18 +554,33 @@ impl ServerHandler for GatewayServer {
                 to: crate::relay::ProgressSink::Peer(context.peer.clone()),
                 token,
             });
-        let result = self.call(caller, request, meta, progress).await?;
+        let result = self.call(caller, surface, request, meta, progress).await?;
         Ok(result.into())
     }
 }
 
 impl GatewayServer {
-    /// One `tools/call` for `caller`: a preview step or a governed call. `meta` is the
-    /// request's `_meta`; `progress`, the client waiting for progress, if it asked. Boxed: the
-    /// governed call's future is large, and rmcp and the lean path both move it into a task.
+    /// One `tools/call` for `caller` under `surface`, the registry version taken when the request
+    /// came in: routed (preview, commit or plain call) and decided under it, whatever is reloaded
+    /// meanwhile. For callers that hold a snapshot of their own (tests, embedders).
+    pub async fn call_under(
+        &self,
+        surface: Arc<Surface>,
+        caller: Caller,
+        request: CallToolRequestParams,
+        meta: JsonObject,
+    ) -> Result<rmcp::model::CallToolResult, ErrorData> {
+        self.call(caller, surface, request, meta, None).await
+    }
+
+    /// One `tools/call` for `caller` under `surface`: a preview step or a governed call, every
+    /// phase under that one registry version. `meta` is the request's `_meta`; `progress`, the
+    /// client waiting for progress, if it asked. Boxed: the governed call's future is large, and
+    /// rmcp and the lean path both move it into a task.
     pub(crate) fn call(
         &self,
         caller: Caller,
+        surface: Arc<Surface>,
         request: CallToolRequestParams,
         meta: JsonObject,
         progress: Option<crate::relay::Caller>,
@@ -574,7 +594,6 @@ impl GatewayServer {
         Box::pin(async move {
             let tool = request.name.to_string();
             let span = tracing::info_span!("tools/call", tool = %tool, principal = %caller.principal, role = %caller.role);
-            let surface = self.state.surface();
             // For the upstream call this may lead to (a preview commit's too): progress and the
             // trace context of this request.
             let forward = crate::relay::Forward {
@@ -584,7 +603,8 @@ impl GatewayServer {
             let call = async {
                 match crate::preview::route(&surface.registry, &caller.role, &tool) {
                     Some(route) => {
-                        crate::preview::handle(self, &caller, route, request.arguments, &meta).await
+                        let args = request.arguments;
+                        crate::preview::handle(self, &surface, &caller, route, args, &meta).await
                     }
                     None => {
                         self.governed_in(&surface, &caller, &tool, request.arguments, &meta)

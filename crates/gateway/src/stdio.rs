@@ -311,7 +311,10 @@ fn spawn_call(
     });
     let (server, caller) = (server.clone(), caller.clone());
     tokio::spawn(async move {
-        let outcome = server.call(caller, call.params, call.meta, progress).await;
+        let surface = server.state().surface();
+        let outcome = server
+            .call(caller, surface, call.params, call.meta, progress)
+            .await;
         reply.write(outcome).await;
     });
 }

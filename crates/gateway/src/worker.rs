@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toolgate_core::{Registry, SystemClock};
+use toolgate_core::{Clock, Registry, SystemClock};
 use toolgate_store::{Executor, Store, WorkOptions, WorkStats};
 
 use crate::error::GatewayError;
@@ -150,7 +150,9 @@ async fn work_until_stopped(
         url: url.clone(),
         source,
     })?;
-    pins.attach_store(store.clone());
+    // One clock for the executor's decisions and the pin records alike.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    pins.attach_store(store.clone(), clock.clone());
     for (name, why) in upstreams.connect_all().await {
         tracing::warn!(upstream = %name, error = %why, "working without this upstream for now");
     }
@@ -159,7 +161,7 @@ async fn work_until_stopped(
         registry.clone(),
         Arc::new(secrets.approval),
         upstreams.clone(),
-        Arc::new(SystemClock),
+        clock,
     );
     let work = opts.work.clone().unwrap_or_default();
     tracing::info!(store = %url, registry = %registry.version.label, batch = work.batch, "worker started");

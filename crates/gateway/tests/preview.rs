@@ -10,7 +10,7 @@ use crate::common::*;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{Clock, SystemClock};
-use toolgate_gateway::{Gateway, ServeOptions};
+use toolgate_gateway::{Gateway, GatewayServer, ReloadOutcome, ServeOptions, Trigger};
 
 /// The finance test registry with `note.draft` and `payment.schedule` declaring a preview.
 async fn start() -> Harness {
@@ -290,5 +290,75 @@ async fn approving_the_parked_commit_approves_the_previewed_plan() {
     assert_eq!(last["why"]["decision"], "allow");
     // The audit stores the inputs in canonical form; their hash is the plan's.
     assert_eq!(toolgate_core::InputHash::of(&last["inputs"]).as_str(), hash);
+    h.shutdown().await;
+}
+
+/// A request keeps the registry version it took when it came in, through every phase: a commit
+/// routed under v1 is decided under v1 even when v2 (which forbids the tool) is put in service
+/// before its governed call; the next request takes v2 and is refused by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_between_phases_does_not_split_a_commit_across_versions() {
+    let h = start().await;
+    let worker = h.client(WORKER_KEY).await;
+    let args =
+        json!({"invoice_id": "INV-20260612", "kind": "hold", "text": "Hold: freight query."});
+    let meta = billing(
+        "hold the invoice while the freight query is open",
+        "run-split",
+    );
+    let preview = |args: Value| call(&worker, "note.draft.preview", args, meta.clone());
+    let p = preview(args.clone()).await.unwrap();
+    let plan_id = s(&p)["plan_id"].as_str().unwrap().to_string();
+
+    // The commit's request takes its snapshot (v1) ...
+    let v1 = h.gateway.state.surface();
+    // ... and v2, which forbids notes, is put in service before the commit is decided.
+    std::fs::write(
+        h.dir.path().join("policies/no-notes.cedar"),
+        "@id(\"no-notes\")\nforbid (principal, action == Action::\"note.draft\", resource);\n",
+    )
+    .unwrap();
+    let r = h.gateway.reloader.reload(Trigger::Call).await;
+    assert_eq!(r.outcome, ReloadOutcome::Applied, "{:?}", r.errors);
+    let v2 = h.gateway.state.registry().version.hash.clone();
+    assert_ne!(v1.registry.version.hash, v2);
+
+    let caller = h.gateway.auth.by_api_key(&v1.registry, WORKER_KEY).unwrap();
+    let server = GatewayServer::new(h.gateway.state.clone(), None);
+    let commit = rmcp::model::CallToolRequestParams::new("note.draft")
+        .with_arguments(obj(json!({"plan_id": plan_id})));
+    let c = server
+        .call_under(v1.clone(), caller, commit, Default::default())
+        .await
+        .unwrap();
+    assert_ne!(c.is_error, Some(true), "decided under v1: {c:?}");
+    assert_eq!(h.records_for("draft_note").len(), 1);
+    let audit = h.audit("test-worker").await;
+    let done = audit.last().unwrap();
+    assert_eq!(done["why"]["decision"], "allow");
+    assert_eq!(
+        done["registry_version"],
+        v1.registry.version.hash.as_str(),
+        "the commit's record names the version it was decided under"
+    );
+
+    // A request that comes in now takes v2: its commit is refused by v2's rule.
+    let p = preview(
+        json!({"invoice_id": "INV-20260611", "kind": "hold", "text": "Hold: freight query."}),
+    )
+    .await
+    .unwrap();
+    let plan_id = s(&p)["plan_id"].as_str().unwrap().to_string();
+    let c = call(
+        &worker,
+        "note.draft",
+        json!({"plan_id": plan_id}),
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.is_error, Some(true), "{c:?}");
+    assert_eq!(s(&c)["rule"], "no-notes");
+    assert_eq!(h.records_for("draft_note").len(), 1);
     h.shutdown().await;
 }
