@@ -38,7 +38,8 @@ use std::collections::BTreeMap;
 use crate::audit::{self, AuditDraft, ChainPoint};
 use crate::db::{Arg, Conn, Pool, Sql, args};
 use crate::error::{Result, StoreError};
-use crate::ledger::runs::{RunState, Stepless};
+use crate::ledger::runs::Stepless;
+use crate::model::RunState;
 use crate::store::{BudgetAction, IdemAction, Settle, SteplessCall, to_json};
 
 /// The statement. `$1`–`$4`: the head it expects and the head it leaves; `$5`–`$11`: the audit

@@ -47,8 +47,8 @@ pub use exec::{
     HandlerError, HandlerOutput, Served, SyncHook, SyncPoint, Target,
 };
 pub use model::{
-    Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step,
-    StepKind, StepOutcome, StepReport,
+    Actor, ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, RunState,
+    Step, StepKind, StepOutcome, StepReport,
 };
 pub use notify::{Delivery, NotifySummary, RaisedRequest};
 pub use plan::{

@@ -65,6 +65,37 @@ impl StepKind {
     }
 }
 
+/// Where a run stands: open for calls, or aborted (nothing more runs in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Open,
+    Aborted,
+}
+
+impl RunState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RunState::Open => "open",
+            RunState::Aborted => "aborted",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "open" => RunState::Open,
+            "aborted" => RunState::Aborted,
+            _ => return None,
+        })
+    }
+    /// A stored run status: one the store writes, or [`StoreError::UnknownValue`].
+    pub(crate) fn read(s: &str) -> crate::error::Result<Self> {
+        RunState::parse(s).ok_or_else(|| crate::error::StoreError::UnknownValue {
+            what: "run status",
+            value: s.to_string(),
+        })
+    }
+}
+
 /// What a step (or a direct call) came to, as stored and replayed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepOutcome {

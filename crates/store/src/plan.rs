@@ -16,7 +16,7 @@ use crate::db::Pool;
 use crate::error::{Result, StoreError};
 use crate::ledger::steps::NewStep;
 use crate::ledger::{approvals, plans, runs, steps};
-use crate::model::{PlannedStep, Step, StepKind, StepOutcome};
+use crate::model::{PlannedStep, RunState, Step, StepKind, StepOutcome};
 use crate::store::{Store, new_id};
 
 /// A plan as submitted, with every step's executing principal resolved (see [`assign_worker`]).
@@ -85,8 +85,7 @@ pub struct RunStatus {
     pub principal: PrincipalId,
     /// The goal, for a submitted plan.
     pub goal: Option<String>,
-    /// `open` or `aborted`.
-    pub status: String,
+    pub status: RunState,
     pub steps: Vec<Step>,
     pub reviews: Vec<Review>,
 }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use toolgate_core::{Effect, StepStatus, Tier};
 
-use crate::model::{ApprovalStatus, StepKind};
+use crate::ledger::keys::KeyState;
+use crate::model::{ApprovalStatus, RunState, StepKind};
 
 /// The columns whose values are closed sets.
 const WORDS: &[&str] = &["status", "state", "kind", "effect", "tier", "verdict"];
@@ -187,7 +188,13 @@ fn every_checked_column_admits_exactly_what_its_enum_writes() {
     let _ = |k: StepKind| match k {
         StepKind::Planned | StepKind::Direct | StepKind::Compensation => (),
     };
-    let enums: [(&str, &str, BTreeSet<String>); 5] = [
+    let _ = |r: RunState| match r {
+        RunState::Open | RunState::Aborted => (),
+    };
+    let _ = |k: KeyState| match k {
+        KeyState::InFlight | KeyState::Done => (),
+    };
+    let enums: [(&str, &str, BTreeSet<String>); 7] = [
         (
             "steps",
             "status",
@@ -208,6 +215,16 @@ fn every_checked_column_admits_exactly_what_its_enum_writes() {
             "approval_requests",
             "status",
             set(all_approval_statuses().map(ApprovalStatus::as_str)),
+        ),
+        (
+            "runs",
+            "status",
+            set([RunState::Open, RunState::Aborted].map(RunState::as_str)),
+        ),
+        (
+            "idempotency",
+            "state",
+            set(KeyState::ALL.map(KeyState::as_str)),
         ),
     ];
     for backend in ["postgres", "sqlite"] {

@@ -855,10 +855,10 @@ pub(crate) async fn grant(
             id: approval_id.to_string(),
             why: Box::new(why),
         })?;
-    if req.status != ApprovalStatus::Pending.as_str() {
+    if req.status != ApprovalStatus::Pending {
         return Err(StoreError::ApprovalClosed {
             id: approval_id.to_string(),
-            status: req.status,
+            status: req.status.as_str().to_string(),
         });
     }
     if now.millis() >= req.expires_at {

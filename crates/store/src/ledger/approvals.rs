@@ -207,6 +207,14 @@ macro_rules! request_cols {
     };
 }
 
+/// A stored approval status: one the store writes, or [`StoreError::UnknownValue`].
+fn read_status(status: &str) -> Result<ApprovalStatus> {
+    ApprovalStatus::parse(status).ok_or_else(|| StoreError::UnknownValue {
+        what: "approval status",
+        value: status.to_string(),
+    })
+}
+
 fn request_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest> {
     let status = r.text("status")?;
     Ok(ApprovalRequest {
@@ -224,10 +232,7 @@ fn request_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest
         rule: Rule::new(r.text("rule")?),
         approvers_needed: r.i64("approvers_needed")?,
         approved_by,
-        status: ApprovalStatus::parse(&status).ok_or_else(|| StoreError::UnknownValue {
-            what: "approval status",
-            value: status.clone(),
-        })?,
+        status: read_status(&status)?,
         created_at: Timestamp::from_millis(r.i64("created_at")?),
         expires_at: Timestamp::from_millis(r.i64("expires_at")?),
         decided_at: r.opt_i64("decided_at")?.map(Timestamp::from_millis),
@@ -423,7 +428,7 @@ pub(crate) struct GateRequest {
     pub tool: String,
     pub tool_version: String,
     pub input_hash: String,
-    pub status: String,
+    pub status: ApprovalStatus,
     pub expires_at: i64,
     pub approvers_needed: i64,
     pub rule: Rule,
@@ -447,7 +452,7 @@ pub(crate) async fn gate_request(tx: &mut Tx, approval_id: &str) -> Result<Optio
             tool: r.text("tool")?,
             tool_version: r.text("tool_version")?,
             input_hash: r.text("input_hash")?,
-            status: r.text("status")?,
+            status: read_status(&r.text("status")?)?,
             expires_at: r.i64("expires_at")?,
             approvers_needed: r.i64("approvers_needed")?,
             rule: Rule::new(r.text("rule")?),
@@ -537,10 +542,7 @@ pub(crate) async fn counts_by_gate(c: &mut impl Sql, now: Timestamp) -> Result<V
         Ok(GateCount {
             tool: r.text("tool")?,
             rule: r.text("rule")?,
-            status: ApprovalStatus::parse(&status).ok_or_else(|| StoreError::UnknownValue {
-                what: "approval status",
-                value: status.clone(),
-            })?,
+            status: read_status(&status)?,
             by_people: r.i64("by_people")? != 0,
             decided_by_person: r.i64("by_person")? != 0,
             any_grant: r.i64("any_grant")? != 0,

@@ -6,15 +6,44 @@ use serde_json::{Value, json};
 use toolgate_core::{IdempotencyKey, InputHash, StepStatus, Timestamp};
 
 use crate::db::{Row, Tx, args};
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::store::parse_status;
+
+/// Where a key's record stands: its operation in flight (reserved, running or unknown), or
+/// done with its outcome stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyState {
+    InFlight,
+    Done,
+}
+
+impl KeyState {
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            KeyState::InFlight => "in_flight",
+            KeyState::Done => "done",
+        }
+    }
+
+    pub(crate) const ALL: [KeyState; 2] = [KeyState::InFlight, KeyState::Done];
+
+    fn read(s: &str) -> Result<Self> {
+        KeyState::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| StoreError::UnknownValue {
+                what: "idempotency state",
+                value: s.to_string(),
+            })
+    }
+}
 
 /// A key's record, as the decision needs it: the first call's inputs, whether it settled and
 /// with what, and whose call it was (a key a tool shares across principals is never replayed
 /// to another).
 pub(crate) struct HeldKey {
     pub input_hash: String,
-    pub done: bool,
+    pub state: KeyState,
     pub outcome: Option<String>,
     pub expires_at: Timestamp,
     pub step_id: String,
@@ -29,7 +58,7 @@ impl HeldKey {
     fn read(r: &Row) -> Result<HeldKey> {
         Ok(HeldKey {
             input_hash: r.text("input_hash")?,
-            done: r.text("state")? == "done",
+            state: KeyState::read(&r.text("state")?)?,
             outcome: r.opt_text("outcome")?,
             expires_at: Timestamp::from_millis(r.i64("expires_at")?),
             step_id: r.text("step_id")?,
@@ -45,7 +74,7 @@ impl HeldKey {
     /// A completed key past its retention at `now`: forgotten, so the operation may be made
     /// again.
     pub(crate) fn lapsed(&self, now: Timestamp) -> bool {
-        self.done && self.expires_at.millis() <= now.millis()
+        self.state == KeyState::Done && self.expires_at.millis() <= now.millis()
     }
 }
 

@@ -8,6 +8,7 @@ use toolgate_core::{PriorCall, PriorCalls, PriorOutcome, RunHistory, StepStatus,
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
+use crate::model::RunState;
 use crate::store::{parse_status, parse_tier};
 
 /// How an earlier step of the run counts: `None` for one that decided nothing yet (pending) or
@@ -152,22 +153,6 @@ pub(crate) async fn next_seq(tx: &mut Tx, run_id: &str) -> Result<i64> {
         .unwrap_or(1))
 }
 
-/// Where a run stands: open for calls, or aborted (nothing more runs in it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RunState {
-    Open,
-    Aborted,
-}
-
-impl RunState {
-    pub(crate) const fn as_str(self) -> &'static str {
-        match self {
-            RunState::Open => "open",
-            RunState::Aborted => "aborted",
-        }
-    }
-}
-
 /// Opens run `run_id` for `principal` (fails if it exists).
 pub(crate) async fn open(
     tx: &mut Tx,
@@ -269,7 +254,7 @@ pub(crate) async fn owner(c: &mut impl Sql, run_id: &str) -> Result<Option<RunOw
 /// A run as `run.status` reports it, without its steps.
 pub(crate) struct RunSummary {
     pub principal: String,
-    pub status: String,
+    pub status: RunState,
     /// The goal, for a submitted plan.
     pub goal: Option<String>,
 }
@@ -285,7 +270,7 @@ pub(crate) async fn summary(c: &mut impl Sql, run_id: &str) -> Result<Option<Run
     .map(|r| {
         Ok(RunSummary {
             principal: r.text("principal")?,
-            status: r.text("status")?,
+            status: RunState::read(&r.text("status")?)?,
             goal: r.opt_text("goal")?,
         })
     })

@@ -9,8 +9,7 @@ use toolgate_core::{
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
-use crate::ledger::runs::RunState;
-use crate::model::{Actor, PlannedStep, Step, StepKind, StepOutcome};
+use crate::model::{Actor, PlannedStep, RunState, Step, StepKind, StepOutcome};
 use crate::store::{parse_effect, parse_status, parse_tier, to_json};
 
 /// The columns a [`Step`] is read from.

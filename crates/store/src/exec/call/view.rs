@@ -227,7 +227,7 @@ impl Executor {
             IdempotencyState::Elsewhere
         } else if h.input_hash != input_hash.as_str() {
             IdempotencyState::InputsDiffer
-        } else if h.done {
+        } else if h.state == crate::ledger::keys::KeyState::Done {
             IdempotencyState::Done
         } else if self.toggles.get().reserve_before_call {
             IdempotencyState::InFlight
