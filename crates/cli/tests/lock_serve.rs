@@ -93,7 +93,11 @@ async fn a_new_server_serves_nothing_until_toolgate_lock_approve() {
     .await
     .unwrap();
     let ups = &gw.state.upstreams;
-    let refusal = ups.pin_check("erp", "search_invoices").await.unwrap_err();
+    let refusal = ups
+        .pin_check("erp", "search_invoices")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(refusal.contains("new server"), "{refusal}");
     assert!(refusal.contains("toolgate lock diff erp"), "{refusal}");
     assert!(!ups.is_served("erp", "search_invoices"));

@@ -142,11 +142,20 @@ impl Facts {
     }
 }
 
+/// Why a declared lookup gave no answer: the store's error, kept whole (shared, so a page
+/// that asks the same question again is given the same answer).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{source}")]
+pub struct LookupFailed {
+    #[source]
+    source: std::sync::Arc<toolgate_store::StoreError>,
+}
+
 /// Lookup answers already fetched while building one page, by lookup tool and inputs: a queue
 /// of forty payments of one supplier asks the ERP once per invoice, not once per question.
 #[derive(Debug, Default)]
 pub struct Memo {
-    answers: std::collections::HashMap<(String, String), Result<Value, String>>,
+    answers: std::collections::HashMap<(String, String), Result<Value, LookupFailed>>,
 }
 
 impl Memo {
@@ -155,7 +164,7 @@ impl Memo {
         exec: &Executor,
         req: &ApprovalRequest,
         l: &ContextLookup,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, LookupFailed> {
         let mut inputs = serde_json::Map::new();
         for f in &l.with {
             if let Some(v) = req.inputs.get(f.as_str()) {
@@ -170,7 +179,9 @@ impl Memo {
         let a = exec
             .look_up_for_approval(&req.principal, req.run_id.as_deref(), &l.tool, &inputs)
             .await
-            .map_err(|e| e.to_string());
+            .map_err(|e| LookupFailed {
+                source: std::sync::Arc::new(e),
+            });
         self.answers.insert(key, a.clone());
         a
     }
@@ -301,7 +312,7 @@ pub async fn look_up_with(
                 tool: l.tool.clone(),
                 facts: Vec::new(),
                 mismatches: Vec::new(),
-                error: Some(e),
+                error: Some(e.to_string()),
                 party: crate::item::party(req),
             }),
         }

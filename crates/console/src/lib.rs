@@ -32,6 +32,6 @@ pub mod throttle;
 mod web;
 
 pub use error::ConsoleError;
-pub use metrics::{MetricsOptions, ScrapeToken};
+pub use metrics::{MetricsOptions, ScrapeToken, ScrapeTokenError};
 pub use throttle::SignInLimits;
 pub use web::{ConsoleOptions, ConsoleState, LiveExecutor, metrics_router, router};

@@ -316,7 +316,11 @@ fn the_scrape_token_comes_from_a_file_or_the_environment_never_the_yaml() {
         ..MetricsConfig::default()
     };
     let err = toolgate_console::ScrapeToken::from_config(&short, dir.path()).unwrap_err();
-    assert!(err.contains("at least 16"), "{err}");
+    assert!(err.to_string().contains("at least 16"), "{err}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the cause is kept"
+    );
     assert!(
         toolgate_console::MetricsOptions::from_config(&short, dir.path())
             .token
@@ -327,7 +331,13 @@ fn the_scrape_token_comes_from_a_file_or_the_environment_never_the_yaml() {
         ..MetricsConfig::default()
     };
     let err = toolgate_console::ScrapeToken::from_config(&missing, dir.path()).unwrap_err();
-    assert!(err.contains("nowhere"), "{err}");
+    assert!(err.to_string().contains("nowhere"), "{err}");
+    let io = std::error::Error::source(&err).and_then(|e| e.downcast_ref::<std::io::Error>());
+    assert_eq!(
+        io.map(std::io::Error::kind),
+        Some(std::io::ErrorKind::NotFound),
+        "the operating system's error is kept as the source"
+    );
 
     // An environment variable that is not set: no token (and no error).
     let unset = MetricsConfig {

@@ -25,6 +25,19 @@ pub enum ContractError {
     /// A git revision or a registry file at it could not be read.
     #[error("{0}")]
     Git(String),
+    /// git could not be started.
+    #[error("cannot run git: {source}")]
+    GitUnavailable {
+        #[source]
+        source: std::io::Error,
+    },
+    /// A registry tools file (at a git revision or in the folder) does not load.
+    #[error("{file}: {source}")]
+    ToolsFile {
+        file: String,
+        #[source]
+        source: toolgate_core::LoadError,
+    },
     /// A request that cannot be honoured as asked (e.g. approving a tool of an unapproved server).
     #[error("{0}")]
     Refused(String),

@@ -138,7 +138,10 @@ pub fn tools_on_disk(dir: &Path) -> Result<Vec<ToolConfig>, ContractError> {
 fn parse_tools(file: &str, text: &str) -> Result<Vec<ToolConfig>, ContractError> {
     parse_yaml::<ToolsFile>(file, text)
         .map(|f| f.tools)
-        .map_err(|e| ContractError::Git(format!("{file}: {e}")))
+        .map_err(|source| ContractError::ToolsFile {
+            file: file.to_string(),
+            source,
+        })
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String, ContractError> {
@@ -147,7 +150,7 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, ContractError> {
         .arg(dir)
         .args(args)
         .output()
-        .map_err(|e| ContractError::Git(format!("cannot run git: {e}")))?;
+        .map_err(|source| ContractError::GitUnavailable { source })?;
     if !out.status.success() {
         return Err(ContractError::Git(format!(
             "git {} failed: {}",

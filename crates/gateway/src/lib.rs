@@ -52,5 +52,5 @@ pub use reload::{ReloadOutcome, ReloadReport, Reloader, ServeStatus, Trigger};
 pub use render::{from_stored, to_stored};
 pub use serve::{Gateway, ServeOptions, registry_store_config, resolve_store_url, serve};
 pub use server::{GatewayServer, Surface, derive_annotations, mcp_tool};
-pub use upstream::{ToolsChangedHook, UpstreamError, Upstreams};
+pub use upstream::{PinCheckError, ToolsChangedHook, UpstreamError, Upstreams};
 pub use worker::{WorkerOptions, run_worker, worker};

@@ -32,6 +32,20 @@ use crate::auth::Caller;
 use crate::error::GatewayError;
 use crate::server::GatewayState;
 
+/// Why an upstream tool is not served: its upstream was never checked, or the pins in force
+/// refuse it. Its text is the refusal the caller reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinRefusal {
+    #[error(
+        "tool '{tool}' is not served yet: upstream '{upstream}' has not been reached and checked \
+         against toolgate.lock"
+    )]
+    Unchecked { tool: String, upstream: String },
+    /// The verdict in force blocks the tool (or its server); the text names `toolgate lock diff`.
+    #[error("{0}")]
+    Blocked(String),
+}
+
 /// The lockfile's name in the registry folder.
 pub const LOCKFILE: &str = "toolgate.lock";
 
@@ -281,21 +295,20 @@ impl PinGuard {
 
     /// The per-call check, one map lookup: `Ok(Some(hash))` when `tool` is served at a pinned
     /// definition, `Ok(None)` when pinning is off, `Err(refusal)` otherwise.
-    pub fn allows(&self, tool: &str) -> Result<Option<DefinitionHash>, String> {
+    pub fn allows(&self, tool: &str) -> Result<Option<DefinitionHash>, PinRefusal> {
         if !self.pins.is_on() {
             return Ok(None);
         }
         let c = self.checked.read().expect("pin guard");
         let Some(c) = c.as_ref() else {
-            return Err(format!(
-                "tool '{tool}' is not served yet: upstream '{}' has not been reached and checked \
-                 against toolgate.lock",
-                self.name
-            ));
+            return Err(PinRefusal::Unchecked {
+                tool: tool.to_string(),
+                upstream: self.name.clone(),
+            });
         };
         match c.verdict.allows(tool) {
             Some(h) => Ok(Some(h.clone())),
-            None => Err(c.verdict.refusal(tool)),
+            None => Err(PinRefusal::Blocked(c.verdict.refusal(tool))),
         }
     }
 
@@ -506,7 +519,12 @@ mod tests {
         a.check(info("a"), &tools()).await;
         b.check(info("b"), &tools()).await;
         assert!(a.allows("t").unwrap().is_some());
-        assert!(b.allows("t").unwrap_err().contains("new server"));
+        assert!(
+            b.allows("t")
+                .unwrap_err()
+                .to_string()
+                .contains("new server")
+        );
 
         approve(dir.path(), "b");
         // Upstream a is checked first and reads the new lockfile ...

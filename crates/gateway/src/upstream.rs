@@ -44,7 +44,7 @@ use toolgate_store::{BoxFuture, CallMeta, Handler, HandlerError, HandlerOutput, 
 
 use crate::child::ChildLink;
 use crate::hop::{HopError, LeanHop, Listener, Session, SessionCell, TappedClient};
-use crate::pins::{PinGuard, Pins};
+use crate::pins::{PinGuard, PinRefusal, Pins};
 use crate::relay::{Routes, Watched};
 use crate::render::to_stored;
 
@@ -169,6 +169,16 @@ pub enum UpstreamError {
         name: String,
         source: rmcp::ServiceError,
     },
+}
+
+/// Why a pin check did not find a tool served: its upstream could not be reached (or is not
+/// declared) to be checked, or the pins in force refuse the tool. Its text is the refusal.
+#[derive(Debug, thiserror::Error)]
+pub enum PinCheckError {
+    #[error("{0}")]
+    Unreached(#[source] Box<UpstreamError>),
+    #[error("{0}")]
+    Refused(#[from] PinRefusal),
 }
 
 impl Upstream {
@@ -326,7 +336,7 @@ impl Upstream {
         // A tool not served at a pinned definition is never forwarded, whoever asks.
         if let Err(refusal) = self.pins.allows(tool) {
             tracing::warn!(upstream = %self.name, tool, "not forwarded: not served at a pinned definition");
-            return Err(HandlerError::Failed(refusal));
+            return Err(HandlerError::Failed(refusal.to_string()));
         }
         let arguments: JsonObject = match inputs {
             Value::Object(m) => m.clone(),
@@ -450,7 +460,7 @@ impl Upstream {
                     ))
                 })?;
                 if let Err(refusal) = self.pins.allows(tool) {
-                    return Err(HandlerError::Failed(refusal));
+                    return Err(HandlerError::Failed(refusal.to_string()));
                 }
                 match self.lean_session(&peer) {
                     Some(fresh) => self.send_lean(lean, fresh, &peer, &mut params).await,
@@ -540,7 +550,7 @@ impl Upstream {
                     ))
                 })?;
                 if let Err(refusal) = self.pins.allows(tool) {
-                    return Err(HandlerError::Failed(refusal));
+                    return Err(HandlerError::Failed(refusal.to_string()));
                 }
                 match self.lean_child(&peer) {
                     Some(fresh) => self.send_child(&fresh, &mut params).await,
@@ -821,24 +831,25 @@ impl Upstreams {
         &self,
         upstream: &str,
         tool: &str,
-    ) -> Result<Option<DefinitionHash>, String> {
+    ) -> Result<Option<DefinitionHash>, PinCheckError> {
         let Some(u) = self.map.get(upstream) else {
-            return Err(format!(
-                "no upstream named '{upstream}' is declared in toolgate.yaml"
-            ));
+            let e = UpstreamError::Undeclared(upstream.to_string());
+            return Err(PinCheckError::Unreached(Box::new(e)));
         };
         if u.pins.unchecked() {
             // The refusal's reason: why the definition could not be checked.
-            u.connected().await.map_err(|e| e.to_string())?;
+            u.connected()
+                .await
+                .map_err(|e| PinCheckError::Unreached(Box::new(e)))?;
         }
         match u.pins.allows(tool) {
             Ok(h) => Ok(h),
             Err(refusal) => {
                 let tools = u.tools.read().expect("tools lock").clone();
                 if u.pins.recheck_if_lock_changed(&tools).await {
-                    u.pins.allows(tool)
+                    Ok(u.pins.allows(tool)?)
                 } else {
-                    Err(refusal)
+                    Err(refusal.into())
                 }
             }
         }
@@ -997,7 +1008,7 @@ impl Handler for Upstreams {
         match u.pins.allows(name) {
             Ok(Some(hash)) => Served::Pinned(hash.as_str().to_string()),
             Ok(None) => Served::Local,
-            Err(why) => Served::Blocked(why),
+            Err(why) => Served::Blocked(why.to_string()),
         }
     }
 

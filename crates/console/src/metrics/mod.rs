@@ -6,7 +6,7 @@
 mod render;
 mod tally;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -27,6 +27,40 @@ const PAGE: u32 = 2000;
 /// The shortest scrape token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
 
+/// Why a scrape token cannot be used: it is too short, or where `metrics:` points for it cannot
+/// be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeTokenError {
+    #[error(
+        "the scrape token has {chars} character(s); use at least {MIN_TOKEN_LEN} (e.g. `openssl rand -hex 32`)"
+    )]
+    TooShort { chars: usize },
+    #[error(
+        "metrics.token_file {}: {source}; write the scrape token there, or drop token_file to read ${token_env}",
+        path.display()
+    )]
+    Unreadable {
+        path: PathBuf,
+        token_env: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token in `metrics.token_file` is unusable.
+    #[error("metrics.token_file {}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<ScrapeTokenError>,
+    },
+    /// The token in the environment variable `token_env` is unusable.
+    #[error("${token_env}: {source}")]
+    InEnv {
+        token_env: String,
+        #[source]
+        source: Box<ScrapeTokenError>,
+    },
+}
+
 /// The secret a scraper presents as `Authorization: Bearer <token>`.
 #[derive(Clone)]
 pub struct ScrapeToken(String);
@@ -39,13 +73,11 @@ impl std::fmt::Debug for ScrapeToken {
 
 impl ScrapeToken {
     /// A token of at least [`MIN_TOKEN_LEN`] characters (surrounding whitespace dropped).
-    pub fn new(token: &str) -> Result<Self, String> {
+    pub fn new(token: &str) -> Result<Self, ScrapeTokenError> {
         let t = token.trim();
-        if t.chars().count() < MIN_TOKEN_LEN {
-            return Err(format!(
-                "the scrape token has {} character(s); use at least {MIN_TOKEN_LEN} (e.g. `openssl rand -hex 32`)",
-                t.chars().count()
-            ));
+        let chars = t.chars().count();
+        if chars < MIN_TOKEN_LEN {
+            return Err(ScrapeTokenError::TooShort { chars });
         }
         Ok(ScrapeToken(t.to_string()))
     }
@@ -61,24 +93,35 @@ impl ScrapeToken {
 
     /// The token `metrics:` in toolgate.yaml points at: `token_file` (relative to `dir`) when
     /// set, else the environment variable `token_env`. None when neither holds one.
-    pub fn from_config(cfg: &MetricsConfig, dir: &Path) -> Result<Option<Self>, String> {
+    pub fn from_config(cfg: &MetricsConfig, dir: &Path) -> Result<Option<Self>, ScrapeTokenError> {
         if let Some(file) = &cfg.token_file {
             let path = dir.join(file);
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                format!(
-                    "metrics.token_file {}: {e}; write the scrape token there, or drop token_file to read ${}",
-                    path.display(),
-                    cfg.token_env
-                )
-            })?;
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(source) => {
+                    return Err(ScrapeTokenError::Unreadable {
+                        path,
+                        token_env: cfg.token_env.clone(),
+                        source,
+                    });
+                }
+            };
             return ScrapeToken::new(&text)
                 .map(Some)
-                .map_err(|e| format!("metrics.token_file {}: {e}", path.display()));
+                .map_err(|e| ScrapeTokenError::InFile {
+                    path,
+                    source: Box::new(e),
+                });
         }
         match std::env::var(&cfg.token_env) {
-            Ok(v) if !v.trim().is_empty() => ScrapeToken::new(&v)
-                .map(Some)
-                .map_err(|e| format!("${}: {e}", cfg.token_env)),
+            Ok(v) if !v.trim().is_empty() => {
+                ScrapeToken::new(&v)
+                    .map(Some)
+                    .map_err(|e| ScrapeTokenError::InEnv {
+                        token_env: cfg.token_env.clone(),
+                        source: Box::new(e),
+                    })
+            }
             _ => Ok(None),
         }
     }
