@@ -438,7 +438,7 @@ async fn run_store(
 
         let st = &reconciler.state.store;
         let steps = st.steps(&run.as_str().into()).await?;
-        let records = st.audit_records(None, Some(&run)).await?;
+        let records = st.audit_records(None, Some(&run.as_str().into())).await?;
         let booked = http.fake.domain().booked(&run);
         let cell = report
             .cells

@@ -782,7 +782,9 @@ async fn episode(
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let records = store.audit_records(None, Some(&run)).await?;
+        let records = store
+            .audit_records(None, Some(&run.as_str().into()))
+            .await?;
         let governed = records
             .iter()
             .filter(|r| r.body.why.decision != AuditDecision::Reconcile)
@@ -1323,7 +1325,7 @@ async fn approval_episode(
             .gateway
             .state
             .store
-            .audit_records(None, Some(&run))
+            .audit_records(None, Some(&run.as_str().into()))
             .await?;
         let why: Vec<String> = records
             .iter()

@@ -333,7 +333,7 @@ fn parked_run(tmp: &Path) -> (PathBuf, String, String, Vec<(String, String)>) {
         let run = store
             .create_run(
                 &registry,
-                "fin-worker",
+                &"fin-worker".into(),
                 Some("billing"),
                 &[pay("INV-20260612", 12600.5), pay("INV-20260613", 980.0)],
                 SystemClock.now(),

@@ -279,7 +279,7 @@ fn main() {
                 );
             }
         }
-        let audit = gw.state.store.audit_records(Some("bench"), None).await.unwrap();
+        let audit = gw.state.store.audit_records(Some(&"bench".into()), None).await.unwrap();
         println!("audit records written: {}", audit.len());
         gw.close().await;
     });

@@ -257,7 +257,7 @@ fn main() {
         // A real governed call's record is the template of the seeds.
         governed(&worker, "template".into()).await;
         let store = &gw.state.store;
-        let template = store.audit_records(Some("bench"), None).await.unwrap().pop().unwrap().body;
+        let template = store.audit_records(Some(&"bench".into()), None).await.unwrap().pop().unwrap().body;
         let t = Instant::now();
         let mut seeded = 0;
         while seeded < records {

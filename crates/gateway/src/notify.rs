@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::approvers::NotifyWebhook;
 use toolgate_core::clip::{clip, printable};
-use toolgate_core::{ApprovalId, Registry, Timestamp};
+use toolgate_core::{Registry, Timestamp};
 use toolgate_store::{ApprovalRequest, Delivery, Executor, Store};
 
 /// Attempts before a delivery is left failed.
@@ -218,7 +218,7 @@ async fn deliver(
             .ok_or(NotifyError::Gone)?;
         let url = webhook_url(w)?;
         let req = store
-            .approval(&ApprovalId::from(&d.approval_id))
+            .approval(&d.approval_id)
             .await
             .map_err(NotifyError::Store)?;
         let item = format!("{base}{}", d.approval_id);

@@ -334,7 +334,7 @@ async fn stdio_through_the_real_binary(client: Client) {
             .await
             .unwrap();
     let audit = store
-        .audit_records(Some("test-worker"), None)
+        .audit_records(Some(&"test-worker".into()), None)
         .await
         .unwrap();
     assert_eq!(audit.len(), 1);

@@ -109,7 +109,7 @@ async fn hostile_strings_are_bounded_where_they_enter_and_shown_not_obeyed() {
         .gateway
         .state
         .store
-        .audit_records(None, Some(run))
+        .audit_records(None, Some(&run.into()))
         .await
         .unwrap();
     let unknown = records
@@ -130,7 +130,7 @@ async fn hostile_strings_are_bounded_where_they_enter_and_shown_not_obeyed() {
         .gateway
         .state
         .store
-        .audit_records(None, Some("run-hostile-pay"))
+        .audit_records(None, Some(&"run-hostile-pay".into()))
         .await
         .unwrap();
     let parked_rec = paid.last().unwrap();

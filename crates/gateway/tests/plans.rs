@@ -103,7 +103,10 @@ impl Env {
         self.gateway
             .state
             .store
-            .audit_records(principal, run)
+            .audit_records(
+                principal.map(Into::into).as_ref(),
+                run.map(Into::into).as_ref(),
+            )
             .await
             .unwrap()
     }

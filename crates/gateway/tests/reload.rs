@@ -173,7 +173,7 @@ async fn a_reload_under_load_fails_no_call_and_a_broken_folder_is_refused() {
         .gateway
         .state
         .store
-        .audit_records(Some("toolgate"), None)
+        .audit_records(Some(&"toolgate".into()), None)
         .await
         .unwrap()
         .into_iter()
@@ -704,7 +704,7 @@ async fn a_worker_follows_the_folder_and_decides_the_next_step_under_the_new_ver
     let run1 = store
         .create_run(
             &registry,
-            "test-worker",
+            &"test-worker".into(),
             Some("billing"),
             &[note("INV-20260611")],
             SystemClock.now(),
@@ -723,7 +723,7 @@ async fn a_worker_follows_the_folder_and_decides_the_next_step_under_the_new_ver
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let v2 = loop {
         let reloads: Vec<_> = store
-            .audit_records(Some("toolgate"), None)
+            .audit_records(Some(&"toolgate".into()), None)
             .await
             .unwrap()
             .into_iter()
@@ -744,7 +744,7 @@ async fn a_worker_follows_the_folder_and_decides_the_next_step_under_the_new_ver
     let run2 = store
         .create_run(
             &registry,
-            "test-worker",
+            &"test-worker".into(),
             Some("billing"),
             &[note("INV-20260612")],
             SystemClock.now(),

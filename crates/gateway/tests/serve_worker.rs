@@ -422,7 +422,12 @@ async fn the_gateways_plan_worker_follows_a_reload() {
     let version_of = |run: String| {
         let g = gateway.clone();
         async move {
-            let recs = g.state.store.audit_records(None, Some(&run)).await.unwrap();
+            let recs = g
+                .state
+                .store
+                .audit_records(None, Some(&run.as_str().into()))
+                .await
+                .unwrap();
             recs.iter()
                 .find(|r| r.body.tool == "note.draft")
                 .map(|r| r.body.registry_version.clone())

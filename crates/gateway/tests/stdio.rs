@@ -66,7 +66,7 @@ async fn a_stdio_caller_is_fixed_by_its_key_and_a_child_process_upstream_gets_th
     let audit = gw
         .state
         .store
-        .audit_records(Some("test-worker"), None)
+        .audit_records(Some(&"test-worker".into()), None)
         .await
         .unwrap();
     let last = serde_json::to_value(audit.last().unwrap()).unwrap();

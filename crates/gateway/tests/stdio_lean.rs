@@ -224,7 +224,7 @@ async fn a_call_over_stdio_is_answered_under_its_id_and_reaches_the_child_on_the
         .gateway
         .state
         .store
-        .audit_records(Some("test-worker"), None)
+        .audit_records(Some(&"test-worker".into()), None)
         .await
         .unwrap();
     assert_eq!(audit.len(), 2, "one audit record per call");
@@ -360,7 +360,7 @@ async fn a_child_that_dies_mid_call_is_an_honest_error_and_the_next_call_starts_
         .gateway
         .state
         .store
-        .audit_records(Some("test-worker"), None)
+        .audit_records(Some(&"test-worker".into()), None)
         .await
         .unwrap();
     let last = serde_json::to_value(audit.last().unwrap()).unwrap();
@@ -402,7 +402,7 @@ async fn a_cancelled_call_is_still_run_and_recorded_but_not_answered() {
     let audit = gw
         .state
         .store
-        .audit_records(Some("test-worker"), None)
+        .audit_records(Some(&"test-worker".into()), None)
         .await
         .unwrap();
     assert_eq!(audit.len(), 1, "and was recorded");

@@ -417,7 +417,7 @@ async fn field_services_without_meta(client: Client, mode: Mode) {
     // The records say where each purpose came from and that the retries ran nothing.
     let store = s.store().await;
     let audit = store
-        .audit_records(Some("dispatch-agent"), None)
+        .audit_records(Some(&"dispatch-agent".into()), None)
         .await
         .unwrap();
     let of = |tool: &str| -> Vec<&toolgate_store::audit::AuditRecord> {

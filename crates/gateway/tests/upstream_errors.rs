@@ -166,7 +166,10 @@ async fn looked_up_destinations_and_an_error_after_commit() {
     assert_eq!(h.records_for("supplier_verified_domains").len(), 2);
 
     let store = &h.gateway.state.store;
-    let records = store.audit_records(Some("test-comms"), None).await.unwrap();
+    let records = store
+        .audit_records(Some(&"test-comms".into()), None)
+        .await
+        .unwrap();
     let kinds: Vec<(AuditDecision, &str, StepStatus)> = records
         .iter()
         .map(|r| {

@@ -559,7 +559,11 @@ pub async fn run_fixture(file: &Path, store_url: Option<&str>) -> anyhow::Result
     if let Some(want) = e.audit_records {
         let mut got = 0;
         for run in runs.values() {
-            got += env.store().audit_records(None, Some(run)).await?.len();
+            got += env
+                .store()
+                .audit_records(None, Some(&run.as_str().into()))
+                .await?
+                .len();
         }
         if got != want {
             failures.push(format!("expected {want} audit record(s), got {got}"));

@@ -123,7 +123,11 @@ async fn two_workers_on_postgres_wake_on_submission_execute_each_step_once_and_s
         "each planned step reached the ERP exactly once"
     );
     for run in &runs {
-        let records = env.store().audit_records(None, Some(run)).await.unwrap();
+        let records = env
+            .store()
+            .audit_records(None, Some(&run.as_str().into()))
+            .await
+            .unwrap();
         assert_eq!(records.len(), 1, "one decided attempt per step");
         assert_eq!(records[0].body.who.principal, "fin-worker");
     }
@@ -177,7 +181,11 @@ async fn a_stop_request_lets_the_step_in_hand_finish_and_be_recorded() {
     assert_eq!((stats.executed, stats.done), (1, 1), "{stats:?}");
     let st = run_status(&planner, &run).await.unwrap();
     assert_eq!(st["steps"][0]["status"], "done", "finished, not abandoned");
-    let records = env.store().audit_records(None, Some(&run)).await.unwrap();
+    let records = env
+        .store()
+        .audit_records(None, Some(&run.as_str().into()))
+        .await
+        .unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(env.upstream_calls("erp").len(), 1);
     planner.close().await;

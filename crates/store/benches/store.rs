@@ -119,9 +119,15 @@ async fn bench_steps(t: &Target_, reg: &Arc<Registry>, n: usize, workers: usize,
                     actor: Actor::default(),
                 })
                 .collect();
-            s.create_run(&reg, "worker", Some("ops"), &steps, SystemClock.now_ts())
-                .await
-                .unwrap();
+            s.create_run(
+                &reg,
+                &"worker".into(),
+                Some("ops"),
+                &steps,
+                SystemClock.now_ts(),
+            )
+            .await
+            .unwrap();
         });
         if tasks.len() >= 32 {
             tasks.join_next().await;

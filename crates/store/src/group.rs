@@ -263,7 +263,7 @@ fn settles(settles: &[&Settle]) -> Vec<Arg> {
     let (mut done_key, mut done_outcome, mut released, mut charged) =
         (vec![], vec![], vec![], vec![]);
     for s in settles {
-        step.push(s.step_id.clone());
+        step.push(s.step_id.to_string());
         status.push(s.outcome.status.as_str().to_string());
         outcome.push(to_json(&s.outcome));
         retry_at.push(s.retry_at);
@@ -277,7 +277,7 @@ fn settles(settles: &[&Settle]) -> Vec<Arg> {
             IdemAction::Keep => {}
         }
         if s.budget == BudgetAction::Charge {
-            charged.push(s.step_id.clone());
+            charged.push(s.step_id.to_string());
         }
     }
     args![

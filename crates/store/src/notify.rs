@@ -6,7 +6,7 @@
 //! lost). The gateway's notifier does the posting; nothing here blocks a call.
 
 use serde::Serialize;
-use toolgate_core::Timestamp;
+use toolgate_core::{ApprovalId, Rule, Timestamp};
 
 use crate::error::Result;
 use crate::ledger::outbox::{self, OutboxState};
@@ -15,16 +15,16 @@ use crate::store::Store;
 /// A pending request the notifier has to match to its webhooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RaisedRequest {
-    pub approval_id: String,
+    pub approval_id: ApprovalId,
     pub tool: String,
-    pub rule: String,
+    pub rule: Rule,
     pub created_at: Timestamp,
 }
 
 /// One claimed delivery: post it, then record the outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
-    pub approval_id: String,
+    pub approval_id: ApprovalId,
     /// The webhook's name in `approvals.notify`.
     pub destination: String,
     /// Including this one.
@@ -64,7 +64,7 @@ impl Store {
     /// it is there already (another gateway, or an earlier look, put it there).
     pub async fn enqueue_notification(
         &self,
-        approval_id: &str,
+        approval_id: &ApprovalId,
         destination: &str,
         now: Timestamp,
     ) -> Result<bool> {

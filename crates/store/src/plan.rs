@@ -70,7 +70,7 @@ impl ReviewVerdict {
 /// One review of a step, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Review {
-    pub step_id: String,
+    pub step_id: StepId,
     pub reviewer: String,
     pub verdict: ReviewVerdict,
     pub note: String,
@@ -389,7 +389,7 @@ impl Store {
     /// (whose recorded outcome a repeated call gets back).
     pub async fn assigned_step(
         &self,
-        principal: &str,
+        principal: &PrincipalId,
         tool: &str,
         inputs: &Value,
         run_id: Option<&RunId>,
@@ -419,10 +419,10 @@ impl Store {
     pub async fn record_refusal(
         &self,
         registry: &Registry,
-        principal: &str,
+        principal: &PrincipalId,
         tool: &str,
         inputs: &Value,
-        run_id: Option<&str>,
+        run_id: Option<&RunId>,
         purpose: Option<&str>,
         reason: Option<&str>,
         rule: &Rule,
@@ -439,7 +439,7 @@ impl Store {
             None => toolgate_core::clip::clip(tool, toolgate_core::clip::NAME_CHARS).into_owned(),
         };
         let call = AuditCall {
-            run_id: run_id.map(str::to_string),
+            run_id: run_id.map(RunId::to_string),
             inputs,
             redacted,
             purpose: purpose.map(str::to_string),

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use toolgate_core::config::Durability;
 use toolgate_core::{
     ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash,
-    Redactor, Registry, Rule, RunId, StepId, StepStatus, Tier, Timestamp, canonical,
+    PrincipalId, Redactor, Registry, Rule, RunId, StepId, StepStatus, Tier, Timestamp, canonical,
 };
 
 use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
@@ -109,7 +109,7 @@ pub(crate) struct Inner {
     wal_ready: tokio::sync::watch::Receiver<bool>,
     /// Each principal's current run (calls that name none), and when this process last told
     /// the store it was used: the store is written at most once a minute per principal.
-    current_runs: std::sync::Mutex<HashMap<String, (RunId, i64)>>,
+    current_runs: std::sync::Mutex<HashMap<PrincipalId, (RunId, i64)>>,
     /// Reads made without a reservation that are not recorded yet, per (run, tool): a call of
     /// the same run decided meanwhile counts them (see `exec::call::read`).
     pub(crate) unrecorded: std::sync::Mutex<HashMap<(String, String), i64>>,
@@ -137,7 +137,7 @@ pub(crate) enum BudgetAction {
 /// A step's settlement, applied with its audit record in one transaction.
 #[derive(Debug, Clone)]
 pub(crate) struct Settle {
-    pub step_id: String,
+    pub step_id: StepId,
     pub outcome: StepOutcome,
     pub retry_at: Option<i64>,
     pub idem_key: String,
@@ -283,7 +283,7 @@ impl Store {
     /// principal's row at most once a minute.
     pub async fn current_run(
         &self,
-        principal: &str,
+        principal: &PrincipalId,
         now: Timestamp,
         idle: Duration,
     ) -> Result<RunId> {
@@ -304,7 +304,7 @@ impl Store {
             .current_runs
             .lock()
             .expect("runs")
-            .insert(principal.to_string(), (run.clone(), now.millis()));
+            .insert(principal.clone(), (run.clone(), now.millis()));
         Ok(run)
     }
 
@@ -314,7 +314,7 @@ impl Store {
     pub async fn may_join_run(
         &self,
         run_id: &RunId,
-        principal: &str,
+        principal: &PrincipalId,
         reviewer: bool,
     ) -> Result<bool> {
         let mut c = self.inner.pool.conn().await?;
@@ -430,7 +430,7 @@ impl Store {
     pub async fn create_run(
         &self,
         registry: &Registry,
-        principal: &str,
+        principal: &PrincipalId,
         purpose: Option<&str>,
         steps: &[PlannedStep],
         now: Timestamp,
@@ -446,7 +446,7 @@ impl Store {
         &self,
         registry: &Registry,
         run_id: &RunId,
-        principal: &str,
+        principal: &PrincipalId,
         purpose: Option<&str>,
         steps: &[PlannedStep],
         now: Timestamp,
@@ -551,7 +551,7 @@ impl Store {
     pub async fn window_use(
         &self,
         budget: &toolgate_core::WindowBudget,
-        principal: &str,
+        principal: &PrincipalId,
         key: &str,
         now: Timestamp,
     ) -> Result<Vec<toolgate_core::Held>> {
@@ -734,9 +734,10 @@ impl Store {
     /// [`Store::verify_chain`] finds it.
     pub async fn audit_records(
         &self,
-        principal: Option<&str>,
-        run_id: Option<&str>,
+        principal: Option<&PrincipalId>,
+        run_id: Option<&RunId>,
     ) -> Result<Vec<AuditRecord>> {
+        let (principal, run_id) = (principal.map(|p| p.as_str()), run_id.map(|r| r.as_str()));
         let mut c = self.inner.pool.conn().await?;
         audit::stored(&mut c, principal, run_id)
             .await?
@@ -759,7 +760,7 @@ impl Store {
     /// selected by the `principal` column, with the caveat of [`Store::audit_records`].
     pub async fn export_principal(
         &self,
-        principal: &str,
+        principal: &PrincipalId,
         mut out: impl std::io::Write,
     ) -> Result<u64> {
         let mut c = self.inner.pool.conn().await?;
@@ -780,7 +781,7 @@ impl Store {
         use std::fmt::Write as _;
         use toolgate_core::clip::printable;
         let steps = self.steps(run_id).await?;
-        let records = self.audit_records(None, Some(run_id.as_str())).await?;
+        let records = self.audit_records(None, Some(run_id)).await?;
         let mut s = String::new();
         // Everything a caller chose (a run id, a tool name, values quoted in check details) is
         // written as a person may safely see it.

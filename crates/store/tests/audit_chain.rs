@@ -286,7 +286,7 @@ async fn rows_selected_by_an_edited_column_are_refused(db: &TestDb) {
     // A row moved into someone else's export is refused by the export itself...
     let mut out = Vec::new();
     let e = store
-        .export_principal("mallory", &mut out)
+        .export_principal(&"mallory".into(), &mut out)
         .await
         .unwrap_err();
     assert!(
@@ -295,13 +295,19 @@ async fn rows_selected_by_an_edited_column_are_refused(db: &TestDb) {
         "{e}"
     );
     assert!(out.is_empty(), "nothing exported before the refusal");
-    let e = store.audit_records(None, Some("run-m")).await.unwrap_err();
+    let e = store
+        .audit_records(None, Some(&"run-m".into()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&e, StoreError::Corrupt(m) if m.contains("its run_id column ('run-m')")),
         "{e}"
     );
     // ...while the row missing from worker's export is found by the walk.
-    let n = store.export_principal("worker", &mut out).await.unwrap();
+    let n = store
+        .export_principal(&"worker".into(), &mut out)
+        .await
+        .unwrap();
     assert_eq!(n, 3, "the column selects the rows: see docs/audit-chain.md");
     let (at, fault) = broken(&store.verify_chain().await.unwrap());
     assert_eq!(at, 2);

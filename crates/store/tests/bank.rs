@@ -354,7 +354,7 @@ async fn a_change_is_undone_with_the_same_tool_and_the_previous_values(db: &Test
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[planned(
                 "bank.update_user_info",
@@ -417,7 +417,7 @@ async fn a_change_whose_previous_values_cannot_be_read_is_not_made(db: &TestDb) 
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[planned("bank.update_user_info", json!({"city": "Boston"}))],
             T0,

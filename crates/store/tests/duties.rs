@@ -106,7 +106,7 @@ async fn the_person_behind_the_agent_does_not_count(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[planned("worker", "payment.priority", priority("INV-7"))],
             T0,
@@ -160,7 +160,7 @@ async fn the_person_behind_an_agents_parent_does_not_count(db: &TestDb) {
     store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[planned("worker", "payment.priority", priority("INV-9"))],
             T0,
@@ -306,7 +306,7 @@ async fn a_parked_payment_after_a_rejection_would_be_refused(db: &TestDb) {
     store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[
                 planned("worker", "payment.send", pay("INV-21", 20000.0)),

@@ -49,7 +49,7 @@ async fn four_workers_execute_each_step_once(backend: Backend) {
             })
             .collect();
         setup
-            .create_run(&reg, "capped-lead", Some("ops"), &steps, T0)
+            .create_run(&reg, &"capped-lead".into(), Some("ops"), &steps, T0)
             .await
             .unwrap();
     }
@@ -244,7 +244,7 @@ async fn crash_at_with(backend: Backend, point: &str, bank: bool) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[
                 pay("INV-1", 100.0),

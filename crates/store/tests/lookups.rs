@@ -234,7 +234,7 @@ async fn destination_is_looked_up_and_enforced(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "mailer",
+            &"mailer".into(),
             Some("ops"),
             &[
                 planned("accounts@shop.example"),

@@ -17,23 +17,23 @@ async fn a_delivery_is_enqueued_once_claimed_once_and_retried_after_backoff(db: 
     let a = db.store(StoreConfig::default()).await;
     let b = db.store(StoreConfig::default()).await;
     assert!(
-        a.enqueue_notification("apr_1", "desk", at(0))
+        a.enqueue_notification(&"apr_1".into(), "desk", at(0))
             .await
             .unwrap()
     );
     assert!(
-        !b.enqueue_notification("apr_1", "desk", at(5))
+        !b.enqueue_notification(&"apr_1".into(), "desk", at(5))
             .await
             .unwrap(),
         "the second gateway finds it there"
     );
     assert!(
-        a.enqueue_notification("apr_1", "vendors", at(0))
+        a.enqueue_notification(&"apr_1".into(), "vendors", at(0))
             .await
             .unwrap()
     );
     assert!(
-        a.enqueue_notification("apr_2", "desk", at(0))
+        a.enqueue_notification(&"apr_2".into(), "desk", at(0))
             .await
             .unwrap()
     );

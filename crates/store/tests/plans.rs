@@ -76,7 +76,7 @@ async fn a_submitted_plan_queues_its_steps_and_runs_nothing(db: &TestDb) {
     // A plan-bound call finds its step by principal, tool and exact inputs (and run).
     let id = store
         .assigned_step(
-            "worker",
+            &"worker".into(),
             "payment.priority",
             &priority(120.0),
             Some(&"plan-1".into()),
@@ -86,14 +86,14 @@ async fn a_submitted_plan_queues_its_steps_and_runs_nothing(db: &TestDb) {
     assert_eq!(id.as_deref(), Some(done.steps[1].1.as_str()));
     for miss in [
         store
-            .assigned_step("worker", "payment.priority", &priority(121.0), None)
+            .assigned_step(&"worker".into(), "payment.priority", &priority(121.0), None)
             .await,
         store
-            .assigned_step("lead", "payment.priority", &priority(120.0), None)
+            .assigned_step(&"lead".into(), "payment.priority", &priority(120.0), None)
             .await,
         store
             .assigned_step(
-                "worker",
+                &"worker".into(),
                 "payment.priority",
                 &priority(120.0),
                 Some(&"plan-2".into()),
@@ -237,7 +237,10 @@ async fn a_reviewer_rejection_refuses_a_parked_step_and_closes_its_request(db: &
     );
     let st = store.run_status(&"plan-r".into()).await.unwrap();
     assert_eq!(st.reviews.len(), 2);
-    let records = store.audit_records(None, Some("plan-r")).await.unwrap();
+    let records = store
+        .audit_records(None, Some(&"plan-r".into()))
+        .await
+        .unwrap();
     let last = records.last().unwrap();
     assert_eq!(last.body.why.decision, AuditDecision::Rejected);
     assert_eq!(last.body.who.principal, "worker");

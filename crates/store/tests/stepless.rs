@@ -100,7 +100,10 @@ async fn a_read_under_way_counts_for_its_run_and_so_does_one_recorded(db: &TestD
         "no step row for the read"
     );
     // One record for it: allowed, in its run, naming the step id the upstream was sent.
-    let records = store.audit_records(None, Some("run-a")).await.unwrap();
+    let records = store
+        .audit_records(None, Some(&"run-a".into()))
+        .await
+        .unwrap();
     let reads: Vec<_> = records
         .iter()
         .filter(|r| r.body.tool == "doc.read")
@@ -136,7 +139,10 @@ async fn a_failed_read_is_recorded_and_not_counted(db: &TestDb) {
     let ex = executor_with(&store, fake.clone());
     let failed = ex.governed_call(read("run-f", "D-1")).await.unwrap();
     assert_eq!(failed.status, CallStatus::Failed, "{failed:?}");
-    let records = store.audit_records(None, Some("run-f")).await.unwrap();
+    let records = store
+        .audit_records(None, Some(&"run-f".into()))
+        .await
+        .unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].body.outcome.status, StepStatus::Failed);
     // As a failed step is not, a failed read is not counted: the write passes.
@@ -155,7 +161,10 @@ async fn a_refused_read_is_counted_with_its_run(db: &TestDb) {
         .unwrap();
     assert_eq!(refused.status, CallStatus::Refused, "{refused:?}");
     assert_eq!(fake.count("doc.read"), 0);
-    let records = store.audit_records(None, Some("run-r")).await.unwrap();
+    let records = store
+        .audit_records(None, Some(&"run-r".into()))
+        .await
+        .unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].body.why.decision, AuditDecision::Deny);
     let w = ex.governed_call(write("run-r", "D-1")).await.unwrap();

@@ -113,7 +113,10 @@ async fn duplicate_direct_call_is_replayed(db: &TestDb) {
         fake.keys_of("payment.send"),
         vec![first.idem_key.to_string()]
     );
-    let recs = store.audit_records(Some("worker"), None).await.unwrap();
+    let recs = store
+        .audit_records(Some(&"worker".into()), None)
+        .await
+        .unwrap();
     assert_eq!(recs.len(), 2);
     assert!(
         recs[0].body.inputs["iban"]
@@ -139,7 +142,7 @@ async fn process_durability_records_and_replays_the_same(db: &TestDb) {
     pay_twice(&store).await;
     assert_eq!(
         store
-            .audit_records(Some("worker"), None)
+            .audit_records(Some(&"worker".into()), None)
             .await
             .unwrap()
             .len(),
@@ -173,7 +176,7 @@ async fn duplicate_planned_step_is_suppressed(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[step("worker", "payment.send", payment(4180.0))],
             T0,
@@ -322,7 +325,7 @@ async fn irreversible_timeout_is_unknown_then_reconciled(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[step("worker", "payment.send", payment(900.0))],
             T0,
@@ -387,7 +390,7 @@ async fn irreversible_timeout_is_unknown_then_reconciled(db: &TestDb) {
     let run2 = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[step("worker", "payment.send", payment(50.0))],
             T0,
@@ -426,7 +429,7 @@ async fn write_timeout_is_failed_and_retried(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[step(
                 "worker",
@@ -507,7 +510,10 @@ async fn a_direct_call_is_attempted_four_times_then_refused_by_the_engine(db: &T
     assert_eq!(step.attempts, 4);
     // The record of the refusal is the engine's decision as made: the check that failed is the
     // one the verdict names.
-    let recs = store.audit_records(Some("worker"), None).await.unwrap();
+    let recs = store
+        .audit_records(Some(&"worker".into()), None)
+        .await
+        .unwrap();
     let last = recs.last().unwrap();
     assert_eq!(last.body.why.rule.as_deref(), Some("attempts.exhausted"));
     assert!(
@@ -566,7 +572,10 @@ async fn approval_for_other_amount_is_refused(db: &TestDb) {
         store.approval(&approval_id).await.unwrap().status,
         ApprovalStatus::Consumed
     );
-    let recs = store.audit_records(Some("worker"), None).await.unwrap();
+    let recs = store
+        .audit_records(Some(&"worker".into()), None)
+        .await
+        .unwrap();
     let last = recs.last().unwrap();
     assert_eq!(
         last.body.approval.as_ref().unwrap().approvers,
@@ -625,7 +634,7 @@ async fn two_person_rule_needs_two_distinct_approvers(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[step(
                 "worker",
@@ -685,7 +694,7 @@ async fn expired_gate_fails_closed(db: &TestDb) {
     let ex = executor(&store, fake.clone(), clk.clone());
     let reg = registry();
     let run = store
-        .create_run(&reg, "worker", Some("ops"), &[
+        .create_run(&reg, &"worker".into(), Some("ops"), &[
             step("worker", "payment.send", payment(20000.0)),
             step("worker", "payment.send", json!({"invoice_id": "INV-2002", "amount": 30000.0, "currency": "EUR", "iban": "X"})),
         ], T0)
@@ -841,7 +850,7 @@ async fn budgets_are_conserved_up_the_parent_chain(db: &TestDb) {
             })
             .collect();
         store
-            .create_run(&reg, "capped-lead", Some("ops"), &steps, T0)
+            .create_run(&reg, &"capped-lead".into(), Some("ops"), &steps, T0)
             .await
             .unwrap();
     }
@@ -884,7 +893,7 @@ async fn abort_compensates_newest_first(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[
                 step(
@@ -957,7 +966,7 @@ async fn direct_calls_are_numbered_after_the_runs_steps(db: &TestDb) {
     let run = store
         .create_run(
             &registry(),
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[
                 step("worker", "ticket.read", json!({"ticket_id": "T-1"})),
@@ -1016,7 +1025,7 @@ async fn export_and_trace(db: &TestDb) {
     let run = store
         .create_run(
             &reg,
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[
                 step("worker", "ticket.read", json!({"ticket_id": "T-1"})),
@@ -1028,7 +1037,10 @@ async fn export_and_trace(db: &TestDb) {
         .unwrap();
     ex.drain().await.unwrap();
     let mut out = Vec::new();
-    let n = store.export_principal("worker", &mut out).await.unwrap();
+    let n = store
+        .export_principal(&"worker".into(), &mut out)
+        .await
+        .unwrap();
     assert_eq!(n, 2);
     let text = String::from_utf8(out).unwrap();
     for line in text.lines() {
@@ -1169,7 +1181,7 @@ async fn a_retry_that_meets_its_unsettled_call_is_not_a_denial(db: &TestDb) {
         .unwrap();
     assert_eq!(pay.status, CallStatus::Done, "{pay:?}");
     let records = store
-        .audit_records(None, Some("run-direct-1"))
+        .audit_records(None, Some(&"run-direct-1".into()))
         .await
         .unwrap();
     assert!(

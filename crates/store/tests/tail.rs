@@ -27,7 +27,7 @@ async fn the_tail_pages_through_the_chain_and_gates_are_counted_in_the_database(
     store
         .create_run(
             &registry(),
-            "worker",
+            &"worker".into(),
             Some("ops"),
             &[
                 step("ticket.read", json!({"ticket_id": "T-1"})),

@@ -127,7 +127,10 @@ async fn a_direct_approval_survives_a_raised_threshold_and_not_a_forbid(db: &Tes
     assert_eq!(refused.status, CallStatus::Refused, "{refused:?}");
     assert_eq!(refused.decision.rule(), Some("payments-capped"));
     assert_eq!(fake.count("payment.send"), 1, "nothing more was sent");
-    let last = store.audit_records(Some("worker"), None).await.unwrap();
+    let last = store
+        .audit_records(Some(&"worker".into()), None)
+        .await
+        .unwrap();
     let last = last.last().unwrap();
     assert_eq!(last.body.registry_version, v3.registry.version.hash);
     assert_eq!(last.body.why.rule.as_deref(), Some("payments-capped"));
@@ -148,7 +151,7 @@ async fn a_planned_step_gated_under_another_rule_goes_back_to_the_gate(db: &Test
         actor: Actor::default(),
     };
     let run = store
-        .create_run(&reg1, "worker", Some("ops"), &[step], T0)
+        .create_run(&reg1, &"worker".into(), Some("ops"), &[step], T0)
         .await
         .unwrap();
     let r = v1.run_batch(10).await.unwrap();

@@ -91,7 +91,7 @@ async fn held(e: &Env, id: &str, who: &str, key: &str) -> f64 {
     let b = budget(&e.reg, id);
     let held = e
         .store
-        .window_use(&b, who, key, toolgate_core::Clock::now(&*e.clock))
+        .window_use(&b, &who.into(), key, toolgate_core::Clock::now(&*e.clock))
         .await
         .unwrap();
     let total: i64 = held.iter().map(|h| h.amount).sum();
@@ -156,7 +156,7 @@ async fn a_value_budget_refuses_with_what_is_left_and_when_it_frees_up(db: &Test
     // The refusal is on the record, with the rule.
     let audit = e
         .store
-        .audit_records(None, Some("run-agent-a"))
+        .audit_records(None, Some(&"run-agent-a".into()))
         .await
         .unwrap();
     let last = audit.last().unwrap();
@@ -355,7 +355,7 @@ async fn planned_steps_in_one_batch_never_overrun_the_window(db: &TestDb) {
         })
         .collect();
     e.store
-        .create_run(&e.reg, "agent-a", Some("ops"), &steps, T0)
+        .create_run(&e.reg, &"agent-a".into(), Some("ops"), &steps, T0)
         .await
         .unwrap();
     let reports = e.ex.drain().await.unwrap();
@@ -456,7 +456,7 @@ async fn eight_concurrent_callers_never_overrun_a_value_budget(db: &TestDb) {
     assert!((landed - done).abs() < 1e-6, "landed {landed}, done {done}");
     let b = budget(&reg, "pay_value_24h");
     let window: i64 = store
-        .window_use(&b, "agent-a", "", T0)
+        .window_use(&b, &"agent-a".into(), "", T0)
         .await
         .unwrap()
         .iter()

@@ -800,7 +800,7 @@ mod tests {
             let run = store
                 .create_run(
                     &registry,
-                    "fin-worker",
+                    &"fin-worker".into(),
                     Some("billing"),
                     &[step],
                     SystemClock.now(),

@@ -301,7 +301,9 @@ async fn export(args: &ExportArgs, out: &mut dyn Write) -> anyhow::Result<Exit> 
         eprintln!("{report}");
     }
     let mut buf = Vec::new();
-    let n = store.export_principal(&args.principal, &mut buf).await?;
+    let n = store
+        .export_principal(&args.principal.as_str().into(), &mut buf)
+        .await?;
     // To a file or a pipe the records go as stored, byte for byte (their hashes are over that
     // text). To a terminal, what an agent wrote into them is shown, not obeyed.
     if std::io::stdout().is_terminal() {

@@ -29,7 +29,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
         let store = open_existing(&registry, args.store.as_deref()).await?;
         let run = RunId::from(&args.run);
         if store.steps(&run).await?.is_empty()
-            && store.audit_records(None, Some(&args.run)).await?.is_empty()
+            && store.audit_records(None, Some(&run)).await?.is_empty()
         {
             bail!(
                 "no run '{}' in this store (run ids are printed by `demo` and returned in `_meta` \

@@ -170,7 +170,7 @@ pub async fn park(e: &Env, steps: Vec<PlannedStep>) -> Parked {
         .store
         .create_run(
             &e.exec.registry,
-            "fin-worker",
+            &"fin-worker".into(),
             Some("billing"),
             &steps,
             e.clock_now(),

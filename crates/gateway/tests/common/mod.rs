@@ -304,7 +304,7 @@ impl Harness {
         self.gateway
             .state
             .store
-            .audit_records(Some(principal), None)
+            .audit_records(Some(&principal.into()), None)
             .await
             .unwrap()
             .into_iter()

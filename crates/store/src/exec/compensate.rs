@@ -235,7 +235,7 @@ impl Executor {
             ..o.undoes
         };
         let settle = Settle {
-            step_id: o.step_id.to_string(),
+            step_id: o.step_id.clone(),
             outcome: outcome.clone(),
             retry_at: None,
             idem_key: o.key.to_string(),

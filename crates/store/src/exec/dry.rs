@@ -66,15 +66,11 @@ impl Executor {
                     None => None,
                 };
                 Pending {
-                    step_id: String::new(),
-                    run_id: req
-                        .run_id
-                        .clone()
-                        .map(RunId::into_string)
-                        .unwrap_or_default(),
+                    step_id: StepId::default(),
+                    run_id: req.run_id.clone().unwrap_or_default(),
                     seq: 0,
                     kind: StepKind::Direct,
-                    principal: req.principal.to_string(),
+                    principal: req.principal.clone(),
                     tool: req.tool.clone(),
                     inputs: req.inputs.clone(),
                     idem_key: IdempotencyKey::from_stored(key),

@@ -74,10 +74,10 @@ impl Executor {
         let key = IdempotencyKey::for_call(&p.run_id, &l.tool, &with, &l.inputs);
         let meta = CallMeta {
             idempotency_key: key.clone(),
-            run_id: p.run_id.clone().into(),
-            step_id: p.step_id.clone().into(),
+            run_id: p.run_id.clone(),
+            step_id: p.step_id.clone(),
             approval_tokens: Vec::new(),
-            principal: p.principal.clone().into(),
+            principal: p.principal.clone(),
         };
         let target = self.target(&l.tool);
         let started = Instant::now();
@@ -153,10 +153,10 @@ impl Executor {
         let key = IdempotencyKey::for_call(&p.run_id, &w.read, &with, &inputs);
         let meta = CallMeta {
             idempotency_key: key.clone(),
-            run_id: p.run_id.clone().into(),
-            step_id: p.step_id.clone().into(),
+            run_id: p.run_id.clone(),
+            step_id: p.step_id.clone(),
             approval_tokens: Vec::new(),
-            principal: p.principal.clone().into(),
+            principal: p.principal.clone(),
         };
         let started = Instant::now();
         let res = match system_inputs_fit(&self.registry, &w.read, &inputs) {

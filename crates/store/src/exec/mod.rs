@@ -189,11 +189,11 @@ pub struct CallResult {
 /// One call being decided: a claimed planned step or a direct call.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
-    step_id: String,
-    pub(crate) run_id: String,
+    step_id: StepId,
+    pub(crate) run_id: RunId,
     seq: i64,
     kind: StepKind,
-    principal: String,
+    principal: PrincipalId,
     pub(crate) tool: String,
     inputs: Value,
     idem_key: IdempotencyKey,
@@ -218,11 +218,11 @@ pub(crate) struct Pending {
 impl Pending {
     fn from_step(s: &Step) -> Self {
         Pending {
-            step_id: s.step_id.to_string(),
-            run_id: s.run_id.to_string(),
+            step_id: s.step_id.clone(),
+            run_id: s.run_id.clone(),
             seq: s.seq,
             kind: s.kind,
-            principal: s.principal.to_string(),
+            principal: s.principal.clone(),
             tool: s.tool.clone(),
             inputs: s.inputs.clone(),
             idem_key: s.idem_key.clone(),

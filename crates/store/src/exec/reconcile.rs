@@ -160,7 +160,7 @@ impl Executor {
             (o, IdemAction::Release, BudgetAction::Release, retry)
         };
         let settle = Settle {
-            step_id: s.step_id.to_string(),
+            step_id: s.step_id.clone(),
             outcome: outcome.clone(),
             retry_at: retry,
             idem_key: s.idem_key.to_string(),

@@ -102,7 +102,7 @@ impl Executor {
                 && s.attempts < i64::from(MAX_ATTEMPTS))
             .then_some(now.millis());
             let settle = Settle {
-                step_id: s.step_id.to_string(),
+                step_id: s.step_id.clone(),
                 outcome: outcome.clone(),
                 retry_at: retry,
                 idem_key: s.idem_key.to_string(),

@@ -3,7 +3,7 @@
 //! a key given up by a settled step is archived on that row as `KEY/STEP`.
 
 use serde_json::{Value, json};
-use toolgate_core::{IdempotencyKey, InputHash, StepStatus, Timestamp};
+use toolgate_core::{IdempotencyKey, InputHash, PrincipalId, RunId, StepId, StepStatus, Timestamp};
 
 use crate::db::{Row, Tx, args};
 use crate::error::{Result, StoreError};
@@ -46,8 +46,8 @@ pub(crate) struct HeldKey {
     pub state: KeyState,
     pub outcome: Option<String>,
     pub expires_at: Timestamp,
-    pub step_id: String,
-    pub principal: Option<String>,
+    pub step_id: StepId,
+    pub principal: Option<PrincipalId>,
     pub created_at: Option<Timestamp>,
     pub step_status: Option<StepStatus>,
 }
@@ -61,8 +61,8 @@ impl HeldKey {
             state: KeyState::read(&r.text("state")?)?,
             outcome: r.opt_text("outcome")?,
             expires_at: Timestamp::from_millis(r.i64("expires_at")?),
-            step_id: r.text("step_id")?,
-            principal: r.opt_text("principal")?,
+            step_id: StepId::new(r.text("step_id")?),
+            principal: r.opt_text("principal")?.map(PrincipalId::new),
             created_at: r.opt_i64("created_at")?.map(Timestamp::from_millis),
             step_status: r
                 .opt_text("status")?
@@ -99,11 +99,11 @@ pub(crate) async fn held(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<Hel
 /// failed attempt gives its record back and keeps its step).
 #[derive(Clone)]
 pub(crate) struct KeyStep {
-    pub step_id: String,
+    pub step_id: StepId,
     pub attempts: i64,
-    pub principal: String,
+    pub principal: PrincipalId,
     pub updated_at: i64,
-    pub run_id: String,
+    pub run_id: RunId,
 }
 
 /// The record of `key` with the step that holds it (as [`held`]), and the step row that
@@ -136,11 +136,11 @@ pub(crate) async fn held_and_step(
     let step = match r.opt_text("own_step")? {
         None => None,
         Some(step_id) => Some(KeyStep {
-            step_id,
+            step_id: StepId::new(step_id),
             attempts: r.i64("own_attempts")?,
-            principal: r.text("own_principal")?,
+            principal: PrincipalId::new(r.text("own_principal")?),
             updated_at: r.i64("own_updated_at")?,
-            run_id: r.text("own_run_id")?,
+            run_id: RunId::new(r.text("own_run_id")?),
         }),
     };
     Ok((held, step))
@@ -155,11 +155,11 @@ pub(crate) async fn step_of(tx: &mut Tx, key: &IdempotencyKey) -> Result<Option<
     .await?
     .map(|r| {
         Ok(KeyStep {
-            step_id: r.text("step_id")?,
+            step_id: StepId::new(r.text("step_id")?),
             attempts: r.i64("attempts")?,
-            principal: r.text("principal")?,
+            principal: PrincipalId::new(r.text("principal")?),
             updated_at: r.i64("updated_at")?,
-            run_id: r.text("run_id")?,
+            run_id: RunId::new(r.text("run_id")?),
         })
     })
     .transpose()

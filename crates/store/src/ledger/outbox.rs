@@ -6,7 +6,7 @@
 //! `notify_outbox_due` is matched against the query's text. Everywhere else the state is bound
 //! from [`OutboxState`].
 
-use toolgate_core::Timestamp;
+use toolgate_core::{ApprovalId, Rule, Timestamp};
 
 use crate::db::{Sql, Tx, args};
 use crate::error::{Result, StoreError};
@@ -64,9 +64,9 @@ pub(crate) async fn raised_since(c: &mut impl Sql, since: Timestamp) -> Result<V
     .iter()
     .map(|r| {
         Ok(RaisedRequest {
-            approval_id: r.text("approval_id")?,
+            approval_id: ApprovalId::new(r.text("approval_id")?),
             tool: r.text("tool")?,
-            rule: r.text("rule")?,
+            rule: Rule::new(r.text("rule")?),
             created_at: Timestamp::from_millis(r.i64("created_at")?),
         })
     })
@@ -77,7 +77,7 @@ pub(crate) async fn raised_since(c: &mut impl Sql, since: Timestamp) -> Result<V
 /// is there already.
 pub(crate) async fn enqueue(
     tx: &mut Tx,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     destination: &str,
     now: Timestamp,
 ) -> Result<bool> {
@@ -87,7 +87,7 @@ pub(crate) async fn enqueue(
              created_at) VALUES ($1, $2, $4, 0, $3, $3) \
              ON CONFLICT (approval_id, destination) DO NOTHING",
             args![
-                approval_id,
+                approval_id.as_str(),
                 destination,
                 now.millis(),
                 OutboxState::Due.as_str()
@@ -103,7 +103,7 @@ pub(crate) async fn due(
     c: &mut impl Sql,
     now: Timestamp,
     limit: i64,
-) -> Result<Vec<(String, String)>> {
+) -> Result<Vec<(ApprovalId, String)>> {
     c.rows(
         "SELECT approval_id, destination FROM notify_outbox \
          WHERE (state = 'due' AND next_at <= $1) \
@@ -113,7 +113,12 @@ pub(crate) async fn due(
     )
     .await?
     .iter()
-    .map(|r| Ok((r.text("approval_id")?, r.text("destination")?)))
+    .map(|r| {
+        Ok((
+            ApprovalId::new(r.text("approval_id")?),
+            r.text("destination")?,
+        ))
+    })
     .collect()
 }
 
@@ -121,7 +126,7 @@ pub(crate) async fn due(
 /// attempts so far, this one included; `None` when another process claimed it first.
 pub(crate) async fn claim(
     tx: &mut Tx,
-    approval_id: &str,
+    approval_id: &ApprovalId,
     destination: &str,
     now: Timestamp,
     until: i64,
@@ -132,7 +137,7 @@ pub(crate) async fn claim(
            AND ((state = $6 AND next_at <= $4) OR (state = $5 AND claimed_until <= $4)) \
          RETURNING attempts",
         args![
-            approval_id,
+            approval_id.as_str(),
             destination,
             until,
             now.millis(),
@@ -151,7 +156,7 @@ pub(crate) async fn sent(tx: &mut Tx, d: &Delivery, now: Timestamp) -> Result<()
         "UPDATE notify_outbox SET state = $4, sent_at = $3, claimed_until = NULL \
          WHERE approval_id = $1 AND destination = $2 AND state = $5",
         args![
-            &d.approval_id,
+            d.approval_id.as_str(),
             &d.destination,
             now.millis(),
             OutboxState::Sent.as_str(),
@@ -180,7 +185,7 @@ pub(crate) async fn failed(
          claimed_until = NULL, last_error = $5, last_error_at = $6 \
          WHERE approval_id = $1 AND destination = $2 AND state = $7",
         args![
-            &d.approval_id,
+            d.approval_id.as_str(),
             &d.destination,
             state.as_str(),
             next_at,

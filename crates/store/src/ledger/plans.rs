@@ -1,7 +1,7 @@
 //! Submitted plans (one per run, with its goal and the hash a resubmission is compared by) and
 //! the reviews model reviewers give their steps.
 
-use toolgate_core::Timestamp;
+use toolgate_core::{StepId, Timestamp};
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::Result;
@@ -38,7 +38,7 @@ pub(crate) async fn insert(
 
 fn review(r: &Row) -> Result<Review> {
     Ok(Review {
-        step_id: r.text("step_id")?,
+        step_id: StepId::new(r.text("step_id")?),
         reviewer: r.text("reviewer")?,
         verdict: ReviewVerdict::parse(&r.text("verdict")?)?,
         note: r.text("note")?,

@@ -53,10 +53,10 @@ impl Executor {
         };
         let meta = CallMeta {
             idempotency_key: p.idem_key.clone(),
-            run_id: p.run_id.clone().into(),
-            step_id: p.step_id.clone().into(),
+            run_id: p.run_id.clone(),
+            step_id: p.step_id.clone(),
             approval_tokens: tokens.clone(),
-            principal: p.principal.clone().into(),
+            principal: p.principal.clone(),
         };
         let target = self.target(&p.tool);
         let started = Instant::now();

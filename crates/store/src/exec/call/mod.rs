@@ -138,11 +138,11 @@ impl Executor {
         };
         let started = Instant::now();
         let mut p = Pending {
-            step_id: String::new(),
-            run_id: call.run_id.into_string(),
+            step_id: StepId::default(),
+            run_id: call.run_id,
             seq: 0,
             kind: StepKind::Direct,
-            principal: call.principal.into_string(),
+            principal: call.principal,
             tool: call.tool,
             inputs: call.inputs,
             idem_key: key.clone(),
@@ -175,7 +175,7 @@ impl Executor {
             if let Some(reviewer) = join
                 && !self
                     .store
-                    .may_join_run(&RunId::from(&p.run_id), &p.principal, reviewer)
+                    .may_join_run(&p.run_id, &p.principal, reviewer)
                     .await?
             {
                 return Ok(None);

@@ -219,19 +219,19 @@ impl Executor {
             Verdict::Allow => {
                 // The upstream sees a step id, as for every call (its log can name it); the
                 // audit record keeps it. No step row holds it.
-                p.step_id = new_id();
+                p.step_id = StepId::new(new_id());
                 p.attempts = 1;
                 p.governance_us = Some(p.elapsed_us());
                 let idem_key = p.idem_key.clone();
                 let called = self.call_only(p, decision, Vec::new(), Vec::new()).await;
                 let tally = Stepless {
-                    run_id: called.p.run_id.clone(),
+                    run_id: called.p.run_id.to_string(),
                     tool: called.p.tool.clone(),
                     tier: Tier::Read,
                     status: called.outcome.status,
                 };
                 let ledger = Ledger::Stepless(SteplessCall {
-                    principal: called.p.principal.clone(),
+                    principal: called.p.principal.to_string(),
                     purpose: called.p.purpose.clone(),
                     now: called.settle.now,
                     tally,

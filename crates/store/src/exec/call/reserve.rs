@@ -190,11 +190,13 @@ impl Executor {
                 }
                 None => None,
             };
-            p.step_id = found.as_ref().map_or_else(new_id, |(id, _)| id.clone());
+            p.step_id = found
+                .as_ref()
+                .map_or_else(|| StepId::new(new_id()), |(id, _)| id.clone());
             found
         } else {
             if p.kind == StepKind::Direct {
-                p.step_id = new_id();
+                p.step_id = StepId::new(new_id());
             }
             None
         };

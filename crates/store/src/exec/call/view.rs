@@ -265,7 +265,7 @@ impl Executor {
     pub(crate) fn subject(&self, p: &Pending) -> String {
         match p.kind {
             StepKind::Direct => format!("{}/{}", p.principal, p.idem_key),
-            _ => p.step_id.clone(),
+            _ => p.step_id.to_string(),
         }
     }
 }
