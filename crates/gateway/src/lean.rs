@@ -202,7 +202,7 @@ fn answer_as_stream(
     token: ProgressToken,
 ) -> Response {
     let (progress_tx, mut progress) = mpsc::unbounded_channel();
-    let relay = crate::relay::Caller {
+    let relay = crate::relay::ProgressRecipient {
         to: ProgressSink::Stream(progress_tx),
         token,
     };

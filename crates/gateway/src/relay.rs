@@ -35,14 +35,15 @@ tokio::task_local! {
 
 /// What one `tools/call` hands on to the upstream call it leads to.
 pub struct Forward {
-    /// The caller, when it asked for progress.
-    pub progress: Option<Caller>,
+    /// Who hears the call's progress, when the caller asked for it.
+    pub progress: Option<ProgressRecipient>,
     pub span: CallSpan,
 }
 
 /// Who to tell about a call's progress: where the client hears it and the token it chose.
+/// (Not who calls: that is [`crate::auth::Caller`].)
 #[derive(Clone)]
-pub struct Caller {
+pub struct ProgressRecipient {
     pub to: ProgressSink,
     pub token: ProgressToken,
 }
@@ -101,7 +102,7 @@ struct RouteState {
 pub struct Route<'a> {
     routes: &'a Routes,
     token: ProgressToken,
-    caller: Caller,
+    recipient: ProgressRecipient,
     progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
 }
 
@@ -125,14 +126,14 @@ impl Route<'_> {
         let out = loop {
             tokio::select! {
                 biased;
-                Some(p) = self.progress.recv() => tell(&self.caller, p).await,
+                Some(p) = self.progress.recv() => tell(&self.recipient, p).await,
                 out = &mut call => break out,
             }
         };
         // The transport saw everything the upstream sent before its answer, in order, and
         // queued it here before the answer was read.
         while let Ok(p) = self.progress.try_recv() {
-            tell(&self.caller, p).await;
+            tell(&self.recipient, p).await;
         }
         out
     }
@@ -143,7 +144,7 @@ impl Routes {
     /// this task, if it asked for progress, while the returned route lives; progress that came
     /// under `token` before it opened goes first.
     pub fn open(&self, token: ProgressToken) -> Option<Route<'_>> {
-        let caller = FORWARD.try_with(|f| f.progress.clone()).ok().flatten();
+        let recipient = FORWARD.try_with(|f| f.progress.clone()).ok().flatten();
         let mut state = self.state.lock().expect("routes");
         let (tx, rx) = mpsc::unbounded_channel();
         state.early.retain(|(at, p)| {
@@ -155,12 +156,12 @@ impl Routes {
             }
             false
         });
-        let caller = caller?;
+        let recipient = recipient?;
         state.open.insert(token.clone(), tx);
         Some(Route {
             routes: self,
             token,
-            caller,
+            recipient,
             progress: rx,
         })
     }
@@ -230,10 +231,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
     }
 }
 
-/// Passes `progress` to `caller` under the caller's own token.
-async fn tell(caller: &Caller, mut progress: ProgressNotificationParam) {
-    progress.progress_token = caller.token.clone();
-    match &caller.to {
+/// Passes `progress` to `recipient` under the token its client chose.
+async fn tell(recipient: &ProgressRecipient, mut progress: ProgressNotificationParam) {
+    progress.progress_token = recipient.token.clone();
+    match &recipient.to {
         ProgressSink::Peer(peer) => {
             if let Err(e) = peer.notify_progress(progress).await {
                 tracing::debug!(error = %e, "a client was not told of its call's progress");

@@ -550,7 +550,7 @@ impl ServerHandler for GatewayServer {
             .meta
             .get_progress_token()
             .or_else(|| request.meta.as_ref()?.get_progress_token())
-            .map(|token| crate::relay::Caller {
+            .map(|token| crate::relay::ProgressRecipient {
                 to: crate::relay::ProgressSink::Peer(context.peer.clone()),
                 token,
             });
@@ -583,7 +583,7 @@ impl GatewayServer {
         surface: Arc<Surface>,
         request: CallToolRequestParams,
         meta: JsonObject,
-        progress: Option<crate::relay::Caller>,
+        progress: Option<crate::relay::ProgressRecipient>,
     ) -> std::pin::Pin<
         Box<
             dyn std::future::Future<Output = Result<rmcp::model::CallToolResult, ErrorData>>

@@ -305,7 +305,7 @@ fn spawn_call(
         _running: running.clone(),
         written: false,
     };
-    let progress = call.progress.map(|token| crate::relay::Caller {
+    let progress = call.progress.map(|token| crate::relay::ProgressRecipient {
         to: ProgressSink::Lines(out.clone()),
         token,
     });
