@@ -17,6 +17,7 @@ pub mod auth;
 mod builtins;
 mod child;
 mod error;
+pub mod exit;
 mod hop;
 pub mod http;
 mod https;
@@ -44,6 +45,7 @@ mod worker;
 
 pub use auth::{Authenticator, Caller, CredentialKind};
 pub use error::GatewayError;
+pub use exit::Exit;
 pub use https::HttpsError;
 pub use jwt::{JwksError, JwtVerifier, OAuthOptions, TokenRejected};
 pub use keys::{KeySource, KeyStatus, Secrets};

@@ -16,6 +16,7 @@ use toolgate_core::{Clock, Registry, SystemClock};
 use toolgate_store::{Executor, Store, WorkOptions, WorkStats};
 
 use crate::error::GatewayError;
+use crate::exit::Exit;
 use crate::keys::KeySource;
 use crate::pins::Pins;
 use crate::serve::{resolve_keys, resolve_store_url};
@@ -45,7 +46,7 @@ pub async fn worker(opts: WorkerOptions) -> Result<WorkStats, GatewayError> {
         crate::serve::signal().await;
         // As if the process died: leased steps are settled by recovery, never re-run blind.
         tracing::warn!("stopping at once; steps in hand are left to lease recovery");
-        std::process::exit(130);
+        std::process::exit(Exit::Interrupted.code().into());
     });
     work_until_stopped(&opts, rx, true).await
 }
