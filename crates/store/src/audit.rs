@@ -628,8 +628,7 @@ impl Stored {
 
 /// The canonical text of record `seq`, from the value its `record` column holds.
 fn unpacked(seq: i64, stored: String) -> Result<String> {
-    crate::packed::unpack(stored)
-        .map_err(|e| StoreError::Corrupt(format!("audit record {seq} cannot be read: {e}")))
+    crate::packed::unpack(stored).map_err(|source| StoreError::UnreadableRecord { seq, source })
 }
 
 /// The stored records whose `principal` column is `principal`, else whose `run_id` column is

@@ -26,6 +26,13 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// A stored audit record that does not read back as its text (its packed form is damaged).
+    #[error("stored data is corrupt: audit record {seq} cannot be read: {source}")]
+    UnreadableRecord {
+        seq: i64,
+        #[source]
+        source: crate::packed::Unreadable,
+    },
     /// A stored enum value (`what`: a step status, a tier) that the store never writes.
     #[error("stored data is corrupt: {what} '{value}' is not one the store writes")]
     UnknownValue { what: &'static str, value: String },

@@ -51,6 +51,7 @@ pub use model::{
     Step, StepKind, StepOutcome, StepReport,
 };
 pub use notify::{Delivery, NotifySummary, RaisedRequest};
+pub use packed::Unreadable;
 pub use plan::{
     PlanSubmission, Review, ReviewVerdict, RunStatus, StepProblem, SubmittedPlan, WorkSignal,
     assign_worker, check_step,

@@ -76,14 +76,14 @@ pub(crate) fn pack(text: String) -> String {
 }
 
 /// Why a stored record could not be read back as text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum Unreadable {
     #[error("it is neither a JSON record nor a packed one (starts {0:?})")]
     UnknownForm(String),
     #[error("its packed form is not valid base64")]
     Base64,
     #[error("its packed form does not decompress: {0}")]
-    Frame(String),
+    Frame(#[source] std::io::Error),
     #[error("it unpacks to more than {MAX_TEXT} bytes")]
     TooLarge,
     #[error("it unpacks to text that is not UTF-8")]
@@ -100,12 +100,12 @@ pub(crate) fn unpack(stored: String) -> Result<String, Unreadable> {
     };
     let frame = STANDARD.decode(b64).map_err(|_| Unreadable::Base64)?;
     let decoder = zstd::stream::read::Decoder::with_prepared_dictionary(&frame[..], &DECODER_1)
-        .map_err(|e| Unreadable::Frame(e.to_string()))?;
+        .map_err(Unreadable::Frame)?;
     let mut text = Vec::with_capacity(frame.len() * 6);
     decoder
         .take(MAX_TEXT + 1)
         .read_to_end(&mut text)
-        .map_err(|e| Unreadable::Frame(e.to_string()))?;
+        .map_err(Unreadable::Frame)?;
     if text.len() as u64 > MAX_TEXT {
         return Err(Unreadable::TooLarge);
     }
@@ -173,7 +173,7 @@ mod tests {
             .unwrap()
             .to_string();
         let packed = pack(text);
-        assert_eq!(unpack("z1:!!!".into()), Err(Unreadable::Base64));
+        assert!(matches!(unpack("z1:!!!".into()), Err(Unreadable::Base64)));
         assert!(matches!(
             unpack("z1:AAAA".into()),
             Err(Unreadable::Frame(_))
@@ -187,7 +187,12 @@ mod tests {
             let frame = STANDARD.decode(&packed[PREFIX_1.len()..]).unwrap();
             STANDARD.encode(&frame[..frame.len() - 8])
         });
-        assert!(matches!(unpack(cut), Err(Unreadable::Frame(_))));
+        let e = unpack(cut).unwrap_err();
+        assert!(matches!(e, Unreadable::Frame(_)), "{e}");
+        assert!(
+            std::error::Error::source(&e).is_some(),
+            "the decompressor's error is kept as the source"
+        );
     }
 
     #[test]
@@ -197,6 +202,6 @@ mod tests {
         let big = vec![b'{'; (MAX_TEXT + (1 << 20)) as usize];
         let frame = zstd::bulk::compress(&big, 1).unwrap();
         let stored = format!("{PREFIX_1}{}", STANDARD.encode(frame));
-        assert_eq!(unpack(stored), Err(Unreadable::TooLarge));
+        assert!(matches!(unpack(stored), Err(Unreadable::TooLarge)));
     }
 }

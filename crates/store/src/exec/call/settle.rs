@@ -15,13 +15,16 @@ impl Executor {
         view: LedgerView,
         now: Timestamp,
     ) -> Result<Prepared> {
-        let outcome: StepOutcome = view
+        let stored = view
             .key
             .held
             .and_then(|h| h.outcome)
-            .as_deref()
-            .and_then(|t| serde_json::from_str(t).ok())
             .ok_or_else(|| StoreError::Corrupt("a done key has no stored outcome".into()))?;
+        let outcome: StepOutcome =
+            serde_json::from_str(&stored).map_err(|source| StoreError::Unparsable {
+                what: "the stored outcome of a done key".into(),
+                source,
+            })?;
         if p.kind != StepKind::Direct {
             self.settle_inline(tx, &p, &outcome, now).await?;
         }
