@@ -30,15 +30,18 @@
 //! of `steps` and `idempotency` at every commit, a cost that grew with the store).
 //!
 //! A batch that gives back a budget (a call that failed after its budget was reserved) takes
-//! the transaction of several statements instead (`store::apply_batch`): that settlement reads
+//! the transaction of several statements instead ([`ChainWriter::apply`]): that settlement reads
 //! what was reserved before undoing it.
 
 use std::collections::BTreeMap;
 
+use toolgate_core::StepStatus;
+
 use crate::audit::{self, AuditDraft, ChainPoint};
 use crate::db::{Arg, Conn, Pool, Sql, args};
 use crate::error::{Result, StoreError};
-use crate::ledger::runs::Stepless;
+use crate::ledger::runs::{self, Stepless};
+use crate::ledger::settle;
 use crate::model::RunState;
 use crate::store::{BudgetAction, IdemAction, Settle, SteplessCall, to_json};
 
@@ -125,6 +128,43 @@ impl ChainWriter {
     /// Gives the connection back (the pool is closing, or it failed).
     pub(crate) fn release(&mut self) {
         self.conn = None;
+    }
+
+    /// Applies a batch of records and what they change in one commit: on PostgreSQL one
+    /// statement when it fits ([`ChainWriter::commit`]), else one transaction of a few
+    /// statements.
+    pub(crate) async fn apply(
+        &mut self,
+        pool: &Pool,
+        drafts: &[&AuditDraft],
+        changes: &Changes<'_>,
+    ) -> Result<Vec<i64>> {
+        if pool.is_pg() && changes.fit_one_statement() {
+            return self.commit(pool, drafts, changes).await;
+        }
+        // The transaction below moves the chain head without the writer's knowing where to.
+        self.forget();
+        let mut tx = pool.begin().await?;
+        settle::apply_all(&mut tx, &changes.settles).await?;
+        for c in &changes.stepless {
+            let run = &c.tally.run_id;
+            runs::ensure(&mut tx, run, &c.principal, c.purpose.as_deref(), c.now).await?;
+        }
+        // A read that failed is not counted (as a failed step is not); its record still is.
+        let tallies: Vec<_> = changes
+            .stepless
+            .iter()
+            .filter(|c| c.tally.status == StepStatus::Done)
+            .map(|c| c.tally.clone())
+            .collect();
+        runs::tally(&mut tx, &tallies).await?;
+        if changes.barrier {
+            // Only sync barriers: write something so the commit fsyncs the WAL.
+            audit::touch_sync_barrier(&mut tx).await?;
+        }
+        let seqs = audit::append_linked(&mut tx, drafts).await?;
+        tx.commit().await?;
+        Ok(seqs)
     }
 
     /// Commits `drafts` and `changes` in one statement on the head this writer knows, or

@@ -30,6 +30,7 @@ mod sql_words;
 mod store;
 mod tail;
 pub mod toggles;
+mod trace;
 pub mod worker;
 
 pub use audit::{

@@ -10,16 +10,16 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::config::Durability;
 use toolgate_core::{
-    ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, Effect, IdempotencyKey, InputHash,
-    PrincipalId, Redactor, Registry, Rule, RunId, StepId, StepStatus, Tier, Timestamp, canonical,
+    ApprovalId, Effect, IdempotencyKey, PrincipalId, Redactor, Registry, RunId, StepId, StepStatus,
+    Tier, Timestamp,
 };
 
-use crate::audit::{self, AuditCall, AuditDraft, AuditRecord, AuditWho, ChainPoint, ChainReport};
+use crate::audit::{self, AuditDraft, AuditRecord, ChainPoint, ChainReport};
 use crate::db::{ConnectOptions, Migrations, Pool, Tx};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
 use crate::group::{ChainWriter, Changes};
-use crate::ledger::{approvals, budgets, keys, runs, steps, windows};
+use crate::ledger::{approvals, budgets, keys, runs, steps};
 use crate::model::{
     ApprovalDecision, ApprovalRequest, ApprovalStatus, BudgetUse, PlannedStep, Step, StepOutcome,
 };
@@ -585,121 +585,6 @@ impl Store {
             })
     }
 
-    /// A person approves a parked call. Issues a token bound to the exact inputs, the tool
-    /// version and the approver, expiring with the request. When enough distinct people have
-    /// approved, a parked planned step goes back to the queue. An expired request fails closed.
-    pub async fn approve(
-        &self,
-        registry: &Registry,
-        keys: &ApprovalKeys,
-        approval_id: &ApprovalId,
-        approver: &str,
-        now: Timestamp,
-    ) -> Result<ApprovalToken> {
-        if !registry.approves_anything(approver) {
-            return Err(StoreError::NotAnApprover(approver.to_string()));
-        }
-        let mut tx = self.begin().await?;
-        match grant(&mut tx, registry, keys, approval_id, approver, now).await {
-            Ok(token) => {
-                tx.commit().await?;
-                Ok(token)
-            }
-            Err(e @ StoreError::ApprovalExpired { .. }) => {
-                // The lapse is recorded, so the request leaves the queue.
-                tx.commit().await?;
-                Err(e)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// One person approves several parked calls as one decision (a run's parked steps), in
-    /// one transaction: every grant is taken, or none is (a request that closed, expired or
-    /// was already approved by this person refuses the whole set, and nothing is written).
-    pub async fn approve_all(
-        &self,
-        registry: &Registry,
-        keys: &ApprovalKeys,
-        approval_ids: &[&ApprovalId],
-        approver: &str,
-        now: Timestamp,
-    ) -> Result<Vec<ApprovalToken>> {
-        if !registry.approves_anything(approver) {
-            return Err(StoreError::NotAnApprover(approver.to_string()));
-        }
-        let mut tx = self.begin().await?;
-        let mut tokens = Vec::with_capacity(approval_ids.len());
-        for id in approval_ids {
-            // An error drops the transaction: the grants before it are rolled back.
-            tokens.push(grant(&mut tx, registry, keys, id, approver, now).await?);
-        }
-        tx.commit().await?;
-        Ok(tokens)
-    }
-
-    /// A person rejects a parked call: the request closes and a parked step is refused.
-    pub async fn reject(
-        &self,
-        registry: &Registry,
-        approval_id: &ApprovalId,
-        approver: &str,
-        note: &str,
-        now: Timestamp,
-    ) -> Result<()> {
-        let mut tx = self.begin().await?;
-        let request = approvals::by_id(&mut tx, approval_id).await?;
-        if let Some(r) = &request {
-            registry
-                .may_approve(approver, &r.principal, &r.tool, &r.rule)
-                .map_err(|why| StoreError::Ineligible {
-                    id: approval_id.to_string(),
-                    why: Box::new(why),
-                })?;
-        }
-        if !approvals::reject(&mut tx, approval_id, approver, note, now).await? {
-            return Err(StoreError::ApprovalClosed {
-                id: approval_id.to_string(),
-                status: "not pending".into(),
-            });
-        }
-        let ApprovalRequest {
-            subject,
-            tool,
-            principal,
-            run_id,
-            ..
-        } = request.ok_or_else(|| StoreError::NotFound {
-            what: "approval request",
-            id: approval_id.to_string(),
-        })?;
-        let mut outcome = StepOutcome::status(StepStatus::Refused);
-        outcome.rule = Some(Rule::APPROVAL_REJECTED);
-        outcome.error = Some(format!("rejected by {approver}: {note}"));
-        outcome.approval_id = Some(approval_id.clone());
-        let parked = steps::refuse_parked(&mut tx, &subject, &outcome, now).await?;
-        let call = AuditCall {
-            run_id: run_id.map(RunId::into_string),
-            step_id: parked.then(|| subject.clone()),
-            ..AuditCall::new(AuditWho::of(registry, &principal), tool, None)
-        };
-        let rejected_by = audit::AuditApproval {
-            approvers: vec![approver.to_string()],
-            token_fingerprints: Vec::new(),
-        };
-        let draft = AuditDraft::rejection(
-            now,
-            call,
-            Rule::APPROVAL_REJECTED,
-            note,
-            outcome.error.clone(),
-            Some(rejected_by),
-            registry.version.hash.clone(),
-        );
-        audit::append(&mut tx, vec![draft]).await?;
-        tx.commit().await
-    }
-
     /// Marks pending approval requests past their expiry as expired (they fail closed anyway;
     /// this keeps the queue people watch honest).
     pub async fn expire_approvals(&self, now: Timestamp) -> Result<u64> {
@@ -778,128 +663,10 @@ impl Store {
     /// A run's trace: every step, and every check of every decided attempt, from the audit
     /// chain. `verbose` adds passed checks' details and the redacted inputs.
     pub async fn trace(&self, run_id: &RunId, verbose: bool) -> Result<String> {
-        use std::fmt::Write as _;
-        use toolgate_core::clip::printable;
         let steps = self.steps(run_id).await?;
         let records = self.audit_records(None, Some(run_id)).await?;
-        let mut s = String::new();
-        // Everything a caller chose (a run id, a tool name, values quoted in check details) is
-        // written as a person may safely see it.
-        let _ = writeln!(
-            s,
-            "run {}: {} step(s), {} audit record(s)",
-            printable(run_id),
-            steps.len(),
-            records.len()
-        );
-        for st in &steps {
-            let _ = writeln!(
-                s,
-                "  step {} {} [{}] {} ({}, attempts {})",
-                st.seq,
-                st.tool,
-                st.kind.as_str(),
-                st.status,
-                st.effect,
-                st.attempts
-            );
-            for rec in records
-                .iter()
-                .filter(|r| r.body.step_id.as_deref() == Some(&st.step_id))
-            {
-                write_record(&mut s, rec, verbose);
-            }
-        }
-        let loose: Vec<&AuditRecord> = records
-            .iter()
-            .filter(|r| {
-                r.body
-                    .step_id
-                    .as_deref()
-                    .is_none_or(|id| !steps.iter().any(|s| s.step_id == id))
-            })
-            .collect();
-        if !loose.is_empty() {
-            let _ = writeln!(
-                s,
-                "  calls without a step row (refused direct calls, reads made without a reservation):"
-            );
-            for rec in loose {
-                let _ = writeln!(s, "   {}", printable(&rec.body.tool));
-                write_record(&mut s, rec, verbose);
-            }
-        }
-        Ok(s)
+        Ok(crate::trace::render(run_id, &steps, &records, verbose))
     }
-}
-
-/// `approver`'s grant of the request `approval_id`, inside `tx` (see [`Store::approve`]). An
-/// expired request is marked so in `tx` and refused; the caller decides whether to commit.
-pub(crate) async fn grant(
-    tx: &mut Tx,
-    registry: &Registry,
-    keys: &ApprovalKeys,
-    approval_id: &ApprovalId,
-    approver: &str,
-    now: Timestamp,
-) -> Result<ApprovalToken> {
-    let req = approvals::gate_request(tx, approval_id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound {
-            what: "approval request",
-            id: approval_id.to_string(),
-        })?;
-    // Segregation of duties, under the registry serving now.
-    registry
-        .may_approve(approver, &req.principal, &req.tool, &req.rule)
-        .map_err(|why| StoreError::Ineligible {
-            id: approval_id.to_string(),
-            why: Box::new(why),
-        })?;
-    if req.status != ApprovalStatus::Pending {
-        return Err(StoreError::ApprovalClosed {
-            id: approval_id.to_string(),
-            status: req.status.as_str().to_string(),
-        });
-    }
-    if now.millis() >= req.expires_at {
-        approvals::expire(tx, approval_id, now).await?;
-        return Err(StoreError::ApprovalExpired {
-            id: approval_id.to_string(),
-            expires_at: req.expires_at,
-        });
-    }
-    let claims = ApprovalClaims {
-        subject: req.subject.clone(),
-        tool: req.tool,
-        tool_version: req.tool_version,
-        input_hash: InputHash::from_stored(req.input_hash),
-        // The registry version and rule the gate was decided under: after a reload the
-        // approval carries over only while the current rules gate the call the same way.
-        registry_version: Some(
-            req.registry_version
-                .unwrap_or_else(|| registry.version.hash.clone()),
-        ),
-        gate_rule: Some(req.rule.into()),
-        // The upstream definition the call was parked under (none for built-in tools).
-        definition_hash: req.definition_hash,
-        approver: approver.to_string(),
-        expires_at: Timestamp::from_millis(req.expires_at),
-        nonce: new_id(),
-    };
-    let token = keys.issue(&claims);
-    if !approvals::add_grant(tx, approval_id, approver, &token, &claims.nonce, now).await? {
-        return Err(StoreError::SameApprover {
-            id: approval_id.to_string(),
-            approver: approver.to_string(),
-        });
-    }
-    if approvals::grant_count(tx, approval_id).await? >= req.approvers_needed {
-        approvals::mark_approved(tx, approval_id, now).await?;
-        // A parked planned step goes back to the queue.
-        steps::requeue_parked(tx, &req.subject, now).await?;
-    }
-    Ok(token)
 }
 
 /// The stored text of audit record `seq`, parsed.
@@ -944,143 +711,11 @@ fn selected_as_stored(
     Ok(())
 }
 
-fn write_record(s: &mut String, rec: &AuditRecord, verbose: bool) {
-    use std::fmt::Write as _;
-    use toolgate_core::clip::printable;
-    let b = &rec.body;
-    let _ = writeln!(
-        s,
-        "    #{} {:?} -> {}{}",
-        rec.seq,
-        b.why.decision,
-        b.outcome.status,
-        b.why
-            .rule
-            .as_deref()
-            .map(|r| format!(" (rule {})", printable(r)))
-            .unwrap_or_default()
-    );
-    for c in &b.why.checks {
-        let failed = !matches!(c.outcome, toolgate_core::decide::Outcome::Pass);
-        if verbose || failed {
-            let _ = writeln!(
-                s,
-                "      {:<16} {:?}: {}{}",
-                c.name.as_str(),
-                c.outcome,
-                printable(&c.detail),
-                c.rule
-                    .as_deref()
-                    .map(|r| format!(" [{r}]"))
-                    .unwrap_or_default()
-            );
-        } else {
-            let _ = writeln!(s, "      {:<16} Pass", c.name.as_str());
-        }
-    }
-    for r in &b.why.shadow {
-        let _ = writeln!(
-            s,
-            "      {:<16} would {} [{}] (shadow, not enforced)",
-            "shadow",
-            r.would.as_str(),
-            r.rule
-        );
-    }
-    if verbose {
-        let _ = writeln!(s, "      inputs: {}", printable(&canonical(&b.inputs)));
-        if let Some(a) = &b.approval {
-            let _ = writeln!(s, "      approved by: {}", a.approvers.join(", "));
-        }
-    }
-}
-
 pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     toolgate_core::canon::canonical_of(v).expect("store values serialise")
 }
 
-/// Applies one settlement inside a transaction (the audit record is appended by the caller).
-pub(crate) async fn apply_settle(tx: &mut Tx, s: &Settle) -> Result<()> {
-    apply_settles(tx, &[s]).await
-}
-
-/// Applies many settlements with a handful of set-based statements: on PostgreSQL the rows
-/// travel as one JSON array per ledger, so a group commit costs the same few statements
-/// whether it carries one call or hundreds. SQLite runs statements in process, so packing rows
-/// into JSON would only add work: there each settlement is applied in turn.
-pub(crate) async fn apply_settles(tx: &mut Tx, settles: &[&Settle]) -> Result<()> {
-    if settles.is_empty() {
-        return Ok(());
-    }
-    if !tx.is_pg() {
-        for s in settles {
-            apply_one(tx, s).await?;
-        }
-        return Ok(());
-    }
-    let attempts: Vec<steps::Attempt<'_>> = settles
-        .iter()
-        .map(|s| steps::Attempt {
-            step_id: &s.step_id,
-            outcome: &s.outcome,
-            retry_at: s.retry_at,
-            now: s.now,
-        })
-        .collect();
-    steps::settle_attempts(tx, &attempts).await?;
-    let done: Vec<(&str, &str)> = settles
-        .iter()
-        .filter_map(|s| match &s.idem {
-            IdemAction::Done(o) => Some((s.idem_key.as_str(), o.as_str())),
-            _ => None,
-        })
-        .collect();
-    keys::record_outcomes(tx, &done).await?;
-    let released: Vec<&str> = settles
-        .iter()
-        .filter(|s| matches!(s.idem, IdemAction::Release))
-        .map(|s| s.idem_key.as_str())
-        .collect();
-    keys::release_all_in_flight(tx, &released).await?;
-    let charged: Vec<&str> = settles
-        .iter()
-        .filter(|s| s.budget == BudgetAction::Charge)
-        .map(|s| s.step_id.as_str())
-        .collect();
-    budgets::keep_charged_all(tx, &charged).await?;
-    for s in settles.iter().filter(|s| s.budget == BudgetAction::Release) {
-        release_budget(tx, &s.step_id).await?;
-    }
-    Ok(())
-}
-
-/// One settlement: the step's outcome, then its key, then its budget.
-async fn apply_one(tx: &mut Tx, s: &Settle) -> Result<()> {
-    steps::settle_attempt(tx, &s.step_id, &s.outcome, s.retry_at, s.now).await?;
-    match &s.idem {
-        IdemAction::Done(o) => keys::record_outcome(tx, &s.idem_key, o).await?,
-        IdemAction::Release => {
-            keys::release_in_flight(tx, &IdempotencyKey::from_stored(s.idem_key.as_str())).await?
-        }
-        IdemAction::Keep => {}
-    }
-    match s.budget {
-        BudgetAction::Charge => budgets::keep_charged(tx, &s.step_id).await?,
-        BudgetAction::Release => release_budget(tx, &s.step_id).await?,
-        BudgetAction::Hold => {}
-    }
-    Ok(())
-}
-
-/// Gives back what a step reserved, daily and window budgets (its failure means nothing was
-/// spent).
-pub(crate) async fn release_budget(tx: &mut Tx, step_id: &str) -> Result<()> {
-    budgets::release(tx, step_id).await?;
-    windows::release(tx, step_id).await
-}
-
-/// Applies a batch of records in one commit: on PostgreSQL one statement when it fits
-/// ([`crate::group`]), else one transaction of a few statements.
+/// Applies a batch of records in one commit (see [`ChainWriter::apply`]).
 async fn apply_batch(pool: &Pool, chain: &mut ChainWriter, jobs: &[WriteJob]) -> Result<Vec<i64>> {
     let mut changes = Changes::default();
     for unit in jobs.iter().flat_map(|j| &j.units) {
@@ -1095,32 +730,7 @@ async fn apply_batch(pool: &Pool, chain: &mut ChainWriter, jobs: &[WriteJob]) ->
         .iter()
         .flat_map(|j| j.units.iter().map(|u| &u.1))
         .collect();
-    if pool.is_pg() && changes.fit_one_statement() {
-        return chain.commit(pool, &drafts, &changes).await;
-    }
-    // The transaction below moves the chain head without the writer's knowing where to.
-    chain.forget();
-    let mut tx = pool.begin().await?;
-    apply_settles(&mut tx, &changes.settles).await?;
-    for c in &changes.stepless {
-        let run = &c.tally.run_id;
-        Store::ensure_run(&mut tx, run, &c.principal, c.purpose.as_deref(), c.now).await?;
-    }
-    // A read that failed is not counted (as a failed step is not); its record still is.
-    let tallies: Vec<_> = changes
-        .stepless
-        .iter()
-        .filter(|c| c.tally.status == StepStatus::Done)
-        .map(|c| c.tally.clone())
-        .collect();
-    crate::ledger::runs::tally(&mut tx, &tallies).await?;
-    if changes.barrier {
-        // Only sync barriers: write something so the commit fsyncs the WAL.
-        audit::touch_sync_barrier(&mut tx).await?;
-    }
-    let seqs = audit::append_linked(&mut tx, &drafts).await?;
-    tx.commit().await?;
-    Ok(seqs)
+    chain.apply(pool, &drafts, &changes).await
 }
 
 /// The group-commit writer: takes every job waiting, applies them in one transaction, commits

@@ -115,7 +115,7 @@ impl Executor {
         let lease = now.millis() + self.store.config().lease.as_millis() as i64;
         let mut tx = self.store.begin().await?;
         for r in reqs {
-            crate::store::grant(
+            crate::exec::approve::grant(
                 &mut tx,
                 &self.registry,
                 &self.keys,

@@ -10,6 +10,7 @@
 //! - `recovery`, `reconcile`, `compensate`: steps whose worker died, `unknown` steps asked
 //!   about by key, and undoing an aborted run.
 //! - `dry`: a parked call decided again without doing anything, for the approval page.
+//! - [`approve`]: people's decisions on parked calls, a grant or a rejection.
 //!
 //! Apart from the call's reservation phase, none of these write SQL: the ledgers they use are
 //! [`crate::ledger`]'s.
@@ -407,6 +408,7 @@ impl Executor {
     }
 }
 
+pub(crate) mod approve;
 mod call;
 mod compensate;
 mod dry;

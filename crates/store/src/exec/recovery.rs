@@ -118,7 +118,7 @@ impl Executor {
                 },
                 now,
             };
-            crate::store::apply_settle(&mut tx, &settle).await?;
+            crate::ledger::settle::apply(&mut tx, &settle).await?;
             drafts.push(self.system_draft(s, AuditDecision::Recovery, &rule, &outcome, now));
             reports.push(StepReport {
                 step_id: s.step_id.clone(),
