@@ -350,7 +350,7 @@ fn drafts_for(
                 "changes": v.server_changes,
                 "listed": v.blocked.iter().map(|b| &b.tool).collect::<Vec<_>>(),
             }),
-            "pin.server_blocked",
+            toolgate_core::Rule::PIN_SERVER_BLOCKED,
             format!("upstream '{server}' serves nothing: {reason}"),
             reason.clone(),
             version,
@@ -384,7 +384,7 @@ fn drafts_for(
                 "label": b.label,
                 "changes": b.change.changes(),
             }),
-            "pin.tool_blocked",
+            toolgate_core::Rule::PIN_TOOL_BLOCKED,
             format!(
                 "'{}' on upstream '{server}' is blocked ({}): {}",
                 b.tool, b.label, b.reason

@@ -374,7 +374,7 @@ async fn committable(
         return Ok(Err(Refusal::new(
             name,
             "preview",
-            "preview.plan_id_only",
+            toolgate_core::Rule::PREVIEW_PLAN_ID_ONLY,
             format!("`{name}` takes only {{\"plan_id\"}}; arguments are never taken at commit"),
         )
         .next(format!(
@@ -389,7 +389,7 @@ async fn committable(
             return Ok(Err(Refusal::new(
                 name,
                 "preview",
-                "preview.unknown_plan",
+                toolgate_core::Rule::PREVIEW_UNKNOWN_PLAN,
                 format!("there is no plan {plan_id} of yours for `{name}`"),
             )
             .next(again)
@@ -401,7 +401,7 @@ async fn committable(
         return Ok(Err(Refusal::new(
             name,
             "preview",
-            "preview.expired",
+            toolgate_core::Rule::PREVIEW_EXPIRED,
             format!("plan {plan_id} expired"),
         )
         .next(again)
@@ -412,7 +412,7 @@ async fn committable(
         return Ok(Err(Refusal::new(
             name,
             "preview",
-            "preview.tool_changed",
+            toolgate_core::Rule::PREVIEW_TOOL_CHANGED,
             format!(
                 "plan {plan_id} was made for `{name}` version {}, which is now version {}",
                 plan.tool_version, tool.config.version
