@@ -154,7 +154,9 @@ impl Rule {
     /// Whether a call failed by this rule did not happen and may be made again with the same
     /// inputs: the one place that says which failures an agent is told to retry.
     pub fn is_retryable(&self) -> bool {
-        *self == Rule::TIMEOUT_RETRYABLE || *self == Rule::UNANSWERED_RETRYABLE
+        *self == Rule::TIMEOUT_RETRYABLE
+            || *self == Rule::UNANSWERED_RETRYABLE
+            || *self == Rule::COMPENSATE_UNREAD
     }
 
     pub fn as_str(&self) -> &str {
@@ -255,6 +257,9 @@ mod tests {
         assert!(Rule::TIMEOUT_RETRYABLE.is_retryable());
         assert!(Rule::UNANSWERED_RETRYABLE.is_retryable());
         assert!(Rule::new("unanswered.retryable").is_retryable());
+        // Not made because the values it would change could not be read first.
+        assert!(Rule::COMPENSATE_UNREAD.is_retryable());
+        assert!(!Rule::PIN_BLOCKED.is_retryable());
         assert!(!Rule::HANDLER_FAILED.is_retryable());
         assert!(!Rule::TIMEOUT_IRREVERSIBLE.is_retryable());
         assert!(!Rule::UNANSWERED_IRREVERSIBLE.is_retryable());

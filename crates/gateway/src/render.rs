@@ -416,14 +416,27 @@ impl NotDone {
             }
             (NotDone::Failed { rule, error }, Asked::Call { .. }) => {
                 let retryable = rule.is_retryable();
-                let next = if retryable {
-                    "it did not happen and may be retried with the same inputs"
+                let (what, next) = if retryable {
+                    (
+                        "failed at the target",
+                        "it did not happen and may be retried with the same inputs",
+                    )
+                } else if rule == Rule::PIN_BLOCKED {
+                    (
+                        "was not sent",
+                        "the upstream changed this tool after it was reviewed; report it, an \
+                         operator reviews the change before the tool is served again",
+                    )
                 } else {
-                    "the target answered no; read its message, correct the request if it is yours \
-                     to correct, otherwise report it (the same inputs return the same answer)"
+                    (
+                        "failed at the target",
+                        "the target answered no; read its message, correct the request if it is \
+                         yours to correct, otherwise report it (the same inputs return the same \
+                         answer)",
+                    )
                 };
                 (
-                    format!("'{tool}' failed at the target: {error}. Next: {next}."),
+                    format!("'{tool}' {what}: {error}. Next: {next}."),
                     json!({"status": "failed", "tool": tool, "rule": rule, "error": error, "idempotency_key": key, "retryable": retryable}),
                 )
             }
@@ -577,6 +590,24 @@ mod tests {
             key: "k1",
         });
         assert_eq!(r.structured_content.as_ref().unwrap()["retryable"], false);
+    }
+
+    #[test]
+    fn a_call_the_pin_stopped_says_it_was_not_sent() {
+        let failed = NotDone::Failed {
+            rule: Rule::PIN_BLOCKED,
+            error: "'crm.read' is not served at its pinned definition".into(),
+        };
+        let r = failed.into_result(Asked::Call {
+            tool: "crm.read",
+            key: "k1",
+        });
+        let text = &r.content[0].as_text().unwrap().text;
+        assert!(text.starts_with("'crm.read' was not sent: "), "{text}");
+        assert!(!text.contains("the target answered no"), "{text}");
+        let facts = r.structured_content.as_ref().unwrap();
+        assert_eq!(facts["rule"], "pin.blocked");
+        assert_eq!(facts["retryable"], false);
     }
 
     #[test]

@@ -336,7 +336,7 @@ impl Upstream {
         // A tool not served at a pinned definition is never forwarded, whoever asks.
         if let Err(refusal) = self.pins.allows(tool) {
             tracing::warn!(upstream = %self.name, tool, "not forwarded: not served at a pinned definition");
-            return Err(HandlerError::Failed(refusal.to_string()));
+            return Err(HandlerError::NotPinned(refusal.to_string()));
         }
         let arguments: JsonObject = match inputs {
             Value::Object(m) => m.clone(),
@@ -460,7 +460,7 @@ impl Upstream {
                     ))
                 })?;
                 if let Err(refusal) = self.pins.allows(tool) {
-                    return Err(HandlerError::Failed(refusal.to_string()));
+                    return Err(HandlerError::NotPinned(refusal.to_string()));
                 }
                 match self.lean_session(&peer) {
                     Some(fresh) => self.send_lean(lean, fresh, &peer, &mut params).await,
@@ -550,7 +550,7 @@ impl Upstream {
                     ))
                 })?;
                 if let Err(refusal) = self.pins.allows(tool) {
-                    return Err(HandlerError::Failed(refusal.to_string()));
+                    return Err(HandlerError::NotPinned(refusal.to_string()));
                 }
                 match self.lean_child(&peer) {
                     Some(fresh) => self.send_child(&fresh, &mut params).await,

@@ -9,7 +9,10 @@ use std::sync::atomic::Ordering;
 use crate::common::*;
 use serde_json::json;
 
-const CALLS: usize = 16;
+/// Enough calls that the few connections rmcp's client opens in the background (its standing GET
+/// stream, its first posts, a stream re-opened on a loaded machine: five were seen once) cannot
+/// pass for reuse, and one connection per call cannot pass for it either.
+const CALLS: usize = 48;
 
 /// Makes `CALLS` governed reads through toolgate and returns how many TCP connections the fake
 /// accepted for them (after the client and toolgate had connected).

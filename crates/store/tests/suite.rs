@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::common::*;
 use serde_json::{Value, json};
 use toolgate_core::config::Durability;
-use toolgate_core::{ApprovalToken, CheckName, StepStatus};
+use toolgate_core::{ApprovalToken, CheckName, Rule, StepStatus};
 use toolgate_store::{
     Actor, ApprovalStatus, CallResult, CallStatus, DirectCall, PlannedStep, Store, StoreConfig,
     StoreError,
@@ -17,6 +17,7 @@ both_backends!(
     duplicate_planned_step_is_suppressed,
     same_key_other_inputs_and_in_flight,
     failed_call_replays_its_error,
+    a_call_the_pin_stops_on_its_way_out_is_the_pins_refusal,
     irreversible_timeout_is_unknown_then_reconciled,
     the_worker_loop_reconciles_unknown_steps,
     write_timeout_is_failed_and_retried,
@@ -286,6 +287,33 @@ async fn failed_call_replays_its_error(db: &TestDb) {
     assert_eq!(a.outcome.unwrap().error, b.outcome.unwrap().error);
     assert_eq!(fake.count("ticket.update"), 1);
     // A failure spends nothing.
+    let used = store.budget_use(T0).await.unwrap();
+    assert!(used.iter().all(|u| u.used == 0), "{used:?}");
+}
+
+/// A definition that changed between the decision and the forward (the engine's pin check saw
+/// it served as pinned) stops the call before it is sent: recorded under the pin's rule, not as
+/// the target's "no", replayed to a retry, nothing sent and nothing spent.
+async fn a_call_the_pin_stops_on_its_way_out_is_the_pins_refusal(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    fake.set("ticket.update", Mode::NotPinned);
+    let ex = executor(&store, fake.clone(), clock());
+    let call = direct(
+        "ticket.update",
+        json!({"ticket_id": "T-9", "status": "open"}),
+    );
+    let a = ex.governed_call(call.clone()).await.unwrap();
+    assert_eq!(a.status, CallStatus::Failed);
+    let outcome = a.outcome.as_ref().unwrap();
+    assert_eq!(outcome.rule, Some(Rule::PIN_BLOCKED), "{outcome:?}");
+    let records = store.audit_records(None, None).await.unwrap();
+    let record = records.last().unwrap();
+    assert_eq!(record.body.why.rule, Some(Rule::PIN_BLOCKED), "{record:?}");
+    let b = ex.governed_call(call).await.unwrap();
+    assert_eq!(b.status, CallStatus::Replayed);
+    assert_eq!(b.outcome.unwrap().rule, Some(Rule::PIN_BLOCKED));
+    assert_eq!(fake.count("ticket.update"), 0, "nothing was sent");
     let used = store.budget_use(T0).await.unwrap();
     assert!(used.iter().all(|u| u.used == 0), "{used:?}");
 }

@@ -264,7 +264,7 @@ fn compensation_outcome(res: std::result::Result<HandlerOutput, HandlerError>) -
             target_ref: out.target_ref,
             ..StepOutcome::status(StepStatus::Done)
         },
-        Err(HandlerError::Failed(e)) => StepOutcome {
+        Err(HandlerError::Failed(e) | HandlerError::NotPinned(e)) => StepOutcome {
             error: Some(e),
             ..StepOutcome::status(StepStatus::Failed)
         },

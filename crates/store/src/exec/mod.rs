@@ -81,6 +81,11 @@ pub enum HandlerError {
     /// call was never sent: nothing happened.
     #[error("the call failed: {0}")]
     Failed(String),
+    /// Not sent: when the call was about to go out, the upstream no longer served the tool at
+    /// the definition `toolgate.lock` pins (it changed after the call was decided). Nothing
+    /// happened; the call is recorded as refused by the pin, not as the target's "no".
+    #[error("not sent: {0}")]
+    NotPinned(String),
     /// No clean answer after the request may have reached the target (the connection broke
     /// mid-call, HTTP 5xx, an internal server error): like a timeout, the effect may have
     /// happened, so an irreversible call becomes `unknown`.

@@ -132,6 +132,9 @@ pub enum Mode {
     /// The call lands, but the answer never comes back.
     TimeoutAfterLanding,
     Fail,
+    /// Stopped on its way out: the upstream no longer serves the tool at its pinned
+    /// definition. Nothing is sent, so nothing lands.
+    NotPinned,
 }
 
 /// A fake upstream that records every call it receives (tool and idempotency key), answers
@@ -248,6 +251,12 @@ impl Handler for Recorder {
                     target_ref: found.then(|| format!("REF-{}", &key[7..19])),
                 });
             }
+            if self.modes.lock().unwrap().get(&target.tool) == Some(&Mode::NotPinned) {
+                return Err(HandlerError::NotPinned(format!(
+                    "'{}' is not served at its pinned definition",
+                    target.tool
+                )));
+            }
             if let Some(e) = &self.entered {
                 e.notify_one();
             }
@@ -294,6 +303,7 @@ impl Handler for Recorder {
                 Mode::Fail => Err(HandlerError::Failed(
                     "the target refused: account closed".into(),
                 )),
+                Mode::NotPinned => unreachable!("returned before it was sent"),
             }
         })
     }

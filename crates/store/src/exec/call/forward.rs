@@ -83,6 +83,21 @@ impl Executor {
         self.point(SyncPoint::Called);
         let now = self.clock.now();
         let backoff = self.store.config().retry_backoff.as_millis() as i64;
+        let nothing_happened = |msg: String, rule: Rule| {
+            let mut o = StepOutcome::status(StepStatus::Failed);
+            o.error = Some(msg);
+            o.rule = Some(rule);
+            o.latency_ms = Some(latency);
+            o.latency_us = Some(latency_us);
+            let stored = to_json(&o);
+            (
+                CallStatus::Failed,
+                o,
+                IdemAction::Done(stored),
+                BudgetAction::Release,
+                None,
+            )
+        };
         let (status, outcome, idem, budget, retry_at) = match (res, unread) {
             (_, Some(why)) => {
                 // Nothing was sent: retryable, like a call that never reached the target.
@@ -112,22 +127,10 @@ impl Executor {
                 let stored = to_json(&o);
                 (CallStatus::Done, o, IdemAction::Done(stored), charge, None)
             }
-            (Err(HandlerError::Failed(msg)), None) => {
-                // The target answered "no": recorded, and replayed to a retry with the same key.
-                let mut o = StepOutcome::status(StepStatus::Failed);
-                o.error = Some(msg);
-                o.rule = Some(Rule::HANDLER_FAILED);
-                o.latency_ms = Some(latency);
-                o.latency_us = Some(latency_us);
-                let stored = to_json(&o);
-                (
-                    CallStatus::Failed,
-                    o,
-                    IdemAction::Done(stored),
-                    BudgetAction::Release,
-                    None,
-                )
-            }
+            // The target answered "no", or the pin stopped the call on its way out: nothing
+            // happened; recorded, and replayed to a retry with the same key.
+            (Err(HandlerError::Failed(msg)), None) => nothing_happened(msg, Rule::HANDLER_FAILED),
+            (Err(HandlerError::NotPinned(msg)), None) => nothing_happened(msg, Rule::PIN_BLOCKED),
             (Err(e @ (HandlerError::Timeout | HandlerError::Unanswered(_))), None)
                 if effect == Effect::Irreversible && self.toggles.get().unknown_on_timeout =>
             {
