@@ -17,7 +17,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use toolgate_core::Registry;
+use toolgate_core::{PrincipalId, Registry};
 
 use crate::jwt::JwtVerifier;
 use crate::server::{GatewayState, Surface};
@@ -36,7 +36,7 @@ pub enum CredentialKind {
 /// An authenticated caller: a principal of the registry and its role.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    pub principal: String,
+    pub principal: PrincipalId,
     pub role: String,
     pub credential: CredentialKind,
     /// The id of the credential (`principals.yaml` `credentials[].id`), for its default purpose.
@@ -69,7 +69,7 @@ impl Authenticator {
     /// the environment).
     pub fn by_api_key(&self, registry: &Registry, key: &str) -> Option<Caller> {
         registry.principal_by_key(key).map(|p| Caller {
-            principal: p.id().to_string(),
+            principal: p.id().into(),
             role: p.role().to_string(),
             credential: CredentialKind::ApiKey,
             credential_id: registry.credential_id_of_key(key).map(str::to_string),
@@ -117,7 +117,7 @@ impl Authenticator {
                     .find(|c| c.oauth_subject.as_deref() == Some(subject.as_str()))
                     .map(|c| c.id.clone());
                 Ok(Caller {
-                    principal: p.id().to_string(),
+                    principal: p.id().into(),
                     role: p.role().to_string(),
                     credential: CredentialKind::OAuth { subject },
                     credential_id,

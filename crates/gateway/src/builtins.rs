@@ -25,9 +25,7 @@ use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::registry::{UNPLANNED, unplanned_reason};
-use toolgate_core::{
-    Builtin, CheckName, Clock, PrincipalId, Registry, Rule, RunId, StepId, StepStatus,
-};
+use toolgate_core::{Builtin, CheckName, Clock, Registry, Rule, RunId, StepId, StepStatus};
 use toolgate_store::{
     BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
     PlanSubmission, PlannedStep, ReviewVerdict, Store, StoreError, Target, assign_worker,
@@ -124,7 +122,7 @@ pub(crate) async fn foreign_run(
         .store
         .record_refusal(
             &ex.registry,
-            &PrincipalId::from(&caller.principal),
+            &caller.principal,
             tool,
             &split.inputs,
             None,

@@ -183,7 +183,7 @@ async fn preview(
     let expires_secs = cfg.preview.as_ref().map_or(0, |p| p.expires_secs);
     let plan = Preview {
         plan_id: format!("pln_{}", uuid::Uuid::now_v7().simple()),
-        principal: caller.principal.clone(),
+        principal: caller.principal.to_string(),
         tool: cfg.name.clone(),
         tool_version: cfg.version.clone(),
         input_hash: hash.as_str().to_string(),
@@ -329,7 +329,7 @@ async fn record(
     };
     let who = AuditWho {
         actor: ctx.actor,
-        ..AuditWho::new(&caller.principal, &caller.role)
+        ..AuditWho::new(caller.principal.as_str(), &caller.role)
     };
     let call = AuditCall {
         run_id: run_id.map(String::from),

@@ -363,7 +363,7 @@ impl GatewayServer {
                 let ok = store
                     .may_join_run(
                         &run,
-                        &toolgate_core::PrincipalId::from(&caller.principal),
+                        &caller.principal,
                         surface.registry.reviews_plans(&caller.role),
                     )
                     .await
@@ -375,7 +375,7 @@ impl GatewayServer {
                 let now = toolgate_core::Clock::now(surface.executor.clock.as_ref());
                 store
                     .current_run(
-                        &toolgate_core::PrincipalId::from(&caller.principal),
+                        &caller.principal,
                         now,
                         std::time::Duration::from_secs(u64::from(idle) * 60),
                     )

@@ -17,6 +17,7 @@ use axum::response::Response;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::CancellationToken;
+use toolgate_core::PrincipalId;
 
 use crate::auth::Caller;
 
@@ -24,7 +25,7 @@ const HEADER: &str = "mcp-session-id";
 
 /// Which principal opened each live session.
 pub struct SessionOwners {
-    owners: Mutex<HashMap<String, String>>,
+    owners: Mutex<HashMap<String, PrincipalId>>,
     manager: Arc<LocalSessionManager>,
 }
 
@@ -50,7 +51,7 @@ impl SessionOwners {
         owners
     }
 
-    fn owner(&self, session: &str) -> Option<String> {
+    fn owner(&self, session: &str) -> Option<PrincipalId> {
         self.owners.lock().expect("owners").get(session).cloned()
     }
 
@@ -75,8 +76,8 @@ impl SessionOwners {
     }
 
     /// Whether `session` is open and was opened by `principal`.
-    pub(crate) async fn is_live(&self, session: &str, principal: &str) -> bool {
-        self.owner(session).is_some_and(|owner| owner == principal)
+    pub(crate) async fn is_live(&self, session: &str, principal: &PrincipalId) -> bool {
+        self.owner(session).is_some_and(|owner| &owner == principal)
             && self
                 .manager
                 .has_session(&session.into())
