@@ -790,7 +790,7 @@ async fn episode(
             .filter(|r| r.body.why.decision != AuditDecision::Reconcile)
             .count() as u32;
         out.audit_missing = out.attempts.saturating_sub(governed);
-        let unknown_steps: std::collections::BTreeSet<String> = records
+        let unknown_steps: std::collections::BTreeSet<toolgate_core::StepId> = records
             .iter()
             .filter(|r| r.body.outcome.status == StepStatus::Unknown)
             .filter_map(|r| r.body.step_id.clone())

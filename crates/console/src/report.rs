@@ -557,7 +557,7 @@ fn shadow_uses(records: &[&AuditRecord]) -> Vec<ShadowUse> {
                 seq: r.seq,
                 ts: b.ts,
                 tool: crate::fmt::text(&b.tool),
-                principal: b.who.principal.clone(),
+                principal: b.who.principal.to_string(),
                 run_id: b.run_id.as_deref().map(crate::fmt::text),
                 decision: decision_name(b.why.decision),
             });

@@ -28,7 +28,7 @@ fn value(page: &str, series: &str) -> Option<f64> {
 fn draft(tool: &str, decision: AuditDecision, rule: Option<&str>, i: i64) -> AuditDraft {
     AuditDraft {
         ts: Timestamp::from_millis(T0.millis() + i),
-        run_id: Some(format!("run-m-{i}")),
+        run_id: Some(format!("run-m-{i}").into()),
         step_id: None,
         who: AuditWho {
             principal: "fin-worker".into(),

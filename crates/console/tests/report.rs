@@ -47,7 +47,7 @@ fn draft(x: &R) -> AuditDraft {
     AuditDraft {
         ts: Timestamp::from_millis(x.at),
         run_id: Some("run-1".into()),
-        step_id: x.step.map(str::to_string),
+        step_id: x.step.map(Into::into),
         who: AuditWho {
             principal: "fin-worker".into(),
             role: "worker".into(),

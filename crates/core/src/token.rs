@@ -14,6 +14,7 @@ use sha2::Sha256;
 
 use crate::canon::{InputHash, canonical, sha256_tagged};
 use crate::model::Timestamp;
+use crate::rule::Rule;
 
 /// What an approval authorises: one action, by one approver, until an expiry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +31,7 @@ pub struct ApprovalClaims {
     /// After a reload the approval carries over only while the current rules gate the call
     /// under the same rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gate_rule: Option<String>,
+    pub gate_rule: Option<Rule>,
     /// The pinned upstream definition hash, when the tool is served from an upstream.
     #[serde(default)]
     pub definition_hash: Option<String>,

@@ -215,7 +215,7 @@ fn seeds(template: &AuditDraft, from: usize, n: usize) -> Vec<AuditDraft> {
         .map(|i| {
             let mut d = template.clone();
             d.ts = Timestamp::from_millis(template.ts.millis() + i as i64);
-            d.run_id = Some(format!("seed-{i}"));
+            d.run_id = Some(format!("seed-{i}").into());
             match i % 50 {
                 0 => {
                     d.tool = format!("made.up.tool.{i}.{}", "x".repeat(200));

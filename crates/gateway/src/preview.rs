@@ -329,10 +329,10 @@ async fn record(
     };
     let who = AuditWho {
         actor: ctx.actor,
-        ..AuditWho::new(caller.principal.as_str(), &caller.role)
+        ..AuditWho::new(caller.principal.clone(), &caller.role)
     };
     let call = AuditCall {
-        run_id: run_id.map(String::from),
+        run_id,
         tool_version: Some(tool.config.version.clone()),
         inputs,
         redacted,

@@ -454,7 +454,7 @@ async fn field_services_without_meta(client: Client, mode: Mode) {
         Some("Book Priya for the high-priority oven repair at Quay Street.")
     );
     // One run for all of it, whatever the sessions: the agent's current run.
-    let runs: std::collections::BTreeSet<Option<String>> =
+    let runs: std::collections::BTreeSet<Option<toolgate_core::RunId>> =
         audit.iter().map(|r| r.body.run_id.clone()).collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert!(store.verify_chain().await.unwrap().is_intact());

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::canon::{canonical_of, sha256_tagged};
 use toolgate_core::{
-    Check, Decision, Effect, Rule, ShadowRule, StepStatus, Tier, Timestamp, Verdict,
+    Check, Decision, Effect, PrincipalId, Rule, RunId, ShadowRule, StepId, StepStatus, Tier,
+    Timestamp, Verdict,
 };
 
 use crate::db::{Conn, Row, Sql, Tx, args};
@@ -26,7 +27,7 @@ pub const GENESIS: &str = "genesis";
 /// Who acted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditWho {
-    pub principal: String,
+    pub principal: PrincipalId,
     pub role: String,
     #[serde(flatten)]
     pub actor: Actor,
@@ -121,9 +122,9 @@ pub struct AuditOutcome {
 pub struct AuditDraft {
     pub ts: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_id: Option<String>,
+    pub step_id: Option<StepId>,
     pub who: AuditWho,
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,7 +148,7 @@ pub struct AuditDraft {
 
 impl AuditWho {
     /// `principal` acting as `role`, for no one else.
-    pub fn new(principal: impl Into<String>, role: impl Into<String>) -> Self {
+    pub fn new(principal: impl Into<PrincipalId>, role: impl Into<String>) -> Self {
         AuditWho {
             principal: principal.into(),
             role: role.into(),
@@ -189,8 +190,8 @@ impl AuditOutcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditCall {
     pub who: AuditWho,
-    pub run_id: Option<String>,
-    pub step_id: Option<String>,
+    pub run_id: Option<RunId>,
+    pub step_id: Option<StepId>,
     pub tool: String,
     pub tool_version: Option<String>,
     pub effect: Option<Effect>,
@@ -740,9 +741,9 @@ pub(crate) fn link(head: &ChainPoint, drafts: &[&AuditDraft]) -> Linked {
         rows.push(AuditRow {
             seq,
             ts,
-            principal,
-            run_id,
-            step_id,
+            principal: principal.into_string(),
+            run_id: run_id.map(RunId::into_string),
+            step_id: step_id.map(StepId::into_string),
             record: crate::packed::pack(text),
             hash,
         });
@@ -1103,14 +1104,14 @@ fn check_columns(record: &AuditRecord, row: &StoredRow) -> std::result::Result<(
             shown(Some(&b.who.principal)),
         );
     }
-    if row.run_id != b.run_id {
+    if row.run_id.as_deref() != b.run_id.as_deref() {
         return column(
             AuditColumn::RunId,
             shown(row.run_id.as_deref()),
             shown(b.run_id.as_deref()),
         );
     }
-    if row.step_id != b.step_id {
+    if row.step_id.as_deref() != b.step_id.as_deref() {
         return column(
             AuditColumn::StepId,
             shown(row.step_id.as_deref()),

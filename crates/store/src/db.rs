@@ -151,6 +151,28 @@ impl From<Vec<Option<i64>>> for Arg {
     }
 }
 
+/// The ids are bound as the text they wrap.
+macro_rules! id_args {
+    ($($id:ty),*) => {$(
+        impl From<&$id> for Arg {
+            fn from(v: &$id) -> Self {
+                Arg::T(v.as_str().to_string())
+            }
+        }
+        impl From<Vec<$id>> for Arg {
+            fn from(v: Vec<$id>) -> Self {
+                Arg::Texts(v.into_iter().map(<$id>::into_string).collect())
+            }
+        }
+    )*};
+}
+id_args!(
+    toolgate_core::RunId,
+    toolgate_core::StepId,
+    toolgate_core::PrincipalId,
+    toolgate_core::ApprovalId
+);
+
 /// `args![a, b, c]`: a list of bound values.
 macro_rules! args {
     ($($e:expr),* $(,)?) => { vec![$($crate::db::Arg::from($e)),*] };

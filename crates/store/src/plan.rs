@@ -360,8 +360,8 @@ impl Store {
                 approvals::close_pending(&mut tx, step_id, now).await?;
                 let declared = registry.tool(&step.tool);
                 let call = AuditCall {
-                    run_id: Some(step.run_id.to_string()),
-                    step_id: Some(step.step_id.to_string()),
+                    run_id: Some(step.run_id.clone()),
+                    step_id: Some(step.step_id.clone()),
                     effect: Some(step.effect),
                     tier: Some(step.tier),
                     idem_key: Some(step.idem_key.to_string()),
@@ -439,7 +439,7 @@ impl Store {
             None => toolgate_core::clip::clip(tool, toolgate_core::clip::NAME_CHARS).into_owned(),
         };
         let call = AuditCall {
-            run_id: run_id.map(RunId::to_string),
+            run_id: run_id.cloned(),
             inputs,
             redacted,
             purpose: purpose.map(str::to_string),

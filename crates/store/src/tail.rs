@@ -11,7 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::ledger::approvals;
 use crate::model::ApprovalStatus;
 use crate::store::Store;
-use toolgate_core::Timestamp;
+use toolgate_core::{Rule, Timestamp};
 
 /// Approval requests of one gate (tool and rule) in one status, with what tells a person's
 /// decision from the others (a reviewer's closure, a request consumed without the people it
@@ -20,7 +20,7 @@ use toolgate_core::Timestamp;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateCount {
     pub tool: String,
-    pub rule: String,
+    pub rule: Rule,
     pub status: ApprovalStatus,
     /// As many people approved as the request needed.
     pub by_people: bool,

@@ -33,7 +33,7 @@ fn draft(i: i64) -> AuditDraft {
     AuditDraft {
         ts: Timestamp::from_millis(1_780_000_000_000 + i),
         run_id: Some("run-a".into()),
-        step_id: Some(format!("step-{i}")),
+        step_id: Some(format!("step-{i}").into()),
         who: AuditWho {
             principal: "worker".into(),
             role: "worker".into(),

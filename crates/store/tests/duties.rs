@@ -266,7 +266,7 @@ async fn a_requester_cannot_approve_or_reject_their_own_call(db: &TestDb) {
             tool_version: req.tool_version.clone(),
             input_hash: req.input_hash.clone(),
             registry_version: Some(reg.version.hash.clone()),
-            gate_rule: Some(req.rule.to_string()),
+            gate_rule: Some(req.rule.clone()),
             definition_hash: None,
             approver: approver.to_string(),
             expires_at: Timestamp::from_millis(req.expires_at.millis()),

@@ -97,7 +97,7 @@ fn gates(registry: &Registry, rows: &[GateCount]) -> Gates {
     for g in rows {
         let tool = tool_label(registry, &g.tool).to_string();
         let rule = if is_known_rule(registry, &g.rule) {
-            g.rule.clone()
+            g.rule.to_string()
         } else {
             OTHER.to_string()
         };

@@ -241,7 +241,7 @@ impl Tally {
                         && (b.step_id.is_some() || b.idem_key.is_some())
                     {
                         self.open.push(OpenUnknown {
-                            step_id: b.step_id.clone(),
+                            step_id: b.step_id.as_deref().map(str::to_string),
                             idem_key: b.idem_key.clone(),
                             ts_ms: b.ts.millis(),
                         });

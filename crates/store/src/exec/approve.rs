@@ -6,7 +6,7 @@
 //! transaction each.
 
 use toolgate_core::{
-    ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, InputHash, Registry, Rule, RunId,
+    ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, InputHash, Registry, Rule, StepId,
     StepStatus, Timestamp,
 };
 
@@ -161,7 +161,7 @@ pub(crate) async fn grant(
             req.registry_version
                 .unwrap_or_else(|| registry.version.hash.clone()),
         ),
-        gate_rule: Some(req.rule.into()),
+        gate_rule: Some(req.rule),
         // The upstream definition the call was parked under (none for built-in tools).
         definition_hash: req.definition_hash,
         approver: approver.to_string(),
@@ -247,8 +247,8 @@ fn rejection_record(
         ..
     } = request;
     let call = AuditCall {
-        run_id: run_id.map(RunId::into_string),
-        step_id: parked.then_some(subject),
+        run_id,
+        step_id: parked.then(|| StepId::from(subject)),
         ..AuditCall::new(AuditWho::of(registry, &principal), tool, None)
     };
     let rejected_by = AuditApproval {

@@ -541,7 +541,7 @@ pub(crate) async fn counts_by_gate(c: &mut impl Sql, now: Timestamp) -> Result<V
         let status = r.text("status")?;
         Ok(GateCount {
             tool: r.text("tool")?,
-            rule: r.text("rule")?,
+            rule: Rule::new(r.text("rule")?),
             status: read_status(&status)?,
             by_people: r.i64("by_people")? != 0,
             decided_by_person: r.i64("by_person")? != 0,

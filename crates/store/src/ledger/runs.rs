@@ -4,7 +4,9 @@
 //! client that never names a run joins its principal's implicit one — costs about what a call
 //! in a short one does.
 
-use toolgate_core::{PriorCall, PriorCalls, PriorOutcome, RunHistory, StepStatus, Tier, Timestamp};
+use toolgate_core::{
+    PriorCall, PriorCalls, PriorOutcome, RunHistory, RunId, StepStatus, Tier, Timestamp,
+};
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
@@ -120,7 +122,7 @@ fn counts(rows: Vec<Row>) -> Result<(RunHistory, bool, Option<RunOwner>)> {
 /// A call recorded in the audit chain that holds no step row: how its run counts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stepless {
-    pub run_id: String,
+    pub run_id: RunId,
     pub tool: String,
     pub tier: Tier,
     /// `Refused`, or `Done` for a read made without a reservation.

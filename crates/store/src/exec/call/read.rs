@@ -225,7 +225,7 @@ impl Executor {
                 let idem_key = p.idem_key.clone();
                 let called = self.call_only(p, decision, Vec::new(), Vec::new()).await;
                 let tally = Stepless {
-                    run_id: called.p.run_id.to_string(),
+                    run_id: called.p.run_id.clone(),
                     tool: called.p.tool.clone(),
                     tier: Tier::Read,
                     status: called.outcome.status,

@@ -40,8 +40,8 @@ impl Executor {
             ..AuditWho::of(&self.registry, &p.principal)
         };
         AuditCall {
-            run_id: Some(p.run_id.to_string()),
-            step_id: (!p.step_id.is_empty()).then(|| p.step_id.to_string()),
+            run_id: Some(p.run_id.clone()),
+            step_id: (!p.step_id.is_empty()).then(|| p.step_id.clone()),
             inputs,
             redacted,
             idem_key: Some(p.idem_key.to_string()),
