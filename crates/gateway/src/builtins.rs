@@ -111,7 +111,7 @@ pub(crate) async fn foreign_run(
     caller: &crate::auth::Caller,
     tool: &str,
     split: &toolgate_core::why::Split,
-    run: &str,
+    run: &RunId,
 ) -> Result<CallToolResult, ErrorData> {
     let ex = &surface.executor;
     let detail = format!(
@@ -134,7 +134,7 @@ pub(crate) async fn foreign_run(
         )
         .await
         .map_err(internal)?;
-    tracing::info!(principal = %caller.principal, tool, run, audit_seq = seq, "a call named another principal's run");
+    tracing::info!(principal = %caller.principal, tool, run = %run, audit_seq = seq, "a call named another principal's run");
     Ok(Refusal::new(tool, "run", Rule::RUN_FOREIGN, detail)
         .next("name a run of your own in `_meta.run_id`, or leave it out for a new one")
         .fact("audit_seq", seq)

@@ -22,7 +22,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use toolgate_core::registry::Tool as RegistryTool;
-use toolgate_core::{CallRequest, CheckName, Decision, InputHash, Registry, Timestamp, Verdict};
+use toolgate_core::{CallRequest, CheckName, Decision, InputHash, Registry, Rule, Timestamp, Verdict};
 use toolgate_store::audit::{AuditCall, AuditDraft, AuditWho};
 use toolgate_store::previews::Preview;
 use toolgate_store::{Executor, StoreError};
@@ -299,7 +299,7 @@ enum Recorded<'a> {
     /// `T.preview` was refused by the engine's decision: no plan was made.
     PreviewRefused(&'a Decision),
     /// The commit `T` was refused by `rule` (no current plan of the caller's).
-    CommitRefused { rule: String },
+    CommitRefused { rule: Rule },
 }
 
 /// Appends a preview's or a refused commit's audit record, durably, before the caller hears
@@ -438,7 +438,7 @@ async fn commit(
         Ok(plan) => plan,
         Err(refusal) => {
             let r = Recorded::CommitRefused {
-                rule: refusal.rule().to_string(),
+                rule: refusal.rule().clone(),
             };
             record(server, surface, caller, tool, &args, meta, r, now).await?;
             return Ok(refusal.into_result());

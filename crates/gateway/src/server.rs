@@ -349,7 +349,7 @@ impl GatewayServer {
         surface: &Surface,
         caller: &Caller,
         named: Option<String>,
-    ) -> Result<Result<RunId, String>, ErrorData> {
+    ) -> Result<Result<RunId, RunId>, ErrorData> {
         let store = &self.state.store;
         let unrecorded = |e: toolgate_store::StoreError| {
             ErrorData::internal_error(
@@ -368,7 +368,7 @@ impl GatewayServer {
                     )
                     .await
                     .map_err(unrecorded)?;
-                Ok(if ok { Ok(run) } else { Err(run.into_string()) })
+                Ok(if ok { Ok(run) } else { Err(run) })
             }
             None => {
                 let idle = surface.registry.gateway.runs.idle_minutes;

@@ -264,8 +264,13 @@ fn compensation_outcome(res: std::result::Result<HandlerOutput, HandlerError>) -
             target_ref: out.target_ref,
             ..StepOutcome::status(StepStatus::Done)
         },
-        Err(HandlerError::Failed(e) | HandlerError::NotPinned(e)) => StepOutcome {
+        Err(HandlerError::Failed(e)) => StepOutcome {
             error: Some(e),
+            ..StepOutcome::status(StepStatus::Failed)
+        },
+        Err(HandlerError::NotPinned(e)) => StepOutcome {
+            error: Some(e),
+            rule: Some(Rule::PIN_BLOCKED),
             ..StepOutcome::status(StepStatus::Failed)
         },
         Err(HandlerError::Timeout) => StepOutcome {

@@ -4,7 +4,7 @@
 //! before it runs: it is decided from a read of its run, forwarded, and recorded with its
 //! outcome in one group-committed write — its audit record, and its count in the run's tally
 //! (no step row; see `ledger::runs`). A call that needs more (a gate, a rate limit, a
-//! window, a presented token) goes through the reservation as before.
+//! window, a presented token) goes through the reservation like any other call.
 //!
 //! Other calls of the same run decided while such a read is under way count it: the process
 //! keeps the reads it has forwarded and not yet recorded ([`InFlightRead`]), and every direct
