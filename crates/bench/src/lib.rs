@@ -1347,7 +1347,7 @@ async fn approval_episode(
             &exec.registry,
             &exec.keys,
             &request.approval_id,
-            APPROVER,
+            &toolgate_core::PrincipalId::from(APPROVER),
             exec.clock.now(),
         )
         .await?;

@@ -5,7 +5,7 @@
 //! through the executor (every check again, the lease consumed in the transaction that starts
 //! the call).
 
-use toolgate_core::{ApprovalId, InputHash, Registry, StepId, StepStatus};
+use toolgate_core::{ApprovalId, InputHash, PrincipalId, Registry, StepId, StepStatus};
 use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, Step, StepReport};
 
 use crate::error::ConsoleError;
@@ -82,7 +82,13 @@ pub async fn approve(
     refuse_if_it_cannot_run(exec, approval_id).await?;
     let now = exec.clock.now();
     exec.store
-        .approve(&exec.registry, &exec.keys, approval_id, approver, now)
+        .approve(
+            &exec.registry,
+            &exec.keys,
+            approval_id,
+            &PrincipalId::from(approver),
+            now,
+        )
         .await?;
     after_grant(exec, approval_id, step, run_now).await
 }
@@ -203,7 +209,13 @@ pub async fn reject(
     require_open(exec, &req).await?;
     let now = exec.clock.now();
     exec.store
-        .reject(&exec.registry, approval_id, approver, reason, now)
+        .reject(
+            &exec.registry,
+            approval_id,
+            &PrincipalId::from(approver),
+            reason,
+            now,
+        )
         .await?;
     Ok(())
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use toolgate_core::{ApprovalId, Sensitivity};
+use toolgate_core::{ApprovalId, PrincipalId, Sensitivity};
 use toolgate_store::{ApprovalRequest, ApprovalStatus, Executor, ReviewVerdict, StoreError};
 
 use crate::actions::{self, Approved};
@@ -322,7 +322,10 @@ async fn run_refusal(
             return Ok(why);
         }
     }
-    let dry = match exec.dry_decide_together(open, viewer).await {
+    let dry = match exec
+        .dry_decide_together(open, &PrincipalId::from(viewer))
+        .await
+    {
         Ok(d) => d,
         Err(e) => {
             let e = ConsoleError::from(e);
@@ -385,7 +388,13 @@ pub async fn approve_run(
     // All the grants in one transaction: all taken, or none.
     let ids: Vec<&ApprovalId> = offer.members.iter().map(|(id, _, _)| id).collect();
     exec.store
-        .approve_all(&exec.registry, &exec.keys, &ids, viewer, exec.clock.now())
+        .approve_all(
+            &exec.registry,
+            &exec.keys,
+            &ids,
+            &PrincipalId::from(viewer),
+            exec.clock.now(),
+        )
         .await?;
     let mut out = Vec::new();
     for ((id, _, _), step) in offer.members.iter().zip(steps) {

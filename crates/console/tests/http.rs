@@ -755,7 +755,7 @@ async fn approving_a_set_in_the_store_is_all_or_nothing() {
             &e.exec.registry,
             &e.exec.keys,
             &parked[1].approval_id,
-            "alice",
+            &"alice".into(),
             e.clock_now(),
         )
         .await
@@ -763,7 +763,13 @@ async fn approving_a_set_in_the_store_is_all_or_nothing() {
     let ids: Vec<&ApprovalId> = parked.iter().map(|r| &r.approval_id).collect();
     let err = e
         .store
-        .approve_all(&e.exec.registry, &e.exec.keys, &ids, "alice", e.clock_now())
+        .approve_all(
+            &e.exec.registry,
+            &e.exec.keys,
+            &ids,
+            &"alice".into(),
+            e.clock_now(),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -777,7 +783,13 @@ async fn approving_a_set_in_the_store_is_all_or_nothing() {
     );
     // Bob's set is taken whole.
     e.store
-        .approve_all(&e.exec.registry, &e.exec.keys, &ids, "bob", e.clock_now())
+        .approve_all(
+            &e.exec.registry,
+            &e.exec.keys,
+            &ids,
+            &"bob".into(),
+            e.clock_now(),
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -22,7 +22,9 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use toolgate_core::registry::Tool as RegistryTool;
-use toolgate_core::{CallRequest, CheckName, Decision, InputHash, Registry, Rule, Timestamp, Verdict};
+use toolgate_core::{
+    CallRequest, CheckName, Decision, InputHash, Registry, Rule, Timestamp, Verdict,
+};
 use toolgate_store::audit::{AuditCall, AuditDraft, AuditWho};
 use toolgate_store::previews::Preview;
 use toolgate_store::{Executor, StoreError};

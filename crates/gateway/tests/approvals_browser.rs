@@ -938,7 +938,7 @@ async fn bulk_approval_on_forty_keeps_out_what_is_not_low_risk_and_runs_each_cal
         .reject(
             &reg,
             &shown[0].0.as_str().into(),
-            "alice",
+            &"alice".into(),
             "paid by cheque already",
             now,
         )

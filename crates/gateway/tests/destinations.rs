@@ -88,7 +88,7 @@ async fn an_unlisted_recipient_goes_to_a_person_and_the_approved_call_runs_once(
             &ex.registry,
             &ex.keys,
             &id.as_str().into(),
-            "test-clerk",
+            &"test-clerk".into(),
             SystemClock.now(),
         )
         .await

@@ -123,7 +123,7 @@ async fn an_approval_signed_with_a_previous_key_runs_after_rotation_and_one_whos
                 &ex.registry,
                 &ex.keys,
                 &id.as_str().into(),
-                "test-clerk",
+                &"test-clerk".into(),
                 SystemClock.now(),
             )
             .await

@@ -805,7 +805,7 @@ async fn an_approval_under_one_definition_is_refused_after_the_definition_change
             &registry,
             &keys,
             &id.as_str().into(),
-            "test-clerk",
+            &"test-clerk".into(),
             SystemClock.now(),
         )
         .await
@@ -833,7 +833,7 @@ async fn an_approval_under_one_definition_is_refused_after_the_definition_change
             &registry,
             &keys,
             &id.as_str().into(),
-            "test-clerk",
+            &"test-clerk".into(),
             SystemClock.now(),
         )
         .await

@@ -268,7 +268,7 @@ async fn approving_the_parked_commit_approves_the_previewed_plan() {
             &registry,
             &h.gateway.state.executor().keys,
             &id.as_str().into(),
-            "test-clerk",
+            &"test-clerk".into(),
             SystemClock.now(),
         )
         .await

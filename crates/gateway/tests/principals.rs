@@ -267,7 +267,7 @@ async fn an_approval_runs_only_the_call_of_the_principal_that_asked() {
             &ex.registry,
             &ex.keys,
             &id.as_str().into(),
-            "test-clerk",
+            &"test-clerk".into(),
             SystemClock.now(),
         )
         .await

@@ -292,7 +292,7 @@ async fn an_approval_survives_a_raised_threshold_and_not_a_new_forbid() {
                 &ex.registry,
                 &ex.keys,
                 &id.as_str().into(),
-                CLERK,
+                &toolgate_core::PrincipalId::from(CLERK),
                 SystemClock.now(),
             )
             .await

@@ -213,7 +213,7 @@ async fn approve(
                 &surface.registry,
                 &surface.executor.keys,
                 &id.into(),
-                who,
+                &toolgate_core::PrincipalId::from(who),
                 now,
             )
             .await

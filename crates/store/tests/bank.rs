@@ -235,7 +235,7 @@ async fn an_unlisted_payee_goes_to_a_person_and_the_approved_call_runs_once(db: 
 
     // The person approves; the approved call runs once, and its retry replays.
     let token = store
-        .approve(&reg, &keys(), &approval_id, "alice", T0)
+        .approve(&reg, &keys(), &approval_id, &"alice".into(), T0)
         .await
         .unwrap();
     let mut approved = send(unlisted.clone());

@@ -117,7 +117,7 @@ async fn the_person_behind_the_agent_does_not_count(db: &TestDb) {
     assert_eq!(r[0].status, StepStatus::NeedsApproval, "{r:?}");
     let id = r[0].outcome.as_ref().unwrap().approval_id.clone().unwrap();
     // alice is an approver, but `worker` acts for her: refused, nothing issued.
-    match store.approve(&reg, &keys(), &id, "alice", T0).await {
+    match store.approve(&reg, &keys(), &id, &"alice".into(), T0).await {
         Err(StoreError::Ineligible { why, .. }) => assert_eq!(
             *why,
             Ineligible::BehindAgent {
@@ -129,10 +129,13 @@ async fn the_person_behind_the_agent_does_not_count(db: &TestDb) {
     }
     assert!(store.approval(&id).await.unwrap().approved_by.is_empty());
     // bob (approver role) and henry (named) are the two distinct people; then it runs once.
-    store.approve(&reg, &keys(), &id, "bob", T0).await.unwrap();
+    store
+        .approve(&reg, &keys(), &id, &"bob".into(), T0)
+        .await
+        .unwrap();
     assert!(ex.run_batch(10).await.unwrap().is_empty(), "one of two");
     store
-        .approve(&reg, &keys(), &id, "henry", T0)
+        .approve(&reg, &keys(), &id, &"henry".into(), T0)
         .await
         .unwrap();
     let r = ex.run_batch(10).await.unwrap();
@@ -174,18 +177,20 @@ async fn the_person_behind_an_agents_parent_does_not_count(db: &TestDb) {
         (
             "bob",
             store
-                .approve(&reg, &keys(), &id, "bob", T0)
+                .approve(&reg, &keys(), &id, &"bob".into(), T0)
                 .await
                 .map(|_| ()),
         ),
         (
             "bob",
-            store.reject(&reg, &id, "bob", "not this one", T0).await,
+            store
+                .reject(&reg, &id, &"bob".into(), "not this one", T0)
+                .await,
         ),
         (
             "alice",
             store
-                .approve(&reg, &keys(), &id, "alice", T0)
+                .approve(&reg, &keys(), &id, &"alice".into(), T0)
                 .await
                 .map(|_| ()),
         ),
@@ -203,7 +208,7 @@ async fn the_person_behind_an_agents_parent_does_not_count(db: &TestDb) {
     }
     // henry may; one of the two people it needs.
     store
-        .approve(&reg, &keys(), &id, "henry", T0)
+        .approve(&reg, &keys(), &id, &"henry".into(), T0)
         .await
         .unwrap();
     let req = store.approval(&id).await.unwrap();
@@ -242,11 +247,11 @@ async fn a_requester_cannot_approve_or_reject_their_own_call(db: &TestDb) {
     let id = parked.approval_id.clone().unwrap();
     for result in [
         store
-            .approve(&reg, &keys(), &id, "henry", T0)
+            .approve(&reg, &keys(), &id, &"henry".into(), T0)
             .await
             .map(|_| ()),
         store
-            .reject(&reg, &id, "henry", "not needed after all", T0)
+            .reject(&reg, &id, &"henry".into(), "not needed after all", T0)
             .await,
     ] {
         match result {
@@ -336,7 +341,7 @@ async fn a_parked_payment_after_a_rejection_would_be_refused(db: &TestDb) {
     ));
     // A person rejects the first: the run now has a denial, and the second would be refused.
     store
-        .reject(&reg, &ids[0], "alice", "duplicate invoice", T0)
+        .reject(&reg, &ids[0], &"alice".into(), "duplicate invoice", T0)
         .await
         .unwrap();
     let dry = ex.dry_decide(&second).await.unwrap();

@@ -434,7 +434,7 @@ async fn approval_keeps_the_time_it_was_decided(db: &TestDb) {
     let id = parked.approval_id.unwrap();
     clock.advance_hours(1);
     store
-        .approve(&reg, &keys(), &id, "alice", clock.now_ts())
+        .approve(&reg, &keys(), &id, &"alice".into(), clock.now_ts())
         .await
         .unwrap();
     clock.advance_hours(2);

@@ -577,7 +577,7 @@ async fn approval_for_other_amount_is_refused(db: &TestDb) {
     assert_eq!(req.evidence, vec!["doc-1".to_string()]);
     assert_eq!(req.expires_at, T0.plus_hours(72));
     let token = store
-        .approve(&reg, &keys(), &approval_id, "alice", T0)
+        .approve(&reg, &keys(), &approval_id, &"alice".into(), T0)
         .await
         .unwrap();
 
@@ -678,17 +678,17 @@ async fn two_person_rule_needs_two_distinct_approvers(db: &TestDb) {
     let approval_id = r[0].outcome.as_ref().unwrap().approval_id.clone().unwrap();
     assert!(matches!(
         store
-            .approve(&reg, &keys(), &approval_id, "worker", T0)
+            .approve(&reg, &keys(), &approval_id, &"worker".into(), T0)
             .await,
         Err(StoreError::NotAnApprover(_))
     ));
     store
-        .approve(&reg, &keys(), &approval_id, "alice", T0)
+        .approve(&reg, &keys(), &approval_id, &"alice".into(), T0)
         .await
         .unwrap();
     assert!(matches!(
         store
-            .approve(&reg, &keys(), &approval_id, "alice", T0)
+            .approve(&reg, &keys(), &approval_id, &"alice".into(), T0)
             .await,
         Err(StoreError::SameApprover { .. })
     ));
@@ -699,7 +699,7 @@ async fn two_person_rule_needs_two_distinct_approvers(db: &TestDb) {
         StepStatus::NeedsApproval
     );
     store
-        .approve(&reg, &keys(), &approval_id, "bob", T0)
+        .approve(&reg, &keys(), &approval_id, &"bob".into(), T0)
         .await
         .unwrap();
     let r = ex.run_batch(10).await.unwrap();
@@ -745,7 +745,7 @@ async fn expired_gate_fails_closed(db: &TestDb) {
         .approval_id
         .clone();
     store
-        .approve(&reg, &keys(), &a2, "alice", T0)
+        .approve(&reg, &keys(), &a2, &"alice".into(), T0)
         .await
         .unwrap();
 
@@ -761,7 +761,7 @@ async fn expired_gate_fails_closed(db: &TestDb) {
         .approval_id
         .clone();
     let err = store
-        .approve(&reg, &keys(), &a1, "alice", now)
+        .approve(&reg, &keys(), &a1, &"alice".into(), now)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::ApprovalExpired { .. }), "{err}");
@@ -1256,7 +1256,7 @@ async fn a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a
         .reject(
             &reg,
             &id,
-            "alice",
+            &"alice".into(),
             "the supplier's bank letter was not verified",
             T0,
         )
@@ -1308,7 +1308,7 @@ async fn a_gated_read_runs_once_per_approval_and_a_spent_token_never_again(db: &
     assert_eq!(parked.status, CallStatus::NeedsApproval, "{parked:?}");
     let first = parked.approval_id.clone().unwrap();
     let token = store
-        .approve(&reg, &keys(), &first, "alice", T0)
+        .approve(&reg, &keys(), &first, &"alice".into(), T0)
         .await
         .unwrap();
 
@@ -1336,7 +1336,7 @@ async fn a_gated_read_runs_once_per_approval_and_a_spent_token_never_again(db: &
     // retry finds that approval spent and waits for a person again.
     let second = refused.approval_id.clone().unwrap();
     store
-        .approve(&reg, &keys(), &second, "alice", T0)
+        .approve(&reg, &keys(), &second, &"alice".into(), T0)
         .await
         .unwrap();
     let plain = ex.governed_call(read()).await.unwrap();

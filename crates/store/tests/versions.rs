@@ -85,7 +85,7 @@ async fn a_direct_approval_survives_a_raised_threshold_and_not_a_forbid(db: &Tes
         assert_eq!(parked.status, CallStatus::NeedsApproval, "{parked:?}");
         let id = parked.approval_id.unwrap();
         let token = store
-            .approve(&reg1, &keys(), &id, "alice", T0)
+            .approve(&reg1, &keys(), &id, &"alice".into(), T0)
             .await
             .unwrap();
         let claims = keys().open(&token).unwrap();
@@ -158,7 +158,7 @@ async fn a_planned_step_gated_under_another_rule_goes_back_to_the_gate(db: &Test
     assert_eq!(r[0].status, StepStatus::NeedsApproval);
     let first = r[0].outcome.as_ref().unwrap().approval_id.clone().unwrap();
     store
-        .approve(&reg1, &keys(), &first, "alice", T0)
+        .approve(&reg1, &keys(), &first, &"alice".into(), T0)
         .await
         .unwrap();
 
@@ -188,7 +188,7 @@ async fn a_planned_step_gated_under_another_rule_goes_back_to_the_gate(db: &Test
 
     // Approved under the rule that gates it now, it runs.
     store
-        .approve(&renamed.registry, &keys(), &second, "bob", T0)
+        .approve(&renamed.registry, &keys(), &second, &"bob".into(), T0)
         .await
         .unwrap();
     let r = renamed.run_batch(10).await.unwrap();

@@ -6,8 +6,8 @@
 //! transaction each.
 
 use toolgate_core::{
-    ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, InputHash, Registry, Rule, StepId,
-    StepStatus, Timestamp,
+    ApprovalClaims, ApprovalId, ApprovalKeys, ApprovalToken, InputHash, PrincipalId, Registry,
+    Rule, StepId, StepStatus, Timestamp,
 };
 
 use crate::audit::{self, AuditApproval, AuditCall, AuditDraft, AuditWho};
@@ -26,7 +26,7 @@ impl Store {
         registry: &Registry,
         keys: &ApprovalKeys,
         approval_id: &ApprovalId,
-        approver: &str,
+        approver: &PrincipalId,
         now: Timestamp,
     ) -> Result<ApprovalToken> {
         approver_of_anything(registry, approver)?;
@@ -53,7 +53,7 @@ impl Store {
         registry: &Registry,
         keys: &ApprovalKeys,
         approval_ids: &[&ApprovalId],
-        approver: &str,
+        approver: &PrincipalId,
         now: Timestamp,
     ) -> Result<Vec<ApprovalToken>> {
         approver_of_anything(registry, approver)?;
@@ -72,7 +72,7 @@ impl Store {
         &self,
         registry: &Registry,
         approval_id: &ApprovalId,
-        approver: &str,
+        approver: &PrincipalId,
         note: &str,
         now: Timestamp,
     ) -> Result<()> {
@@ -83,7 +83,7 @@ impl Store {
 }
 
 /// Only a person with an approver role decides approval requests.
-fn approver_of_anything(registry: &Registry, approver: &str) -> Result<()> {
+fn approver_of_anything(registry: &Registry, approver: &PrincipalId) -> Result<()> {
     if registry.approves_anything(approver) {
         Ok(())
     } else {
@@ -96,7 +96,7 @@ fn approver_of_anything(registry: &Registry, approver: &str) -> Result<()> {
 fn may_decide(
     registry: &Registry,
     approval_id: &ApprovalId,
-    approver: &str,
+    approver: &PrincipalId,
     principal: &str,
     tool: &str,
     rule: &Rule,
@@ -123,7 +123,7 @@ pub(crate) async fn grant(
     registry: &Registry,
     keys: &ApprovalKeys,
     approval_id: &ApprovalId,
-    approver: &str,
+    approver: &PrincipalId,
     now: Timestamp,
 ) -> Result<ApprovalToken> {
     let req = approvals::gate_request(tx, approval_id)
@@ -190,7 +190,7 @@ async fn reject(
     tx: &mut Tx,
     registry: &Registry,
     approval_id: &ApprovalId,
-    approver: &str,
+    approver: &PrincipalId,
     note: &str,
     now: Timestamp,
 ) -> Result<()> {
@@ -220,7 +220,7 @@ async fn reject(
 }
 
 /// What a step parked by `approval_id` comes to when `approver` rejects it with `note`.
-fn rejected(approval_id: &ApprovalId, approver: &str, note: &str) -> StepOutcome {
+fn rejected(approval_id: &ApprovalId, approver: &PrincipalId, note: &str) -> StepOutcome {
     let mut outcome = StepOutcome::status(StepStatus::Refused);
     outcome.rule = Some(Rule::APPROVAL_REJECTED);
     outcome.error = Some(format!("rejected by {approver}: {note}"));
@@ -235,7 +235,7 @@ fn rejection_record(
     request: ApprovalRequest,
     parked: bool,
     outcome: &StepOutcome,
-    approver: &str,
+    approver: &PrincipalId,
     note: &str,
     now: Timestamp,
 ) -> AuditDraft {

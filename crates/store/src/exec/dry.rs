@@ -102,7 +102,7 @@ impl Executor {
     pub async fn dry_decide_together(
         &self,
         reqs: &[crate::model::ApprovalRequest],
-        approver: &str,
+        approver: &PrincipalId,
     ) -> Result<Vec<DryRun>> {
         let now = self.clock.now();
         let mut pending = Vec::with_capacity(reqs.len());
