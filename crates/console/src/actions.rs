@@ -177,7 +177,7 @@ pub async fn after_grant(
     let after = exec.store.approval(approval_id).await?;
     if after.status == ApprovalStatus::Pending {
         return Ok(Approved::Waiting {
-            approved_by: after.approved_by,
+            approved_by: after.approved_by.into_iter().map(String::from).collect(),
             needed: after.approvers_needed,
         });
     }

@@ -505,7 +505,7 @@ pub fn compute(
     let budgets = budgets
         .iter()
         .map(|b| Budget {
-            principal: b.principal.clone(),
+            principal: b.principal.to_string(),
             tier: b.tier,
             used: b.used,
             limit: registry

@@ -101,7 +101,7 @@ async fn bulk_leaves_out_what_is_not_low_risk_and_says_why() {
         .review_step(
             &e.exec.registry,
             &flagged.step,
-            "model-reviewer",
+            &toolgate_core::PrincipalId::from("model-reviewer"),
             toolgate_store::ReviewVerdict::Rejected,
             "the invoice was disputed",
             e.clock_now(),

@@ -435,7 +435,7 @@ async fn the_item_shows_reason_rule_evidence_earlier_steps_and_redaction() {
         .review_step(
             &e.exec.registry,
             &p.step,
-            "fin-reviewer",
+            &toolgate_core::PrincipalId::from("fin-reviewer"),
             toolgate_store::ReviewVerdict::Approved,
             "The IBAN change is backed by the supplier's signed letter.",
             e.clock_now(),

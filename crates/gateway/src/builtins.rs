@@ -25,7 +25,9 @@ use rmcp::model::CallToolResult;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::registry::{UNPLANNED, unplanned_reason};
-use toolgate_core::{Builtin, CheckName, Clock, Registry, Rule, RunId, StepId, StepStatus};
+use toolgate_core::{
+    Builtin, CheckName, Clock, PrincipalId, Registry, Rule, RunId, StepId, StepStatus,
+};
 use toolgate_store::{
     BoxFuture, CallMeta, DirectCall, Executor, Handler, HandlerError, HandlerOutput,
     PlanSubmission, PlannedStep, ReviewVerdict, Store, StoreError, Target, assign_worker,
@@ -500,7 +502,7 @@ impl Builtins {
         let hex = key.strip_prefix("sha256:").unwrap_or(key);
         let sub = PlanSubmission {
             run_id: RunId::new(format!("plan-{}", &hex[..hex.len().min(32)])),
-            planner: meta.principal.to_string(),
+            planner: PrincipalId::from(meta.principal.as_ref()),
             goal: plan.goal,
             steps,
         };

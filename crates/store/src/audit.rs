@@ -94,7 +94,7 @@ pub enum AuditDecision {
 /// Who approved, by token fingerprint (never the token itself).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditApproval {
-    pub approvers: Vec<String>,
+    pub approvers: Vec<PrincipalId>,
     pub token_fingerprints: Vec<String>,
 }
 

@@ -215,7 +215,7 @@ pub struct ApprovalRequest {
     pub evidence: Vec<String>,
     pub rule: Rule,
     pub approvers_needed: i64,
-    pub approved_by: Vec<String>,
+    pub approved_by: Vec<PrincipalId>,
     pub status: ApprovalStatus,
     pub created_at: Timestamp,
     pub expires_at: Timestamp,
@@ -226,7 +226,7 @@ pub struct ApprovalRequest {
     /// The person who rejected it. A rejected request that names nobody was closed by a
     /// model reviewer's `step.reject`, not decided by a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decided_by: Option<String>,
+    pub decided_by: Option<PrincipalId>,
 }
 
 impl ApprovalRequest {
@@ -241,7 +241,7 @@ impl ApprovalRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalDecision {
     pub approval_id: ApprovalId,
-    pub approver: String,
+    pub approver: PrincipalId,
     pub at: Timestamp,
     /// An approval given (false: a rejection).
     pub approved: bool,
@@ -250,7 +250,7 @@ pub struct ApprovalDecision {
 /// Today's use of one budget counter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetUse {
-    pub principal: String,
+    pub principal: PrincipalId,
     pub tier: Tier,
     pub day: i64,
     pub used: i64,

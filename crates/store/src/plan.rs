@@ -25,7 +25,7 @@ pub struct PlanSubmission {
     /// Chosen by the caller: the gateway derives it from the submitting call's idempotency key,
     /// so a retried submission names the same run and creates nothing new.
     pub run_id: RunId,
-    pub planner: String,
+    pub planner: PrincipalId,
     pub goal: String,
     pub steps: Vec<PlannedStep>,
 }
@@ -71,7 +71,7 @@ impl ReviewVerdict {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Review {
     pub step_id: StepId,
-    pub reviewer: String,
+    pub reviewer: PrincipalId,
     pub verdict: ReviewVerdict,
     pub note: String,
     pub reviewed_at: Timestamp,
@@ -328,7 +328,7 @@ impl Store {
         &self,
         registry: &Registry,
         step_id: &StepId,
-        reviewer: &str,
+        reviewer: &PrincipalId,
         verdict: ReviewVerdict,
         note: &str,
         now: Timestamp,

@@ -165,7 +165,7 @@ async fn a_reviewer_rejection_refuses_a_parked_step_and_closes_its_request(db: &
         .review_step(
             &reg,
             &step_id,
-            "lead",
+            &"lead".into(),
             ReviewVerdict::Approved,
             "matches",
             T0,
@@ -187,7 +187,7 @@ async fn a_reviewer_rejection_refuses_a_parked_step_and_closes_its_request(db: &
             .review_step(
                 &reg,
                 &step_id,
-                "lead",
+                &"lead".into(),
                 ReviewVerdict::Rejected,
                 "changed my mind",
                 T0
@@ -199,7 +199,7 @@ async fn a_reviewer_rejection_refuses_a_parked_step_and_closes_its_request(db: &
         .review_step(
             &reg,
             &step_id,
-            "lead",
+            &"lead".into(),
             ReviewVerdict::Approved,
             "matches",
             T0,
@@ -211,7 +211,7 @@ async fn a_reviewer_rejection_refuses_a_parked_step_and_closes_its_request(db: &
         .review_step(
             &reg,
             &step_id,
-            "worker",
+            &"worker".into(),
             ReviewVerdict::Rejected,
             "wrong payee",
             T0,

@@ -252,7 +252,7 @@ fn rejection_record(
         ..AuditCall::new(AuditWho::of(registry, &principal), tool, None)
     };
     let rejected_by = AuditApproval {
-        approvers: vec![approver.to_string()],
+        approvers: vec![approver.clone()],
         token_fingerprints: Vec::new(),
     };
     AuditDraft::rejection(

@@ -50,7 +50,7 @@ impl Executor {
                 approvers: by
                     .iter()
                     .filter_map(Value::as_str)
-                    .map(str::to_string)
+                    .map(PrincipalId::from)
                     .collect(),
                 token_fingerprints: Vec::new(),
             });

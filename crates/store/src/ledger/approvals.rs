@@ -231,12 +231,12 @@ fn request_from_row(r: &Row, approved_by: Vec<String>) -> Result<ApprovalRequest
             .unwrap_or_default(),
         rule: Rule::new(r.text("rule")?),
         approvers_needed: r.i64("approvers_needed")?,
-        approved_by,
+        approved_by: approved_by.into_iter().map(PrincipalId::new).collect(),
         status: read_status(&status)?,
         created_at: Timestamp::from_millis(r.i64("created_at")?),
         expires_at: Timestamp::from_millis(r.i64("expires_at")?),
         decided_at: r.opt_i64("decided_at")?.map(Timestamp::from_millis),
-        decided_by: r.opt_text("decided_by")?,
+        decided_by: r.opt_text("decided_by")?.map(PrincipalId::new),
     })
 }
 
@@ -326,7 +326,7 @@ pub(crate) async fn grants(c: &mut impl Sql) -> Result<Vec<ApprovalDecision>> {
     .map(|r| {
         Ok(ApprovalDecision {
             approval_id: ApprovalId::new(r.text("approval_id")?),
-            approver: r.text("approver")?,
+            approver: PrincipalId::new(r.text("approver")?),
             at: Timestamp::from_millis(r.i64("granted_at")?),
             approved: true,
         })
@@ -346,7 +346,7 @@ pub(crate) async fn rejections(c: &mut impl Sql) -> Result<Vec<ApprovalDecision>
     .map(|r| {
         Ok(ApprovalDecision {
             approval_id: ApprovalId::new(r.text("approval_id")?),
-            approver: r.text("decided_by")?,
+            approver: PrincipalId::new(r.text("decided_by")?),
             at: Timestamp::from_millis(r.i64("decided_at")?),
             approved: false,
         })

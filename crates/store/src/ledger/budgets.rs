@@ -261,7 +261,7 @@ pub(crate) async fn usage_on(c: &mut impl Sql, day: i64) -> Result<Vec<BudgetUse
     .iter()
     .map(|r| {
         Ok(BudgetUse {
-            principal: r.text("principal")?,
+            principal: toolgate_core::PrincipalId::new(r.text("principal")?),
             tier: parse_tier(&r.text("tier")?)?,
             day: r.i64("day")?,
             used: r.i64("used")?,

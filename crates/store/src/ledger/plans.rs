@@ -39,7 +39,7 @@ pub(crate) async fn insert(
 fn review(r: &Row) -> Result<Review> {
     Ok(Review {
         step_id: StepId::new(r.text("step_id")?),
-        reviewer: r.text("reviewer")?,
+        reviewer: toolgate_core::PrincipalId::new(r.text("reviewer")?),
         verdict: ReviewVerdict::parse(&r.text("verdict")?)?,
         note: r.text("note")?,
         reviewed_at: Timestamp::from_millis(r.i64("reviewed_at")?),

@@ -83,7 +83,10 @@ impl Executor {
         now: Timestamp,
     ) -> AuditDraft {
         let approval = (!approvals.is_empty()).then(|| AuditApproval {
-            approvers: approvals.iter().map(|c| c.approver.clone()).collect(),
+            approvers: approvals
+                .iter()
+                .map(|c| PrincipalId::from(&c.approver))
+                .collect(),
             token_fingerprints: tokens.iter().map(|t| t.fingerprint()).collect(),
         });
         AuditDraft::call(
