@@ -210,20 +210,6 @@ impl GatewayServer {
         }
     }
 
-    /// One governed `tools/call` for an authenticated caller, under the current registry (the
-    /// snapshot this call takes is the one it keeps; a call already holding one uses
-    /// [`GatewayServer::governed_in`]).
-    pub async fn governed(
-        &self,
-        caller: &Caller,
-        tool: &str,
-        arguments: Option<JsonObject>,
-        meta: &JsonObject,
-    ) -> Result<rmcp::model::CallToolResult, ErrorData> {
-        self.governed_in(&self.state.surface(), caller, tool, arguments, meta)
-            .await
-    }
-
     /// One governed `tools/call` under `surface`, the one registry version the whole call
     /// keeps, however long it takes: a reload in the middle does not mix two versions' rules.
     pub(crate) async fn governed_in(
