@@ -25,7 +25,7 @@ use toolgate_contract::{
     ContractError, DefinitionHash, Lockfile, PinSet, PinVerdict, ServerIdentity,
 };
 use toolgate_core::canon::sha256_tagged;
-use toolgate_core::{Clock, Registry, Timestamp};
+use toolgate_core::{Clock, Registry, Rule, Timestamp};
 use toolgate_store::{AuditDraft, DirectCall, Store};
 
 use crate::auth::Caller;
@@ -350,7 +350,7 @@ fn drafts_for(
                 "changes": v.server_changes,
                 "listed": v.blocked.iter().map(|b| &b.tool).collect::<Vec<_>>(),
             }),
-            toolgate_core::Rule::PIN_SERVER_BLOCKED,
+            Rule::PIN_SERVER_BLOCKED,
             format!("upstream '{server}' serves nothing: {reason}"),
             reason.clone(),
             version,
@@ -384,7 +384,7 @@ fn drafts_for(
                 "label": b.label,
                 "changes": b.change.changes(),
             }),
-            toolgate_core::Rule::PIN_TOOL_BLOCKED,
+            Rule::PIN_TOOL_BLOCKED,
             format!(
                 "'{}' on upstream '{server}' is blocked ({}): {}",
                 b.tool, b.label, b.reason

@@ -376,7 +376,7 @@ async fn committable(
         return Ok(Err(Refusal::new(
             name,
             "preview",
-            toolgate_core::Rule::PREVIEW_PLAN_ID_ONLY,
+            Rule::PREVIEW_PLAN_ID_ONLY,
             format!("`{name}` takes only {{\"plan_id\"}}; arguments are never taken at commit"),
         )
         .next(format!(
@@ -391,7 +391,7 @@ async fn committable(
             return Ok(Err(Refusal::new(
                 name,
                 "preview",
-                toolgate_core::Rule::PREVIEW_UNKNOWN_PLAN,
+                Rule::PREVIEW_UNKNOWN_PLAN,
                 format!("there is no plan {plan_id} of yours for `{name}`"),
             )
             .next(again)
@@ -403,7 +403,7 @@ async fn committable(
         return Ok(Err(Refusal::new(
             name,
             "preview",
-            toolgate_core::Rule::PREVIEW_EXPIRED,
+            Rule::PREVIEW_EXPIRED,
             format!("plan {plan_id} expired"),
         )
         .next(again)
@@ -414,7 +414,7 @@ async fn committable(
         return Ok(Err(Refusal::new(
             name,
             "preview",
-            toolgate_core::Rule::PREVIEW_TOOL_CHANGED,
+            Rule::PREVIEW_TOOL_CHANGED,
             format!(
                 "plan {plan_id} was made for `{name}` version {}, which is now version {}",
                 plan.tool_version, tool.config.version
