@@ -55,6 +55,9 @@ pub struct FleetOptions {
     /// A PostgreSQL server URL whose user may create databases.
     pub postgres: String,
     pub reads_only: bool,
+    /// Calls send no `_meta` and join their principal's current run (else each names a run of
+    /// its own, which the call creates).
+    pub implicit_runs: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +215,7 @@ async fn measure(
         for &tool in tools {
             for &c in &opts.conc {
                 for g in &gateways {
-                    let script = load_script(scratch.path(), tool, g, block)?;
+                    let script = load_script(opts, scratch.path(), tool, g, block)?;
                     block += 1;
                     let db_before = postgres_cpu_us(None);
                     let own = g.database.as_deref();
@@ -249,7 +252,7 @@ async fn measure(
     }
     let mut wire = Vec::new();
     for &tool in tools {
-        let script = load_script(scratch.path(), tool, &counted, block)?;
+        let script = load_script(opts, scratch.path(), tool, &counted, block)?;
         block += 1;
         let before = counts.snapshot();
         let sql_before = counts.by_sql();
@@ -322,12 +325,19 @@ async fn start(
     Ok((gateway, child))
 }
 
-fn load_script(dir: &Path, tool: Tool, g: &Gateway, block: u64) -> anyhow::Result<PathBuf> {
+fn load_script(
+    opts: &FleetOptions,
+    dir: &Path,
+    tool: Tool,
+    g: &Gateway,
+    block: u64,
+) -> anyhow::Result<PathBuf> {
     let (key, sessions) = match tool {
         Tool::Read => (READ_KEY, &g.read_sessions),
         Tool::Write => (BENCH_KEY, &g.write_sessions),
     };
-    lua(dir, tool, Hop::ToolgateFsync, key, sessions, block, false)
+    let hop = Hop::ToolgateFsync;
+    lua(dir, tool, hop, key, sessions, block, opts.implicit_runs)
 }
 
 /// The user + system CPU time so far of every process named `postgres` on this machine, in µs;
@@ -555,11 +565,17 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
     let _ = writeln!(
         t,
         "{} rounds of {} s per point; `toolgate serve` with durability fsync; wrk on kept-alive \
-         connections, one session each. CPU per call: the `serve` process's user+system time, and \
+         connections, one session each; {}. CPU per call: the `serve` process's user+system time, and \
          every `postgres` process's (background processes and other clients of the server \
          included), over the calls of the load; `its backends`: only the processes serving the \
          gateway's own database.\n",
-        opts.rounds, opts.secs
+        opts.rounds,
+        opts.secs,
+        if opts.implicit_runs {
+            "calls send no `_meta` and join their principal's current run"
+        } else {
+            "each call names a run of its own, which it creates"
+        }
     );
     for &tool in tools {
         let _ = writeln!(

@@ -149,6 +149,10 @@ enum Cmd {
         /// Concurrency levels (connections).
         #[arg(long, value_delimiter = ',', default_value = "8,32")]
         conc: Vec<u32>,
+        /// Send no `_meta`: every call joins the principal's current run, as an unmodified
+        /// client's do (default: each call names its own run, which it creates).
+        #[arg(long)]
+        implicit_runs: bool,
         /// Reads only (no payment.schedule loads).
         #[arg(long)]
         reads_only: bool,
@@ -326,12 +330,14 @@ async fn main() -> anyhow::Result<()> {
             secs,
             rounds,
             conc,
+            implicit_runs,
             reads_only,
             toolgate,
             baseline,
         } => {
             let toolgate = toolgate_or_beside(toolgate)?;
             let table = run_fleet(&FleetOptions {
+                implicit_runs,
                 secs,
                 rounds,
                 conc,

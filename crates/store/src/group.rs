@@ -31,7 +31,8 @@
 //!
 //! A batch that gives back a budget (a call that failed after its budget was reserved) takes
 //! the transaction of several statements instead ([`ChainWriter::apply`]): that settlement reads
-//! what was reserved before undoing it.
+//! what was reserved before undoing it. So does a batch with a call that failed or was refused
+//! on its way out ([`Changes::fit_one_statement`]).
 
 use std::collections::BTreeMap;
 
@@ -102,11 +103,18 @@ pub(crate) struct Changes<'a> {
 
 impl Changes<'_> {
     /// Whether the one statement can carry these changes: not a budget given back (which
-    /// reads what it undoes).
+    /// reads what it undoes), nor a step settled to a status its run counts otherwise than a
+    /// running one (failed, refused): that moves the run's `step_tally` counts, which the
+    /// statement would lock after the chain head, where a reservation locks them before it —
+    /// the transaction settles first, in the reservation's order.
     pub(crate) fn fit_one_statement(&self) -> bool {
-        self.settles
-            .iter()
-            .all(|s| s.budget != BudgetAction::Release)
+        self.settles.iter().all(|s| {
+            s.budget != BudgetAction::Release
+                && matches!(
+                    s.outcome.status,
+                    StepStatus::Done | StepStatus::Unknown | StepStatus::Running
+                )
+        })
     }
 }
 

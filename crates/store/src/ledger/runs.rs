@@ -1,8 +1,10 @@
 //! Runs: who owns each and whether it is open, each principal's current run, and what a run
-//! did so far as the engine's policies and rate limits count it. That is read as counts (one
-//! `GROUP BY` over the run's steps), not as the steps themselves, so a call in a long run — a
-//! client that never names a run joins its principal's implicit one — costs about what a call
-//! in a short one does.
+//! did so far as the engine's policies and rate limits count it. A direct call reads that as
+//! counts kept beside the run (`step_tally`, maintained by triggers on `steps`, and
+//! `run_tally`), a few rows whatever the run's length, so a call in a long run — a client that
+//! never names a run joins its principal's implicit one — costs what a call in a short one
+//! does. A planned step counts only the steps before it, so it counts them (one `GROUP BY`
+//! over a plan's steps, which a plan bounds).
 
 use toolgate_core::{
     PriorCall, PriorCalls, PriorOutcome, RunHistory, RunId, StepStatus, Tier, Timestamp,
@@ -13,6 +15,19 @@ use crate::error::{Result, StoreError};
 use crate::model::RunState;
 use crate::store::{parse_status, parse_tier};
 
+/// A count's outcome as `step_tally` keeps it.
+fn parse_outcome(s: &str) -> Result<PriorOutcome> {
+    match s {
+        "allowed" => Ok(PriorOutcome::Allowed),
+        "denied" => Ok(PriorOutcome::Denied),
+        "gated" => Ok(PriorOutcome::Gated),
+        other => Err(StoreError::UnknownValue {
+            what: "step outcome",
+            value: other.to_string(),
+        }),
+    }
+}
+
 /// How an earlier step of the run counts: `None` for one that decided nothing yet (pending) or
 /// may run again (failed).
 fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
@@ -22,6 +37,23 @@ fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
         StepStatus::Pending | StepStatus::Failed => None,
         StepStatus::Running | StepStatus::Done | StepStatus::Unknown => Some(PriorOutcome::Allowed),
     }
+}
+
+/// A whole run's steps as counted so far (`$1`: the run), compensations left out (the
+/// A whole run's steps as the triggers count them (`$1`: the run), by outcome (in the `status`
+/// column): compensations and the steps that decided nothing yet or may run again are not.
+macro_rules! step_counts {
+    () => {
+        "SELECT 'kept' AS src, tool, tier, outcome AS status, n FROM step_tally \
+         WHERE run_id = $1 AND n > 0"
+    };
+}
+
+/// The run's calls that hold no step row (`$1`: the run).
+macro_rules! tallies {
+    () => {
+        "SELECT 'tally' AS src, tool, tier, status, n FROM run_tally WHERE run_id = $1"
+    };
 }
 
 /// The run `run_id` so far: its steps numbered below `before` (all of them for `None`),
@@ -38,6 +70,16 @@ pub(crate) async fn history(
     run_id: &str,
     before: Option<i64>,
 ) -> Result<(RunHistory, bool)> {
+    let Some(before) = before else {
+        let rows = db
+            .rows(
+                concat!(step_counts!(), " UNION ALL ", tallies!()),
+                args![run_id],
+            )
+            .await?;
+        let (history, has_steps, _) = counts(rows)?;
+        return Ok((history, has_steps));
+    };
     let rows = db
         .rows(
             "SELECT 'step' AS src, tool, tier, status, COUNT(*) AS n FROM steps \
@@ -45,12 +87,8 @@ pub(crate) async fn history(
              AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status \
              UNION ALL \
              SELECT 'tally' AS src, tool, tier, status, n FROM run_tally \
-             WHERE run_id = $1 AND (status = 'refused' OR $3 = 1)",
-            args![
-                run_id,
-                before.unwrap_or(i64::MAX),
-                i64::from(before.is_none())
-            ],
+             WHERE run_id = $1 AND status = 'refused'",
+            args![run_id, before],
         )
         .await?;
     let (history, has_steps, _) = counts(rows)?;
@@ -67,15 +105,14 @@ pub(crate) async fn history_and_owner(
 ) -> Result<(RunHistory, bool, Option<RunOwner>)> {
     let rows = db
         .rows(
-            "SELECT 'step' AS src, tool, tier, status, COUNT(*) AS n FROM steps \
-             WHERE run_id = $1 AND kind <> 'compensation' \
-             AND status NOT IN ('pending', 'failed') GROUP BY tool, tier, status \
-             UNION ALL \
-             SELECT 'tally' AS src, tool, tier, status, n FROM run_tally WHERE run_id = $1 \
-             UNION ALL \
-             SELECT 'owner' AS src, r.principal AS tool, '' AS tier, \
-             CASE WHEN p.run_id IS NULL THEN '' ELSE 'planned' END AS status, 0 AS n \
-             FROM runs r LEFT JOIN plans p ON p.run_id = r.run_id WHERE r.run_id = $1",
+            concat!(
+                step_counts!(),
+                " UNION ALL ",
+                tallies!(),
+                " UNION ALL SELECT 'owner' AS src, r.principal AS tool, '' AS tier, \
+                 CASE WHEN p.run_id IS NULL THEN '' ELSE 'planned' END AS status, 0 AS n \
+                 FROM runs r LEFT JOIN plans p ON p.run_id = r.run_id WHERE r.run_id = $1"
+            ),
             args![run_id],
         )
         .await?;
@@ -94,6 +131,19 @@ fn counts(rows: Vec<Row>) -> Result<(RunHistory, bool, Option<RunOwner>)> {
                 owner = Some(RunOwner {
                     principal: r.text("tool")?,
                     planned: r.text("status")? == "planned",
+                });
+                continue;
+            }
+            "kept" => {
+                has_steps = true;
+                let outcome = parse_outcome(&r.text("status")?)?;
+                counted.push(PriorCalls {
+                    call: PriorCall {
+                        tool: r.text("tool")?,
+                        tier: parse_tier(&r.text("tier")?)?,
+                        outcome,
+                    },
+                    n: r.i64("n")?,
                 });
                 continue;
             }

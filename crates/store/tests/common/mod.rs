@@ -90,6 +90,64 @@ impl TestDb {
     }
 }
 
+/// A run's counts as the triggers keep them, or as counted from its steps: (run, tool, tier,
+/// outcome, n), sorted.
+type Counts = Vec<(String, String, String, String, i64)>;
+
+const KEPT_COUNTS: &str = "SELECT run_id, tool, tier, outcome, n FROM step_tally WHERE n > 0 \
+     ORDER BY run_id, tool, tier, outcome";
+const COUNTED: &str = "SELECT run_id, tool, tier, \
+     CASE status WHEN 'refused' THEN 'denied' WHEN 'needs_approval' THEN 'gated' \
+     ELSE 'allowed' END AS outcome, COUNT(*) AS n FROM steps \
+     WHERE kind <> 'compensation' AND status NOT IN ('pending', 'failed') \
+     GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4";
+
+impl TestDb {
+    /// Whatever the test did to its steps, the counts the triggers keep (`step_tally`, which
+    /// deciding a direct call reads) are the counts of the steps themselves. Nothing to check
+    /// when the test made no store.
+    pub async fn assert_step_tally_exact(&self) {
+        let (kept, counted): (sqlx::Result<Counts>, sqlx::Result<Counts>) = match &self.schema {
+            None => {
+                let opts = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(self.dir.path().join("toolgate.db"))
+                    .create_if_missing(false);
+                let Ok(pool) = sqlx::SqlitePool::connect_with(opts).await else {
+                    return;
+                };
+                let kept = sqlx::query_as(KEPT_COUNTS).fetch_all(&pool).await;
+                let counted = sqlx::query_as(COUNTED).fetch_all(&pool).await;
+                pool.close().await;
+                (kept, counted)
+            }
+            Some(schema) => {
+                let Ok(pool) = sqlx::PgPool::connect(&self.url).await else {
+                    return;
+                };
+                let mut c = pool.acquire().await.expect("a connection");
+                let set = format!("SET search_path TO \"{schema}\"");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(set))
+                    .execute(&mut *c)
+                    .await
+                    .expect("search_path");
+                let kept = sqlx::query_as(KEPT_COUNTS).fetch_all(&mut *c).await;
+                let counted = sqlx::query_as(COUNTED).fetch_all(&mut *c).await;
+                drop(c);
+                pool.close().await;
+                (kept, counted)
+            }
+        };
+        // No store, no tables: the test made none.
+        let (Ok(kept), Ok(counted)) = (kept, counted) else {
+            return;
+        };
+        assert_eq!(
+            kept, counted,
+            "step_tally (left) drifted from the steps (right)"
+        );
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(schema) = self.schema.take() {
@@ -329,6 +387,7 @@ macro_rules! both_backends {
                 async fn $name() {
                     let db = super::TestDb::new(super::Backend::Sqlite).await.unwrap();
                     super::$name(&db).await;
+                    db.assert_step_tally_exact().await;
                 }
             )*
         }
@@ -338,6 +397,7 @@ macro_rules! both_backends {
                 async fn $name() {
                     let Some(db) = super::TestDb::new(super::Backend::Postgres).await else { return };
                     super::$name(&db).await;
+                    db.assert_step_tally_exact().await;
                 }
             )*
         }
