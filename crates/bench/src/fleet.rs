@@ -6,7 +6,10 @@
 //! afterwards) on the server at `--postgres`. wrk posts `tools/call` on kept-alive connections,
 //! one MCP session per connection, for a read (`invoice.search`) and a write
 //! (`payment.schedule`, a distinct invoice per request), at each concurrency, in alternated
-//! rounds. For each load it reads:
+//! rounds.
+//!
+//! Each gateway first takes a few seconds of unmeasured load per tool (a fresh database's first
+//! seconds cost more than its steady state). Then, for each load:
 //!
 //! - calls/s, p50 and p99 as wrk saw them;
 //! - toolgate's CPU per call (user + system time of the `serve` process over its calls);
@@ -39,6 +42,9 @@ use toolgate_fakes::{FakeServer, FaultPlan, Recorder, finance::Finance};
 use crate::BENCH_KEY;
 use crate::crash::{FakeHttp, free_port, spawn_gateway};
 use crate::peers::{Hop, Sample, Tool, group, lua, open_session, range, registry, which, wrk};
+
+/// Seconds of unmeasured load per gateway and tool before the first round.
+const WARM_UP_SECS: u64 = 3;
 
 /// The finance example's planner: may read invoices.
 const READ_KEY: &str = "tgdev_fin_planner";
@@ -211,6 +217,17 @@ async fn measure(
     };
     let mut points = Vec::new();
     let mut block = 0u64;
+    // Warm-up, not measured: a fresh database's first seconds of load cost more (its tables,
+    // indexes and write-ahead log growing into new files), and measured so they would count
+    // against whichever gateway went first.
+    for &tool in tools {
+        for g in &gateways {
+            let script = load_script(opts, scratch.path(), tool, g, block)?;
+            block += 1;
+            let most = u32::try_from(most).unwrap_or(u32::MAX);
+            wrk(&g.url, &script, most, WARM_UP_SECS, g.pid).await?;
+        }
+    }
     for round in 1..=opts.rounds {
         for &tool in tools {
             for &c in &opts.conc {
