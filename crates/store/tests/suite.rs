@@ -36,6 +36,7 @@ both_backends!(
     a_retry_that_meets_its_unsettled_call_is_not_a_denial,
     a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a_new_one,
     a_gated_read_runs_once_per_approval_and_a_spent_token_never_again,
+    a_runs_counts_follow_every_change_of_its_steps,
 );
 
 fn direct(tool: &str, inputs: Value) -> DirectCall {
@@ -1345,4 +1346,78 @@ async fn a_gated_read_runs_once_per_approval_and_a_spent_token_never_again(db: &
     let next = ex.governed_call(read()).await.unwrap();
     assert_eq!(next.status, CallStatus::NeedsApproval, "{next:?}");
     assert_eq!(fake.count("payment.statement"), 2);
+}
+
+/// The counts a run is decided on are kept by triggers as its steps change: a step inserted in
+/// every status, moved from every status to every other, compensations among them, and some
+/// deleted, leave the kept counts equal to a count of the steps at each point (checked here, and
+/// after every test of this suite).
+async fn a_runs_counts_follow_every_change_of_its_steps(db: &TestDb) {
+    const STATUSES: [&str; 7] = [
+        "pending",
+        "running",
+        "needs_approval",
+        "done",
+        "failed",
+        "refused",
+        "unknown",
+    ];
+    let store = db.store(StoreConfig::default()).await;
+    for run in ["counted-a", "counted-b"] {
+        store
+            .execute_raw(&format!(
+                "INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+                 VALUES ('{run}', 'worker', NULL, 'open', 1, 1)"
+            ))
+            .await
+            .unwrap();
+    }
+    let mut n = 0;
+    for from in STATUSES {
+        for to in STATUSES.iter().filter(|&&to| to != from) {
+            for kind in ["direct", "compensation"] {
+                n += 1;
+                let run = if n % 2 == 0 { "counted-a" } else { "counted-b" };
+                let (tool, tier) = if n % 3 == 0 {
+                    ("ticket.read", "read")
+                } else {
+                    ("payment.schedule", "spend")
+                };
+                store
+                    .execute_raw(&format!(
+                        "INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, \
+                         effect, tier, inputs, input_hash, idem_key, status, created_at, \
+                         updated_at) VALUES ('s{n}', '{run}', {n}, '{kind}', 'worker', 'agent', \
+                         '{tool}', 'write', '{tier}', '{{}}', 'h{n}', 'k{n}', '{from}', 1, 1)"
+                    ))
+                    .await
+                    .unwrap();
+                let moved = store
+                    .execute_raw(&format!(
+                        "UPDATE steps SET status = '{to}' WHERE step_id = 's{n}'"
+                    ))
+                    .await
+                    .unwrap();
+                assert_eq!(moved, 1);
+            }
+        }
+    }
+    // An update that leaves the status as it was, and one of another column.
+    store
+        .execute_raw("UPDATE steps SET status = status, attempts = 1 WHERE seq % 5 = 0")
+        .await
+        .unwrap();
+    db.assert_step_tally_exact().await;
+    let deleted = store
+        .execute_raw("DELETE FROM steps WHERE seq % 3 = 1")
+        .await
+        .unwrap();
+    assert!(deleted > 0);
+    db.assert_step_tally_exact().await;
+    // Something was counted, so the comparison above compared something.
+    let kept = store
+        .execute_raw("UPDATE step_tally SET n = n WHERE n > 0")
+        .await
+        .unwrap();
+    assert!(kept >= 6, "only {kept} counts kept");
 }
