@@ -126,7 +126,8 @@ fn counts(rows: Vec<Row>) -> Result<(RunHistory, bool, Option<RunOwner>)> {
     let mut has_steps = false;
     let mut owner = None;
     for r in rows {
-        match r.text("src")?.as_str() {
+        let src = r.text("src")?;
+        let outcome = match src.as_str() {
             "owner" => {
                 owner = Some(RunOwner {
                     principal: r.text("tool")?,
@@ -134,23 +135,13 @@ fn counts(rows: Vec<Row>) -> Result<(RunHistory, bool, Option<RunOwner>)> {
                 });
                 continue;
             }
-            "kept" => {
-                has_steps = true;
-                let outcome = parse_outcome(&r.text("status")?)?;
-                counted.push(PriorCalls {
-                    call: PriorCall {
-                        tool: r.text("tool")?,
-                        tier: parse_tier(&r.text("tier")?)?,
-                        outcome,
-                    },
-                    n: r.i64("n")?,
-                });
-                continue;
-            }
-            "step" => has_steps = true,
-            _ => {}
-        }
-        let Some(outcome) = prior_outcome(parse_status(&r.text("status")?)?) else {
+            // Kept by the triggers as the outcome itself.
+            "kept" => Some(parse_outcome(&r.text("status")?)?),
+            // Counted from steps or run_tally by status.
+            _ => prior_outcome(parse_status(&r.text("status")?)?),
+        };
+        has_steps |= src == "kept" || src == "step";
+        let Some(outcome) = outcome else {
             continue;
         };
         counted.push(PriorCalls {
