@@ -79,6 +79,40 @@ impl BatchCache {
     }
 }
 
+/// PostgreSQL: locks the daily budget counters a reservation batch may charge, sorted, before
+/// the batch writes anything. A batch charges a counter call by call, after the call's key is
+/// inserted; two gateways' batches holding calls of one principal (a client that sent the same
+/// calls to both) would otherwise each hold a key the other needs while one waits for the
+/// counter the other holds — a deadlock PostgreSQL breaks only after a second. Taken first, a
+/// counter makes the second batch wait holding nothing. (SQLite: the batch holds the only write
+/// lock already.)
+pub(crate) async fn lock_counters(
+    tx: &mut Tx,
+    cache: &mut BatchCache,
+    counters: &[(String, Tier, i64)],
+) -> Result<()> {
+    if !tx.is_pg() {
+        return Ok(());
+    }
+    for (id, tier, day) in counters {
+        if cache.ensured.insert((id.clone(), *tier, *day)) {
+            tx.exec(
+                "INSERT INTO budget_usage (principal, tier, day, used) VALUES ($1, $2, $3, 0) \
+                 ON CONFLICT (principal, tier, day) DO NOTHING",
+                args![id, tier.as_str(), *day],
+            )
+            .await?;
+        }
+        tx.rows(
+            "SELECT used FROM budget_usage WHERE principal = $1 AND tier = $2 AND day = $3 \
+             FOR UPDATE",
+            args![id, tier.as_str(), *day],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Takes one unit of `tier`'s budget of each counter in `limited` (sorted, so every worker
 /// takes them in one order and none deadlock) for `step_id`. Returns the first counter that
 /// Returns whether they were all taken: when one is used up, nothing is.

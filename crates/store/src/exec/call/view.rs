@@ -137,6 +137,23 @@ impl Executor {
         })
     }
 
+    /// The daily budget counters `p` would charge if allowed — (principal, tier, day) for
+    /// everyone on its chain with a daily budget for its tool's tier — sorted.
+    pub(crate) fn budget_counters(&self, p: &Pending, now: Timestamp) -> Vec<(String, Tier, i64)> {
+        let Some(tier) = self.registry.tool(&p.tool).map(|t| t.config.tier) else {
+            return Vec::new();
+        };
+        let day = now.utc_day();
+        let mut counters: Vec<_> = self
+            .budget_chain(p)
+            .into_iter()
+            .filter(|id| self.daily_limit(id, tier).is_some())
+            .map(|id| (id, tier, day))
+            .collect();
+        counters.sort();
+        counters
+    }
+
     /// The principal and every ancestor it draws from.
     fn budget_chain(&self, p: &Pending) -> Vec<String> {
         self.registry
