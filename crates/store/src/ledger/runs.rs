@@ -39,7 +39,6 @@ fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
     }
 }
 
-/// A whole run's steps as counted so far (`$1`: the run), compensations left out (the
 /// A whole run's steps as the triggers count them (`$1`: the run), by outcome (in the `status`
 /// column): compensations and the steps that decided nothing yet or may run again are not.
 macro_rules! step_counts {
