@@ -114,13 +114,15 @@ async fn batch(
         pool.begin_relaxed().await?
     };
     let mut cache = BatchCache::default();
-    let mut counters: Vec<_> = jobs
-        .iter()
-        .flat_map(|j| j.exec.budget_counters(&j.p, j.now))
-        .collect();
-    counters.sort();
-    counters.dedup();
-    crate::ledger::budgets::lock_counters(&mut tx, &mut cache, &counters).await?;
+    if pool.is_pg() {
+        let mut counters: Vec<_> = jobs
+            .iter()
+            .flat_map(|j| j.exec.budget_counters(&j.p, j.now))
+            .collect();
+        counters.sort();
+        counters.dedup();
+        crate::ledger::budgets::lock_counters(&mut tx, &mut cache, &counters).await?;
+    }
     let mut out = Vec::with_capacity(jobs.len());
     for (j, p) in jobs.iter().zip(inputs) {
         // Each call reads its run inside this transaction, so it sees the calls before it.

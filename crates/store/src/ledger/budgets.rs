@@ -84,16 +84,13 @@ impl BatchCache {
 /// inserted; two gateways' batches holding calls of one principal (a client that sent the same
 /// calls to both) would otherwise each hold a key the other needs while one waits for the
 /// counter the other holds — a deadlock PostgreSQL breaks only after a second. Taken first, a
-/// counter makes the second batch wait holding nothing. (SQLite: the batch holds the only write
-/// lock already.)
+/// counter makes the second batch wait holding nothing. (Not needed on SQLite: the batch holds
+/// the only write lock already.)
 pub(crate) async fn lock_counters(
     tx: &mut Tx,
     cache: &mut BatchCache,
     counters: &[(String, Tier, i64)],
 ) -> Result<()> {
-    if !tx.is_pg() {
-        return Ok(());
-    }
     for (id, tier, day) in counters {
         if cache.ensured.insert((id.clone(), *tier, *day)) {
             tx.exec(
