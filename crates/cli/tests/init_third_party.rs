@@ -49,11 +49,6 @@ fn installed() -> Option<(PathBuf, PathBuf)> {
     None
 }
 
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// Kills `toolgate serve` when the test ends, passed or not.
 struct Serving(std::process::Child);
 
@@ -186,7 +181,6 @@ async fn init_check_serve_call(case: Case) {
 
     // serve, then the Python SDK's Client as its README shows it: a URL, no `_meta`.
     let t2 = Instant::now();
-    let addr = free_addr();
     let log = tmp.path().join("serve.log");
     let log_file = std::fs::File::create(&log).unwrap();
     let _serving = Serving(
@@ -194,9 +188,7 @@ async fn init_check_serve_call(case: Case) {
             .arg("serve")
             .arg("-c")
             .arg(&dir)
-            .arg("--http")
-            .arg(&addr)
-            .arg("--no-watch")
+            .args(["--http", "127.0.0.1:0", "--no-watch"])
             .env(
                 "TOOLGATE_APPROVAL_KEY",
                 "init-test-approval-key-0123456789abcdef",
@@ -211,6 +203,9 @@ async fn init_check_serve_call(case: Case) {
             .spawn()
             .unwrap(),
     );
+    let addr = toolgate_testkit::served_addr(&dir, _serving.0.id(), Some(&log))
+        .await
+        .to_string();
     wait_ready(&addr, &log).await;
     let t_ready = t2.elapsed();
     let script = json!({

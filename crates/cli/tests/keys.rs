@@ -51,11 +51,6 @@ fn toolgate(args: &[&str], dir: &Path) -> Command {
     c
 }
 
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
 /// Kills the server when the test ends, whatever happens.
 struct Server(Child);
 
@@ -138,15 +133,17 @@ fn readyz(addr: SocketAddr, server: &mut Server) -> serde_json::Value {
     }
 }
 
-fn serve(dir: &Path, addr: SocketAddr, extra: &[&str], env: &[(&str, &str)]) -> Server {
-    let a = addr.to_string();
-    let mut args = vec!["serve", "--http", a.as_str(), "--no-watch"];
+/// `toolgate serve` on a port it picks; the server and the address it bound.
+fn serve(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> (Server, SocketAddr) {
+    let mut args = vec!["serve", "--http", "127.0.0.1:0", "--no-watch"];
     args.extend_from_slice(extra);
     let mut c = toolgate(&args, dir);
     for (k, v) in env {
         c.env(k, v);
     }
-    Server(c.spawn().unwrap())
+    let server = Server(c.spawn().unwrap());
+    let addr = toolgate_testkit::served_addr_blocking(dir, server.0.id(), None);
+    (server, addr)
 }
 
 fn write_key(path: &Path, key: &str, mode: u32) {
@@ -210,10 +207,8 @@ fn serve_and_worker_without_keys_refuse_to_start_saying_how_to_give_them() {
 #[test]
 fn serve_starts_with_keys_from_the_environment() {
     let (_t, dir) = finance();
-    let addr = free_addr();
-    let mut s = serve(
+    let (mut s, addr) = serve(
         &dir,
-        addr,
         &[],
         &[
             ("TOOLGATE_APPROVAL_KEY", APPROVAL),
@@ -238,8 +233,7 @@ fn serve_starts_with_keys_from_files_and_refuses_a_file_everyone_can_read() {
     );
     write_key(&a, APPROVAL, 0o600);
     write_key(&r, REDACTION, 0o640);
-    let addr = free_addr();
-    let mut s = serve(&dir, addr, &[], &[]);
+    let (mut s, addr) = serve(&dir, &[], &[]);
     let body = readyz(addr, &mut s);
     assert_eq!(body["keys"]["approval"], "configured", "{body}");
     assert_eq!(body["keys"]["redaction"], "configured", "{body}");
@@ -265,8 +259,7 @@ fn serve_starts_with_keys_from_files_and_refuses_a_file_everyone_can_read() {
 #[test]
 fn serve_dev_starts_without_keys_and_says_what_it_gives_up() {
     let (_t, dir) = finance();
-    let addr = free_addr();
-    let mut s = serve(&dir, addr, &["--dev"], &[]);
+    let (mut s, addr) = serve(&dir, &["--dev"], &[]);
     let r = readyz(addr, &mut s);
     assert_eq!(r["keys"]["approval"], "dev", "{r}");
     assert_eq!(r["keys"]["redaction"], "dev", "{r}");

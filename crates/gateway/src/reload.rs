@@ -110,6 +110,10 @@ pub struct ServeStatus {
     /// The version serving now, and since when.
     pub serving: VersionInfo,
     pub serving_since: i64,
+    /// The MCP endpoint served over HTTP, at the address actually bound (so a server started
+    /// on port 0 can be found); absent with stdio only, and until the listener is bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
     /// The last reload attempt (applied, unchanged or refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reload: Option<ReloadReport>,
@@ -155,6 +159,7 @@ impl Reloader {
             started_at: now,
             serving,
             serving_since: now,
+            http: None,
             last_reload: None,
             last_refused: None,
         };
@@ -170,6 +175,12 @@ impl Reloader {
     /// Writes the status file now and after every reload attempt, until [`Self::clear_status`].
     pub fn keep_status_file(&self) {
         self.write_status.store(true, Ordering::SeqCst);
+        self.save_status();
+    }
+
+    /// Records the MCP endpoint the HTTP listener serves, in the status file.
+    pub fn set_http(&self, url: String) {
+        self.status.lock().expect("status").http = Some(url);
         self.save_status();
     }
 

@@ -544,6 +544,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), GatewayError> {
             .clone()
             .unwrap_or_else(|| gw.state.registry().gateway.server.http.clone());
         let (local, fut) = gw.bind_http(&addr, shutdown.clone()).await?;
+        gw.reloader.set_http(format!("http://{local}/mcp"));
         gw.spawn_notifier(&local.to_string(), shutdown.clone());
         Some(tokio::spawn(fut))
     } else {

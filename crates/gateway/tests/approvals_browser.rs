@@ -193,13 +193,12 @@ impl Setup {
         let store_path = tmp.path().join("store.db");
         write_registry(&dir, &record, &store_path);
         edit(&dir);
-        let port = free_port();
         let log = tmp.path().join("serve.log");
         let logf = std::fs::File::create(&log).unwrap();
         let serve = tokio::process::Command::new(workspace_binary("toolgate", "toolgate"))
             .args(["serve", "-c"])
             .arg(&dir)
-            .args(["--http", &format!("127.0.0.1:{port}"), "--no-watch"])
+            .args(["--http", "127.0.0.1:0", "--no-watch"])
             .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
             .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
             .env("TOOLGATE_FAKE_FINANCE_BULK", "1")
@@ -210,6 +209,9 @@ impl Setup {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        let port = toolgate_testkit::served_addr(&dir, serve.id().expect("running"), Some(&log))
+            .await
+            .port();
         let http = reqwest::Client::builder().no_proxy().build().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         while !http

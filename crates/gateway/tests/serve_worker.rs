@@ -70,14 +70,6 @@ fn write_registry(dir: &Path, record: &Path) {
     toolgate_gateway::pins::rehome_lock(dir).unwrap();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn toolgate() -> Command {
     let mut c = Command::new(workspace_binary("toolgate", "toolgate"));
     c.env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
@@ -137,13 +129,13 @@ impl Drop for Process {
     }
 }
 
-/// `toolgate serve` on `dir` at a free port, once `/readyz` says ready; its MCP URL.
+/// `toolgate serve` on `dir` at a port it picks, once `/readyz` says ready; its MCP URL.
 async fn serve(dir: &Path, extra: &[&str]) -> (Process, String) {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut args = vec!["serve", "--http", addr.as_str(), "--no-watch"];
+    let mut args = vec!["serve", "--http", "127.0.0.1:0", "--no-watch"];
     args.extend_from_slice(extra);
-    let p = Process::start(&args, dir, dir.join(format!("serve-{port}.log")));
+    let log = dir.join("serve.log");
+    let p = Process::start(&args, dir, log.clone());
+    let addr = toolgate_testkit::served_addr(dir, p.child.id(), Some(&log)).await;
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !http

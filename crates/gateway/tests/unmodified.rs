@@ -38,7 +38,9 @@ pub struct Served {
     _tmp: tempfile::TempDir,
     pub dir: PathBuf,
     pub url: String,
-    addr: std::net::SocketAddr,
+    /// Where it serves: picked by the first `serve` (port 0), kept by restarts so clients
+    /// reconnect to the same URL.
+    addr: Option<std::net::SocketAddr>,
     record: PathBuf,
     log: PathBuf,
     child: Option<tokio::process::Child>,
@@ -114,12 +116,9 @@ impl Served {
         );
         std::fs::write(&top, text).unwrap();
         toolgate_gateway::pins::rehome_lock(&dir).unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        drop(listener);
         let mut s = Served {
-            url: format!("http://{addr}/mcp"),
-            addr,
+            url: String::new(),
+            addr: None,
             log: tmp.path().join("serve.log"),
             record,
             dir,
@@ -142,7 +141,7 @@ impl Served {
             .arg("-c")
             .arg(&self.dir)
             .arg("--http")
-            .arg(self.addr.to_string())
+            .arg(self.addr.map_or("127.0.0.1:0".to_string(), |a| a.to_string()))
             .arg("--no-watch")
             .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
             .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)
@@ -152,8 +151,12 @@ impl Served {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        let pid = child.id().expect("running");
         self.child = Some(child);
-        let ready = format!("http://{}/readyz", self.addr);
+        let addr = toolgate_testkit::served_addr(&self.dir, pid, Some(&self.log)).await;
+        self.addr = Some(addr);
+        self.url = format!("http://{addr}/mcp");
+        let ready = format!("http://{addr}/readyz");
         let http = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {

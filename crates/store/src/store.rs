@@ -110,6 +110,8 @@ pub(crate) struct Inner {
     /// Each principal's current run (calls that name none), and when this process last told
     /// the store it was used: the store is written at most once a minute per principal.
     current_runs: std::sync::Mutex<HashMap<PrincipalId, (RunId, i64)>>,
+    /// Held while a principal's current run is written ([`Store::current_run`]).
+    refreshing_run: tokio::sync::Mutex<()>,
     /// Reads made without a reservation that are not recorded yet, per (run, tool): a call of
     /// the same run decided meanwhile counts them (see `exec::call::read`).
     pub(crate) unrecorded: std::sync::Mutex<HashMap<(String, String), i64>>,
@@ -260,6 +262,7 @@ impl Store {
                 reserver,
                 wal_ready,
                 current_runs: Default::default(),
+                refreshing_run: Default::default(),
                 unrecorded: Default::default(),
             }),
         })
@@ -289,10 +292,20 @@ impl Store {
     ) -> Result<RunId> {
         const TOUCH_MS: i64 = 60_000;
         let idle_ms = idle.as_millis() as i64;
-        if let Some((run, touched)) = self.inner.current_runs.lock().expect("runs").get(principal)
-            && now.millis() - touched < TOUCH_MS.min(idle_ms)
-        {
-            return Ok(run.clone());
+        let cached = || {
+            let runs = self.inner.current_runs.lock().expect("runs");
+            let (run, touched) = runs.get(principal)?;
+            (now.millis() - touched < TOUCH_MS.min(idle_ms)).then(|| run.clone())
+        };
+        if let Some(run) = cached() {
+            return Ok(run);
+        }
+        // One refresh at a time: the calls of a principal that arrive together once its row
+        // is a minute old would each write the row, queued on its lock; the first writes it
+        // and the others find it in the cache.
+        let _one = self.inner.refreshing_run.lock().await;
+        if let Some(run) = cached() {
+            return Ok(run);
         }
         let fresh = format!("auto-{}", new_id());
         let mut tx = self.begin().await?;

@@ -37,6 +37,7 @@ both_backends!(
     a_parked_call_retried_meets_its_request_its_rejection_or_after_expiry_a_new_one,
     a_gated_read_runs_once_per_approval_and_a_spent_token_never_again,
     a_runs_counts_follow_every_change_of_its_steps,
+    many_calls_that_find_a_principals_current_run_stale_write_it_once,
 );
 
 fn direct(tool: &str, inputs: Value) -> DirectCall {
@@ -1420,4 +1421,51 @@ async fn a_runs_counts_follow_every_change_of_its_steps(db: &TestDb) {
         .await
         .unwrap();
     assert!(kept >= 6, "only {kept} counts kept");
+}
+
+/// A principal's current run (its calls that name none) is written to the store at most once a
+/// minute; when many of its calls arrive together once that minute is up, one of them writes
+/// it and the others use what it wrote.
+async fn many_calls_that_find_a_principals_current_run_stale_write_it_once(db: &TestDb) {
+    let store = db.store(StoreConfig::default()).await;
+    let count_writes = match db.backend {
+        Backend::Sqlite => {
+            "CREATE TABLE run_writes (n INTEGER); \
+             CREATE TRIGGER run_written AFTER INSERT ON principal_runs \
+             BEGIN INSERT INTO run_writes VALUES (1); END; \
+             CREATE TRIGGER run_rewritten AFTER UPDATE ON principal_runs \
+             BEGIN INSERT INTO run_writes VALUES (1); END;"
+        }
+        Backend::Postgres => {
+            "CREATE TABLE run_writes (n INTEGER); \
+             CREATE FUNCTION run_written() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN INSERT INTO run_writes VALUES (1); RETURN NULL; END $$; \
+             CREATE TRIGGER run_written AFTER INSERT OR UPDATE ON principal_runs \
+             FOR EACH ROW EXECUTE FUNCTION run_written();"
+        }
+    };
+    store.execute_raw(count_writes).await.unwrap();
+    let writes = || store.execute_raw("DELETE FROM run_writes");
+    let worker = toolgate_core::PrincipalId::new("worker");
+    let idle = std::time::Duration::from_secs(30 * 60);
+    let at = |ms: i64| toolgate_core::Timestamp::from_millis(1_700_000_000_000 + ms);
+    let t0 = at(0);
+    let first = store.current_run(&worker, t0, idle).await.unwrap();
+    assert_eq!(writes().await.unwrap(), 1, "the first call makes the row");
+    let again = store
+        .current_run(&worker, at(59_000), idle)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert_eq!(writes().await.unwrap(), 0, "within the minute: no write");
+
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (store, worker) = (store.clone(), worker.clone());
+        calls.spawn(async move { store.current_run(&worker, at(61_000), idle).await });
+    }
+    while let Some(run) = calls.join_next().await {
+        assert_eq!(run.unwrap().unwrap(), first, "still the same run: it was not idle");
+    }
+    assert_eq!(writes().await.unwrap(), 1, "sixteen stale calls, one write");
 }

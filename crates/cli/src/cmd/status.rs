@@ -47,6 +47,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<Exit> {
             status.config_dir,
             at(status.started_at)
         )?;
+        if let Some(url) = &status.http {
+            writeln!(out, "mcp:      {url}")?;
+        }
         writeln!(
             out,
             "serving:  {} ({}) since {}",
