@@ -141,7 +141,10 @@ impl Served {
             .arg("-c")
             .arg(&self.dir)
             .arg("--http")
-            .arg(self.addr.map_or("127.0.0.1:0".to_string(), |a| a.to_string()))
+            .arg(
+                self.addr
+                    .map_or("127.0.0.1:0".to_string(), |a| a.to_string()),
+            )
             .arg("--no-watch")
             .env("TOOLGATE_APPROVAL_KEY", APPROVAL_KEY)
             .env("TOOLGATE_REDACTION_KEY", REDACTION_KEY)

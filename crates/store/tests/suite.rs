@@ -1452,10 +1452,7 @@ async fn many_calls_that_find_a_principals_current_run_stale_write_it_once(db: &
     let t0 = at(0);
     let first = store.current_run(&worker, t0, idle).await.unwrap();
     assert_eq!(writes().await.unwrap(), 1, "the first call makes the row");
-    let again = store
-        .current_run(&worker, at(59_000), idle)
-        .await
-        .unwrap();
+    let again = store.current_run(&worker, at(59_000), idle).await.unwrap();
     assert_eq!(again, first);
     assert_eq!(writes().await.unwrap(), 0, "within the minute: no write");
 
@@ -1465,7 +1462,11 @@ async fn many_calls_that_find_a_principals_current_run_stale_write_it_once(db: &
         calls.spawn(async move { store.current_run(&worker, at(61_000), idle).await });
     }
     while let Some(run) = calls.join_next().await {
-        assert_eq!(run.unwrap().unwrap(), first, "still the same run: it was not idle");
+        assert_eq!(
+            run.unwrap().unwrap(),
+            first,
+            "still the same run: it was not idle"
+        );
     }
     assert_eq!(writes().await.unwrap(), 1, "sixteen stale calls, one write");
 }
