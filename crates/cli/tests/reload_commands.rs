@@ -86,6 +86,14 @@ fn reload_and_status_reach_the_running_server() {
         "{}",
         text(&o)
     );
+    // Started on port 0: the status says where it is.
+    let status = toolgate_testkit::served_addr_blocking(&dir, _server.0.id(), None);
+    assert_ne!(status.port(), 0);
+    assert!(
+        text(&o).contains(&format!("mcp:      http://{status}/mcp")),
+        "{}",
+        text(&o)
+    );
     assert!(
         text(&o).contains("on disk:  the same version"),
         "{}",
