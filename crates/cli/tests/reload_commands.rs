@@ -73,12 +73,9 @@ fn reload_and_status_reach_the_running_server() {
             .spawn()
             .unwrap(),
     );
-    let status_file = dir.join(".toolgate/serve.json");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !status_file.exists() {
-        assert!(Instant::now() < deadline, "toolgate serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Started on port 0: the status file says where it is once it is listening.
+    let addr = toolgate_testkit::served_addr_blocking(&dir, _server.0.id(), None);
+    assert_ne!(addr.port(), 0);
     let o = toolgate(&["status"], &dir);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
@@ -86,11 +83,8 @@ fn reload_and_status_reach_the_running_server() {
         "{}",
         text(&o)
     );
-    // Started on port 0: the status says where it is.
-    let status = toolgate_testkit::served_addr_blocking(&dir, _server.0.id(), None);
-    assert_ne!(status.port(), 0);
     assert!(
-        text(&o).contains(&format!("mcp:      http://{status}/mcp")),
+        text(&o).contains(&format!("mcp:      http://{addr}/mcp")),
         "{}",
         text(&o)
     );
