@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 fn toolgate(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_toolgate"))
