@@ -106,32 +106,13 @@ pub(crate) struct KeyStep {
     pub run_id: RunId,
 }
 
-/// The record of `key` with the step that holds it (as [`held`]), and the step row that
-/// carries `key` in its key column ([`KeyStep`]): what a direct call's view and its
-/// reservation need of the key, in one statement.
-pub(crate) async fn held_and_step(
-    tx: &mut Tx,
-    key: &IdempotencyKey,
-) -> Result<(Option<HeldKey>, Option<KeyStep>)> {
-    let Some(r) = tx
-        .opt(
-            "SELECT i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, h.principal, \
-             h.created_at, h.status, s.step_id AS own_step, s.attempts AS own_attempts, \
-             s.principal AS own_principal, s.updated_at AS own_updated_at, \
-             s.run_id AS own_run_id \
-             FROM (SELECT $1 AS k) q LEFT JOIN idempotency i ON i.idem_key = q.k \
-             LEFT JOIN steps h ON h.step_id = i.step_id LEFT JOIN steps s ON s.idem_key = q.k",
-            args![key.as_str()],
-        )
-        .await?
-    else {
-        return Err(crate::error::StoreError::Bug(
-            "the key lookup returned no row".into(),
-        ));
-    };
+/// From the key's row of [`crate::ledger::runs::history_and_key`]: the record of the key with
+/// the step that holds it (as [`held`] reads it: `input_hash` … `status`), and the step row
+/// that carries the key in its key column ([`KeyStep`]: `own_step` … `own_run_id`).
+pub(crate) fn held_and_step_of(r: &Row) -> Result<(Option<HeldKey>, Option<KeyStep>)> {
     let held = match r.opt_text("input_hash")? {
         None => None,
-        Some(_) => Some(HeldKey::read(&r)?),
+        Some(_) => Some(HeldKey::read(r)?),
     };
     let step = match r.opt_text("own_step")? {
         None => None,

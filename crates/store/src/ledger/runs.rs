@@ -12,6 +12,7 @@ use toolgate_core::{
 
 use crate::db::{Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
+use crate::ledger::keys::{self, HeldKey, KeyStep};
 use crate::model::RunState;
 use crate::store::{parse_status, parse_tier};
 
@@ -41,17 +42,31 @@ fn prior_outcome(status: StepStatus) -> Option<PriorOutcome> {
 
 /// A whole run's steps as the triggers count them (`$1`: the run), by outcome (in the `status`
 /// column): compensations and the steps that decided nothing yet or may run again are not.
+/// With a literal, these columns are added to each row.
 macro_rules! step_counts {
     () => {
-        "SELECT 'kept' AS src, tool, tier, outcome AS status, n FROM step_tally \
-         WHERE run_id = $1 AND n > 0"
+        step_counts!("")
+    };
+    ($more:literal) => {
+        concat!(
+            "SELECT 'kept' AS src, tool, tier, outcome AS status, n",
+            $more,
+            " FROM step_tally WHERE run_id = $1 AND n > 0"
+        )
     };
 }
 
-/// The run's calls that hold no step row (`$1`: the run).
+/// The run's calls that hold no step row (`$1`: the run). With a literal, as `step_counts!`.
 macro_rules! tallies {
     () => {
-        "SELECT 'tally' AS src, tool, tier, status, n FROM run_tally WHERE run_id = $1"
+        tallies!("")
+    };
+    ($more:literal) => {
+        concat!(
+            "SELECT 'tally' AS src, tool, tier, status, n",
+            $more,
+            " FROM run_tally WHERE run_id = $1"
+        )
     };
 }
 
@@ -116,6 +131,48 @@ pub(crate) async fn history_and_owner(
         )
         .await?;
     counts(rows)
+}
+
+/// A direct call's run so far (as [`history`] reads it for a direct call) and its idempotency
+/// key as the ledger holds it (as [`keys::held_and_step_of`] reads it), in one statement: what
+/// deciding a direct call that replays needs of its run and its key, in one round trip (on
+/// PostgreSQL also one snapshot). The key's row comes first and is always there (`src` =
+/// `key`); the counts follow. Each kind of row has NULL in the other kind's columns, typed by
+/// the key's row for PostgreSQL's `UNION`.
+pub(crate) async fn history_and_key(
+    db: &mut impl Sql,
+    run_id: &str,
+    key: &str,
+) -> Result<(RunHistory, bool, Option<HeldKey>, Option<KeyStep>)> {
+    let mut rows = db
+        .rows(
+            concat!(
+                "SELECT 'key' AS src, NULL AS tool, NULL AS tier, h.status, NULL AS n, \
+                 i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, h.principal, \
+                 h.created_at, s.step_id AS own_step, s.attempts AS own_attempts, \
+                 s.principal AS own_principal, s.updated_at AS own_updated_at, \
+                 s.run_id AS own_run_id \
+                 FROM (SELECT $2 AS k) q LEFT JOIN idempotency i ON i.idem_key = q.k \
+                 LEFT JOIN steps h ON h.step_id = i.step_id \
+                 LEFT JOIN steps s ON s.idem_key = q.k UNION ALL ",
+                step_counts!(
+                    ", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+                ),
+                " UNION ALL ",
+                tallies!(
+                    ", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+                ),
+            ),
+            args![run_id, key],
+        )
+        .await?;
+    let at = rows
+        .iter()
+        .position(|r| r.text("src").is_ok_and(|s| s == "key"))
+        .ok_or_else(|| StoreError::Bug("the key lookup returned no row".into()))?;
+    let (held, step) = keys::held_and_step_of(&rows.remove(at))?;
+    let (history, exists, _) = counts(rows)?;
+    Ok((history, exists, held, step))
 }
 
 /// The counts of [`history`]'s and [`history_and_owner`]'s rows; whether a step was counted;

@@ -55,10 +55,20 @@ impl Executor {
         now: Timestamp,
         cache: &mut BatchCache,
     ) -> Result<LedgerView> {
-        let (run, run_exists) = self.load_run(tx, p).await?;
+        // A direct call that replays reads its key's record with its run, in one statement.
+        let replays = self.registry.tool(&p.tool).is_none_or(replays);
+        let (run, run_exists, read_key) = if p.kind == StepKind::Direct && replays {
+            let (mut run, exists, held, step) =
+                crate::ledger::runs::history_and_key(tx, &p.run_id, p.idem_key.as_str()).await?;
+            self.store.count_unrecorded(&p.run_id, None, &mut run);
+            (run, exists, Some((held, step)))
+        } else {
+            let (run, exists) = self.load_run(tx, p).await?;
+            (run, exists, None)
+        };
         let chain = self.budget_chain(p);
         let budgets = self.load_budgets(tx, p, &chain, now, cache).await?;
-        let key = self.load_key(tx, p, now).await?;
+        let key = self.load_key(tx, p, now, read_key).await?;
         let subject = self.subject(p);
         let presented = !p.presented.is_empty();
         let mut view = LedgerView {
@@ -203,7 +213,15 @@ impl Executor {
     /// The key's state. A direct read that does not replay has no key record to look up: it
     /// runs every time. A planned step's key is its own (run, seq, inputs): on its first
     /// attempt no record can exist yet either.
-    async fn load_key(&self, tx: &mut Tx, p: &Pending, now: Timestamp) -> Result<KeyView> {
+    /// `read`: the key's record and the direct call's step that carries the key, when read
+    /// already (with the run, by [`crate::ledger::runs::history_and_key`]).
+    async fn load_key(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        now: Timestamp,
+        read: Option<(Option<HeldKey>, Option<KeyStep>)>,
+    ) -> Result<KeyView> {
         let replay = self.registry.tool(&p.tool).is_none_or(replays);
         let first_attempt = p.kind == StepKind::Planned && p.attempts <= 1;
         let mut key = KeyView {
@@ -215,12 +233,12 @@ impl Executor {
         if first_attempt || (p.kind == StepKind::Direct && !replay) {
             return Ok(key);
         }
-        let held = if p.kind == StepKind::Direct {
-            let (held, step) = crate::ledger::keys::held_and_step(tx, &p.idem_key).await?;
-            key.step = Some(step);
-            held
-        } else {
-            crate::ledger::keys::held(tx, &p.idem_key).await?
+        let held = match read {
+            Some((held, step)) => {
+                key.step = Some(step);
+                held
+            }
+            None => crate::ledger::keys::held(tx, &p.idem_key).await?,
         };
         // A completed key past its retention is forgotten, and its step's key archived: that
         // step no longer carries it.
