@@ -21,14 +21,10 @@ pub async fn served_addr(
     pid: u32,
     log: Option<&std::path::Path>,
 ) -> std::net::SocketAddr {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        if let Some(addr) = bound(dir, pid) {
-            return addr;
-        }
-        not_yet(deadline, pid, log);
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let (dir, log) = (dir.to_path_buf(), log.map(std::path::Path::to_path_buf));
+    tokio::task::spawn_blocking(move || served_addr_blocking(&dir, pid, log.as_deref()))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 /// [`served_addr`] for tests without a runtime.
@@ -42,7 +38,12 @@ pub fn served_addr_blocking(
         if let Some(addr) = bound(dir, pid) {
             return addr;
         }
-        not_yet(deadline, pid, log);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "toolgate serve (pid {pid}) did not bind in {WAIT:?}:\n{}",
+            log.and_then(|l| std::fs::read_to_string(l).ok())
+                .unwrap_or_default()
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
@@ -61,13 +62,4 @@ fn bound(dir: &std::path::Path, pid: u32) -> Option<std::net::SocketAddr> {
         addr.parse()
             .unwrap_or_else(|e| panic!("{url} in the status file: {e}")),
     )
-}
-
-fn not_yet(deadline: std::time::Instant, pid: u32, log: Option<&std::path::Path>) {
-    assert!(
-        std::time::Instant::now() < deadline,
-        "toolgate serve (pid {pid}) did not bind in {WAIT:?}:\n{}",
-        log.and_then(|l| std::fs::read_to_string(l).ok())
-            .unwrap_or_default()
-    );
 }
