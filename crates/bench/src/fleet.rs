@@ -100,6 +100,11 @@ struct Gateway {
     pid: Option<u32>,
     /// The PostgreSQL database it uses (none on SQLite).
     database: Option<String>,
+    /// A connection to that database, for the `VACUUM` before each of its loads.
+    vacuum: Option<toolgate_store::Store>,
+    /// The database's CPU those `VACUUM`s took, and the calls of the loads before them (µs).
+    vacuumed_us: f64,
+    calls: f64,
     read_sessions: Vec<String>,
     write_sessions: Vec<String>,
 }
@@ -188,9 +193,14 @@ async fn measure(
             Backend::Postgres => Some(database.to_string()),
             Backend::Baseline => baseline_db.map(str::to_string),
         };
+        let vacuum = match &database {
+            Some(_) => Some(toolgate_store::Store::connect(&url, Default::default()).await?),
+            None => None,
+        };
         gateways.push(Gateway {
             backend,
             database,
+            vacuum,
             ..gateway
         });
     }
@@ -231,9 +241,10 @@ async fn measure(
     for round in 1..=opts.rounds {
         for &tool in tools {
             for &c in &opts.conc {
-                for g in &gateways {
+                for g in gateways.iter_mut() {
                     let script = load_script(opts, scratch.path(), tool, g, block)?;
                     block += 1;
+                    vacuum(g).await?;
                     let db_before = postgres_cpu_us(None);
                     let own = g.database.as_deref();
                     let backends_before = own.map(|d| postgres_cpu_us(Some(d)));
@@ -243,6 +254,7 @@ async fn measure(
                     };
                     let db_cpu_us = g.backend.on_postgres().then(|| per_call(db_before, None));
                     let backends_cpu_us = backends_before.map(|b| per_call(b, own));
+                    g.calls += sample.requests;
                     eprintln!(
                         "round {round} {tool:?} c={c} {}: p50 {:.0} µs, {:.0}/s, database CPU {} µs/call ({} in its backends), errors {}",
                         g.backend.label(),
@@ -298,8 +310,32 @@ async fn measure(
     for mut c in children {
         let _ = c.kill().await;
     }
+    let vacuumed: Vec<(Backend, f64)> = gateways
+        .iter()
+        .filter(|g| g.vacuum.is_some())
+        .map(|g| (g.backend, g.vacuumed_us / g.calls.max(1.0)))
+        .collect();
+    for g in gateways {
+        if let Some(store) = g.vacuum {
+            store.close().await;
+        }
+    }
     fake.stop.cancel();
-    Ok(table(opts, tools, &points, &wire))
+    Ok(table(opts, tools, &points, &wire, &vacuumed))
+}
+
+/// `VACUUM (ANALYZE)` of `g`'s database, outside the measured loads: what autovacuum does in
+/// the background on a server that runs it (this one may not: then dead row versions and
+/// stale statistics pile up load after load, and each load costs more than the one before).
+/// Its CPU, taken from the database's processes, is kept apart and reported per call.
+async fn vacuum(g: &mut Gateway) -> anyhow::Result<()> {
+    let (Some(store), Some(db)) = (&g.vacuum, g.database.as_deref()) else {
+        return Ok(());
+    };
+    let before = postgres_cpu_us(Some(db));
+    store.execute_raw("VACUUM (ANALYZE)").await?;
+    g.vacuumed_us += postgres_cpu_us(Some(db)) - before;
+    Ok(())
 }
 
 /// Starts a `toolgate serve` over the finance example on `store_url` and opens `sessions`
@@ -336,6 +372,9 @@ async fn start(
         url,
         pid: child.id(),
         database: None,
+        vacuum: None,
+        vacuumed_us: 0.0,
+        calls: 0.0,
         read_sessions,
         write_sessions,
     };
@@ -576,7 +615,13 @@ impl Frontend {
     }
 }
 
-fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]) -> String {
+fn table(
+    opts: &FleetOptions,
+    tools: &[Tool],
+    points: &[Point],
+    wire: &[Counted],
+    vacuumed: &[(Backend, f64)],
+) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
     let _ = writeln!(
@@ -585,7 +630,8 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
          connections, one session each; {}. CPU per call: the `serve` process's user+system time, and \
          every `postgres` process's (background processes and other clients of the server \
          included), over the calls of the load; `its backends`: only the processes serving the \
-         gateway's own database.\n",
+         gateway's own database. Each PostgreSQL database is vacuumed (`VACUUM (ANALYZE)`) \
+         before each of its loads, outside the measured time, as autovacuum would keep it.\n",
         opts.rounds,
         opts.secs,
         if opts.implicit_runs {
@@ -594,6 +640,14 @@ fn table(opts: &FleetOptions, tools: &[Tool], points: &[Point], wire: &[Counted]
             "each call names a run of its own, which it creates"
         }
     );
+    for (backend, us) in vacuumed {
+        let _ = writeln!(
+            t,
+            "{}: the vacuums took {us:.0} µs of the database's CPU per call of the loads before \
+             them (not in the tables below).\n",
+            backend.label()
+        );
+    }
     for &tool in tools {
         let _ = writeln!(
             t,
