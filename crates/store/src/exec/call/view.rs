@@ -32,6 +32,10 @@ pub(crate) struct LedgerView {
     pub(crate) served: Served,
 }
 
+/// A direct call's key as read with its run: the key's record, and the step row that carries
+/// the key.
+type ReadKey = Option<(Option<HeldKey>, Option<KeyStep>)>;
+
 /// The call's idempotency key as the ledger holds it.
 pub(crate) struct KeyView {
     pub(crate) state: IdempotencyState,
@@ -55,17 +59,7 @@ impl Executor {
         now: Timestamp,
         cache: &mut BatchCache,
     ) -> Result<LedgerView> {
-        // A direct call that replays reads its key's record with its run, in one statement.
-        let replays = self.registry.tool(&p.tool).is_none_or(replays);
-        let (run, run_exists, read_key) = if p.kind == StepKind::Direct && replays {
-            let (mut run, exists, held, step) =
-                crate::ledger::runs::history_and_key(tx, &p.run_id, p.idem_key.as_str()).await?;
-            self.store.count_unrecorded(&p.run_id, None, &mut run);
-            (run, exists, Some((held, step)))
-        } else {
-            let (run, exists) = self.load_run(tx, p).await?;
-            (run, exists, None)
-        };
+        let (run, run_exists, read_key) = self.load_run(tx, p).await?;
         let chain = self.budget_chain(p);
         let budgets = self.load_budgets(tx, p, &chain, now, cache).await?;
         let key = self.load_key(tx, p, now, read_key).await?;
@@ -119,17 +113,28 @@ impl Executor {
     /// The run so far, as policies and rate limits see it: the steps before this one (a
     /// direct call sees every step of its run, and the reads this process has under way in
     /// it), and the calls that hold no step row; and whether the run has steps (so its row
-    /// exists).
-    async fn load_run(&self, tx: &mut Tx, p: &Pending) -> Result<(RunHistory, bool)> {
-        let before = match p.kind {
-            StepKind::Direct => None,
-            _ => Some(p.seq),
+    /// exists). A direct call that replays also gets its key's record and the step that
+    /// carries its key, read in the same statement (`None` for any other call).
+    async fn load_run(&self, tx: &mut Tx, p: &Pending) -> Result<(RunHistory, bool, ReadKey)> {
+        let (mut run, exists, key) = match p.kind {
+            StepKind::Direct if self.registry.tool(&p.tool).is_none_or(replays) => {
+                let (run, exists, held, step) =
+                    crate::ledger::runs::history_and_key(tx, &p.run_id, p.idem_key.as_str())
+                        .await?;
+                (run, exists, Some((held, step)))
+            }
+            StepKind::Direct => {
+                let (run, exists) = crate::ledger::runs::history(tx, &p.run_id, None).await?;
+                (run, exists, None)
+            }
+            _ => {
+                let (run, exists) =
+                    crate::ledger::runs::history(tx, &p.run_id, Some(p.seq)).await?;
+                return Ok((run, exists, None));
+            }
         };
-        let (mut run, exists) = crate::ledger::runs::history(tx, &p.run_id, before).await?;
-        if before.is_none() {
-            self.store.count_unrecorded(&p.run_id, None, &mut run);
-        }
-        Ok((run, exists))
+        self.store.count_unrecorded(&p.run_id, None, &mut run);
+        Ok((run, exists, key))
     }
 
     /// `id`'s daily budget for `tier`, if it has one (a read tier never has one).
@@ -213,16 +218,15 @@ impl Executor {
     /// The key's state. A direct read that does not replay has no key record to look up: it
     /// runs every time. A planned step's key is its own (run, seq, inputs): on its first
     /// attempt no record can exist yet either.
-    /// `read`: the key's record and the direct call's step that carries the key, when read
-    /// already (with the run, by [`crate::ledger::runs::history_and_key`]).
+    /// `read`: what [`Self::load_run`] read of a direct call's key (`None` for a direct call
+    /// that does not replay).
     async fn load_key(
         &self,
         tx: &mut Tx,
         p: &Pending,
         now: Timestamp,
-        read: Option<(Option<HeldKey>, Option<KeyStep>)>,
+        read: ReadKey,
     ) -> Result<KeyView> {
-        let replay = self.registry.tool(&p.tool).is_none_or(replays);
         let first_attempt = p.kind == StepKind::Planned && p.attempts <= 1;
         let mut key = KeyView {
             state: IdempotencyState::Fresh,
@@ -230,15 +234,14 @@ impl Executor {
             elsewhere: None,
             step: None,
         };
-        if first_attempt || (p.kind == StepKind::Direct && !replay) {
-            return Ok(key);
-        }
-        let held = match read {
-            Some((held, step)) => {
+        let held = match (p.kind, read) {
+            (StepKind::Direct, Some((held, step))) => {
                 key.step = Some(step);
                 held
             }
-            None => crate::ledger::keys::held(tx, &p.idem_key).await?,
+            (StepKind::Direct, None) => return Ok(key),
+            _ if first_attempt => return Ok(key),
+            _ => crate::ledger::keys::held(tx, &p.idem_key).await?,
         };
         // A completed key past its retention is forgotten, and its step's key archived: that
         // step no longer carries it.
