@@ -10,6 +10,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{AssertSqlSafe, Row as _, SqlSafeStr as _};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -93,6 +94,31 @@ pub(crate) enum Arg {
     OptTexts(Vec<Option<String>>),
     Ints(Vec<i64>),
     OptInts(Vec<Option<i64>>),
+}
+
+impl Arg {
+    /// One column of many rows' parameters, as one array (PostgreSQL, for `unnest`): text
+    /// values as a text array, integers as a bigint array, either with NULLs.
+    pub(crate) fn column<'a>(values: impl Iterator<Item = &'a Arg>) -> Result<Arg> {
+        let mut texts = Vec::new();
+        let mut ints = Vec::new();
+        for v in values {
+            match v {
+                Arg::T(t) => texts.push(Some(t.clone())),
+                Arg::OptT(t) => texts.push(t.clone()),
+                Arg::I(i) => ints.push(Some(*i)),
+                Arg::OptI(i) => ints.push(*i),
+                _ => return Err(StoreError::Bug("an array in a column of parameters".into())),
+            }
+        }
+        match (texts.is_empty(), ints.is_empty()) {
+            (_, true) => Ok(Arg::OptTexts(texts)),
+            (true, false) => Ok(Arg::OptInts(ints)),
+            (false, false) => Err(StoreError::Bug(
+                "text and integers in one column of parameters".into(),
+            )),
+        }
+    }
 }
 
 impl From<i64> for Arg {
@@ -644,6 +670,7 @@ macro_rules! impl_exec {
                 Ok(match self {
                     Self::S(c) => c.lite().exec(sql, &args)?,
                     Self::P(c) => {
+                        c.before_statement().await?;
                         let r = bind_all!(sqlx::query(sql), args).execute(&mut **c).await;
                         c.note(r)?.rows_affected()
                     }
@@ -660,6 +687,7 @@ macro_rules! impl_exec {
                             .collect()
                     }
                     Self::P(c) => {
+                        c.before_statement().await?;
                         let r = bind_all!(sqlx::query(sql), args).fetch_all(&mut **c).await;
                         c.note(r)?.into_iter().map(Row::P).collect()
                     }
@@ -673,6 +701,7 @@ macro_rules! impl_exec {
                         r.rows.into_iter().next().map(|v| Row::S(r.names, v))
                     }
                     Self::P(c) => {
+                        c.before_statement().await?;
                         let r = bind_all!(sqlx::query(sql), args)
                             .fetch_optional(&mut **c)
                             .await;
@@ -685,6 +714,31 @@ macro_rules! impl_exec {
 }
 impl_exec!(Tx);
 impl_exec!(Conn);
+
+impl PgConn {
+    /// Before each statement: counts it, and first writes the steps a reservation batch
+    /// deferred, so no statement can see the store without them.
+    async fn before_statement(&mut self) -> Result<()> {
+        self.statements += 1;
+        if self.deferred.as_ref().is_some_and(|d| d.pending()) {
+            crate::ledger::steps::write_deferred(self).await?;
+        }
+        Ok(())
+    }
+
+    /// One statement's rows, sent as it is: for the statement that writes the deferred
+    /// steps, which [`Self::before_statement`] itself sends.
+    pub(crate) async fn rows_as_is(
+        &mut self,
+        sql: &'static str,
+        args: Vec<Arg>,
+    ) -> Result<Vec<Row>> {
+        let r = bind_all!(sqlx::query(sql), args)
+            .fetch_all(&mut **self)
+            .await;
+        Ok(self.note(r)?.into_iter().map(Row::P).collect())
+    }
+}
 
 /// Reads in a transaction or on a loaned connection: what a ledger function that only reads
 /// takes, so the same read serves a caller's transaction and a plain read.
@@ -738,9 +792,50 @@ impl Tx {
     pub async fn commit(self) -> Result<()> {
         match self {
             Tx::S(t) => t.commit().await?,
-            Tx::P(t) => t.commit().await?,
+            Tx::P(t) => {
+                if t.deferred.as_ref().is_some_and(|d| d.pending()) {
+                    return Err(StoreError::Bug(
+                        "a reservation batch committed steps it had not written".into(),
+                    ));
+                }
+                t.commit().await?
+            }
         }
         Ok(())
+    }
+
+    /// How many statements this transaction has sent (PostgreSQL; always 0 on SQLite). What
+    /// a batch read at one count, none of its own statements has changed while the count is
+    /// the same (other transactions' commits can, which the conditional writes settle).
+    pub fn epoch(&self) -> u64 {
+        match self {
+            Tx::S(_) => 0,
+            Tx::P(c) => c.statements,
+        }
+    }
+
+    /// From now on, direct steps opened under their keys ([`crate::ledger::steps::open_keyed`])
+    /// are written together, before the transaction's next statement (PostgreSQL; nothing on
+    /// SQLite). [`Self::write_deferred`] writes them and says how each was numbered.
+    pub fn defer_opens(&mut self) {
+        if let Tx::P(c) = self {
+            c.deferred = Some(Default::default());
+        }
+    }
+
+    /// Writes the deferred steps, and returns each step's number in its run (by step id) for
+    /// every step written since [`Self::defer_opens`].
+    pub async fn write_deferred(&mut self) -> Result<HashMap<String, i64>> {
+        let Tx::P(c) = self else {
+            return Ok(HashMap::new());
+        };
+        if c.deferred.as_ref().is_some_and(|d| d.pending()) {
+            crate::ledger::steps::write_deferred(c).await?;
+        }
+        Ok(c.deferred
+            .as_mut()
+            .map(|d| std::mem::take(&mut d.numbered))
+            .unwrap_or_default())
     }
 }
 

@@ -127,6 +127,8 @@ impl PgConns {
             home: self.clone(),
             open: false,
             broken: false,
+            statements: 0,
+            deferred: None,
             _permit: permit,
         }
     }
@@ -152,6 +154,12 @@ pub(crate) struct PgConn {
     /// A statement failed other than with the server's answer, or its user changed the
     /// session: closed, never reused.
     broken: bool,
+    /// Statements sent on it so far: what it read stays current while this is unchanged
+    /// (see [`crate::db::Tx::epoch`]).
+    pub(crate) statements: u64,
+    /// Direct steps opened in a reservation batch and not written yet: written before the
+    /// next statement on this connection (`None`: each is written as it is opened).
+    pub(crate) deferred: Option<crate::ledger::steps::DeferredOpens>,
     /// Its place among the connections handed out; given up after the connection is back.
     _permit: OwnedSemaphorePermit,
 }

@@ -20,7 +20,7 @@ use toolgate_core::{Effect, Timestamp};
 
 use crate::db::Pool;
 use crate::error::{Result, StoreError};
-use crate::exec::{BatchCache, Executor, Pending, Prepared, retry_conflicts};
+use crate::exec::{BatchCache, BatchRead, Executor, Pending, Prepared, retry_conflicts};
 
 /// One direct call waiting to be decided and reserved.
 pub(crate) struct ReserveJob {
@@ -123,10 +123,28 @@ async fn batch(
         counters.dedup();
         crate::ledger::budgets::lock_counters(&mut tx, &mut cache, &counters).await?;
     }
+    // PostgreSQL: the batch's runs and keys are read in one statement, and the steps its calls
+    // open are written in one (see `BatchRead`), instead of one of each per call. A lone call
+    // reads and writes as it goes, which is as many statements.
+    let together = pool.is_pg() && jobs.len() > 1;
+    if together {
+        tx.defer_opens();
+        let calls = jobs
+            .iter()
+            .zip(&inputs)
+            .map(|(j, p)| j.exec.batch_read_of(p));
+        cache.read = Some(BatchRead::read(&mut tx, calls).await?);
+    }
     let mut out = Vec::with_capacity(jobs.len());
     for (j, p) in jobs.iter().zip(inputs) {
         // Each call reads its run inside this transaction, so it sees the calls before it.
         out.push(j.exec.prepare(&mut tx, p, j.now, &mut cache).await?);
+    }
+    if together {
+        let numbered = tx.write_deferred().await?;
+        for prepared in &mut out {
+            prepared.numbered(&numbered);
+        }
     }
     cache.flush(&mut tx).await?;
     let settled = out.iter().any(|p| matches!(p, Prepared::Settled { .. }));

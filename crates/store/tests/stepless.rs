@@ -16,6 +16,7 @@ both_backends!(
     a_failed_read_is_recorded_and_not_counted,
     a_refused_read_is_counted_with_its_run,
     gateways_sharing_a_store_append_to_one_chain,
+    writes_reserved_together_each_see_the_ones_before,
 );
 
 fn run_count_registry() -> Arc<Registry> {
@@ -228,4 +229,83 @@ async fn gateways_sharing_a_store_append_to_one_chain(db: &TestDb) {
             "{run}: {w:?}"
         );
     }
+}
+
+/// Writes that arrive together are decided and reserved in one transaction; each must see the
+/// steps of those decided before it (on PostgreSQL the batch reads its runs once and writes its
+/// steps together, keeping the counts current in between). The fixture's policy refuses a write
+/// in a run that has any step, so of writes arriving together in a fresh run exactly one runs.
+/// The reservation batcher is held (the store's write lock taken by another connection) while
+/// they arrive, so they are decided in one batch.
+async fn writes_reserved_together_each_see_the_ones_before(db: &TestDb) {
+    use sqlx::Connection as _;
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor_with(&store, fake.clone());
+    // Made before the hold, so it is not what the held batch waits on. Each write here is its
+    // own operation (the key is the document and title, whatever the run).
+    let first = ex.governed_call(write("warm-up", "D-100")).await.unwrap();
+    assert_eq!(first.status, CallStatus::Done, "{first:?}");
+
+    enum Hold {
+        Sqlite(sqlx::SqliteConnection),
+        Postgres(sqlx::PgConnection),
+    }
+    let hold = match db.backend {
+        Backend::Sqlite => {
+            let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+            sqlx::raw_sql("BEGIN IMMEDIATE")
+                .execute(&mut c)
+                .await
+                .unwrap();
+            Hold::Sqlite(c)
+        }
+        Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            let schema = db.schema.as_deref().unwrap();
+            let lock = format!(
+                "SET search_path TO \"{schema}\"; BEGIN; \
+                 LOCK TABLE idempotency IN SHARE ROW EXCLUSIVE MODE"
+            );
+            sqlx::raw_sql(sqlx::AssertSqlSafe(lock))
+                .execute(&mut c)
+                .await
+                .unwrap();
+            Hold::Postgres(c)
+        }
+    };
+    // One write takes the batcher and waits for the lock; the others queue behind it.
+    let blocker = {
+        let ex = ex.clone();
+        tokio::spawn(async move { ex.governed_call(write("blocker", "D-200")).await.unwrap() })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let together: Vec<_> = (1..=8)
+        .map(|i| {
+            let ex = ex.clone();
+            let call = write("together", &format!("D-{i}"));
+            tokio::spawn(async move { ex.governed_call(call).await.unwrap() })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    match hold {
+        Hold::Sqlite(mut c) => drop(sqlx::raw_sql("COMMIT").execute(&mut c).await.unwrap()),
+        Hold::Postgres(mut c) => drop(sqlx::raw_sql("COMMIT").execute(&mut c).await.unwrap()),
+    }
+    assert_eq!(blocker.await.unwrap().status, CallStatus::Done);
+    let mut done = 0;
+    for call in together {
+        let r = call.await.unwrap();
+        match r.status {
+            CallStatus::Done => done += 1,
+            _ => assert_eq!(r.decision.rule(), Some("no-write-after-a-read"), "{r:?}"),
+        }
+    }
+    assert_eq!(
+        done, 1,
+        "one write in the fresh run; each later one saw a step before it"
+    );
+    assert_eq!(fake.count("doc.write"), 3, "warm-up, blocker and the one");
+    let steps = store.steps(&"together".into()).await.unwrap();
+    assert_eq!(steps.iter().map(|s| s.seq).collect::<Vec<_>>(), [1]);
 }

@@ -422,6 +422,8 @@ mod queue;
 mod reconcile;
 mod recovery;
 
+pub(crate) use call::BatchRead;
+
 pub use dry::DryRun;
 
 #[cfg(test)]

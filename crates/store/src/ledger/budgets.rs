@@ -41,6 +41,8 @@ pub(crate) struct BatchCache {
     /// SQLite: budget increments and reservations to write when the batch commits.
     deltas: HashMap<(String, Tier, i64), u32>,
     reservations: Vec<(String, String, Tier, i64)>,
+    /// A reservation batch's read of its calls' runs and keys, while it is current.
+    pub(crate) read: Option<crate::exec::BatchRead>,
 }
 
 impl BatchCache {

@@ -6,6 +6,8 @@
 //! does. A planned step counts only the steps before it, so it counts them (one `GROUP BY`
 //! over a plan's steps, which a plan bounds).
 
+use std::collections::HashMap;
+
 use toolgate_core::{
     PriorCall, PriorCalls, PriorOutcome, RunHistory, RunId, StepStatus, Tier, Timestamp,
 };
@@ -174,6 +176,64 @@ pub(crate) async fn history_and_key(
     let (history, exists, _) = counts(rows)?;
     Ok((history, exists, held, step))
 }
+
+/// What a reservation batch's direct calls read of their runs and keys, as
+/// [`history_and_key`] reads one call's, for all of them in one statement (PostgreSQL: the
+/// runs and keys as arrays): each run's counts and whether it has steps, and each key's
+/// record and the step row that carries it. Every run and key asked for is in the answer.
+pub(crate) async fn histories_and_keys(
+    tx: &mut Tx,
+    runs: &[String],
+    keys: &[String],
+) -> Result<(RunsRead, KeysRead)> {
+    let rows = tx
+        .rows(
+            "SELECT 'key' AS src, q.k AS tag, NULL AS tool, NULL AS tier, h.status, NULL AS n, \
+             i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, h.principal, \
+             h.created_at, s.step_id AS own_step, s.attempts AS own_attempts, \
+             s.principal AS own_principal, s.updated_at AS own_updated_at, \
+             s.run_id AS own_run_id \
+             FROM unnest($2::text[]) AS q (k) LEFT JOIN idempotency i ON i.idem_key = q.k \
+             LEFT JOIN steps h ON h.step_id = i.step_id \
+             LEFT JOIN steps s ON s.idem_key = q.k \
+             UNION ALL \
+             SELECT 'kept' AS src, run_id AS tag, tool, tier, outcome AS status, n, NULL, NULL, \
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+             FROM step_tally WHERE run_id = ANY($1::text[]) AND n > 0 \
+             UNION ALL \
+             SELECT 'tally' AS src, run_id AS tag, tool, tier, status, n, NULL, NULL, NULL, \
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+             FROM run_tally WHERE run_id = ANY($1::text[])",
+            args![runs.to_vec(), keys.to_vec()],
+        )
+        .await?;
+    let mut by_run: HashMap<String, Vec<Row>> =
+        runs.iter().map(|r| (r.clone(), Vec::new())).collect();
+    let mut read_keys = KeysRead::new();
+    for r in rows {
+        let tag = r.text("tag")?;
+        if r.text("src")? == "key" {
+            read_keys.insert(tag, keys::held_and_step_of(&r)?);
+        } else if let Some(of_run) = by_run.get_mut(&tag) {
+            of_run.push(r);
+        }
+    }
+    if let Some(missing) = keys.iter().find(|k| !read_keys.contains_key(*k)) {
+        return Err(StoreError::Bug(format!("the key {missing} was not read")));
+    }
+    let mut read_runs = RunsRead::new();
+    for (run, rows) in by_run {
+        let (history, exists, _) = counts(rows)?;
+        read_runs.insert(run, (history, exists));
+    }
+    Ok((read_runs, read_keys))
+}
+
+/// Runs as [`histories_and_keys`] read them: the counts, and whether the run has steps.
+pub(crate) type RunsRead = HashMap<String, (RunHistory, bool)>;
+
+/// Keys as [`histories_and_keys`] read them: the key's record, and the step that carries it.
+pub(crate) type KeysRead = HashMap<String, (Option<HeldKey>, Option<KeyStep>)>;
 
 /// The counts of [`history`]'s and [`history_and_owner`]'s rows; whether a step was counted;
 /// and the owner row, if one came.

@@ -1,15 +1,18 @@
 //! The step rows: as the call path claims and settles them, as plans, reviews, approvals,
 //! recovery, reconciliation and aborted runs change them, and as they are read back.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 use toolgate_core::{
     Effect, IdempotencyKey, InputHash, PrincipalId, RunId, StepId, StepStatus, Tier, Timestamp,
     canonical,
 };
 
-use crate::db::{Row, Sql, Tx, args};
+use crate::db::{Arg, Row, Sql, Tx, args};
 use crate::error::{Result, StoreError};
 use crate::model::{Actor, PlannedStep, RunState, Step, StepKind, StepOutcome};
+use crate::pg::PgConn;
 use crate::store::{parse_effect, parse_status, parse_tier, to_json};
 
 /// The columns a [`Step`] is read from.
@@ -199,6 +202,97 @@ fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
     ]
 }
 
+/// The number [`open_keyed`] gives a step whose writing its batch deferred: steps are
+/// numbered from 1, and the batch learns the real number when it writes them.
+pub(crate) const NUMBERED_LATER: i64 = 0;
+
+/// Direct steps a reservation batch opened and has not written yet ([`crate::db::Tx::defer_opens`]):
+/// written as one statement before the transaction's next one. The batch's calls decide on
+/// its run counts read once at its start and kept current in memory, so a batch of `n` calls in
+/// one run costs a read and a write of the database instead of `n` of each.
+#[derive(Debug, Default)]
+pub(crate) struct DeferredOpens {
+    /// Each step's [`open_keyed`] parameters, `$1`–`$24`.
+    rows: Vec<Vec<Arg>>,
+    /// The steps written so far, by id: their numbers in their runs.
+    pub(crate) numbered: HashMap<String, i64>,
+}
+
+impl DeferredOpens {
+    pub(crate) fn pending(&self) -> bool {
+        !self.rows.is_empty()
+    }
+}
+
+/// Writes the steps `conn`'s batch deferred, as [`open_keyed`] would one by one, in one
+/// statement: their keys, the runs new among them, and the steps, numbered after their runs'
+/// last in the order they were opened. Every key must be taken: the batch read each as free,
+/// so one found taken was taken by another transaction since, and the batch fails (its calls
+/// are then reserved one by one, which settles each as its key's state says).
+pub(crate) async fn write_deferred(conn: &mut PgConn) -> Result<()> {
+    let Some(rows) = conn.deferred.as_mut().map(|d| std::mem::take(&mut d.rows)) else {
+        return Ok(());
+    };
+    let n = rows.len();
+    let columns = (0..rows.first().map_or(0, Vec::len))
+        .map(|j| Arg::column(rows.iter().map(|r| &r[j])))
+        .collect::<Result<Vec<Arg>>>()?;
+    let written = conn
+        .rows_as_is(
+            "WITH d AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+               $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+               $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
+               $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::text[], \
+               $22::bigint[], $23::text[], $24::bigint[]) WITH ORDINALITY AS d (step_id, \
+               run_id, kind, principal, role, tool, effect, tier, purpose, reason, evidence, \
+               actor, inputs, input_hash, idem_key, status, attempts, compensates, \
+               lease_until, at, decision, expires_at, run_status, new_run, ord)), \
+             k AS ( \
+               INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, \
+               created_at, expires_at) \
+               SELECT idem_key, input_hash, 'in_flight', NULL, step_id, at, expires_at FROM d \
+               ON CONFLICT (idem_key) DO NOTHING RETURNING idem_key), \
+             o AS (SELECT d.* FROM d JOIN k USING (idem_key)), \
+             r AS ( \
+               INSERT INTO runs (run_id, principal, purpose, status, created_at, updated_at) \
+               SELECT DISTINCT ON (run_id) run_id, principal, purpose, run_status, at, at \
+               FROM o WHERE new_run = 1 ORDER BY run_id, ord \
+               ON CONFLICT (run_id) DO NOTHING), \
+             s AS ( \
+               INSERT INTO steps (step_id, run_id, seq, kind, principal, role, tool, effect, \
+               tier, purpose, reason, evidence, actor, inputs, input_hash, idem_key, status, \
+               attempts, compensates, lease_until, created_at, updated_at, decision) \
+               SELECT step_id, run_id, \
+               (SELECT COALESCE(MAX(x.seq), 0) FROM steps x WHERE x.run_id = o.run_id) \
+               + row_number() OVER (PARTITION BY run_id ORDER BY ord), \
+               kind, principal, role, tool, effect, tier, purpose, reason, evidence, actor, \
+               inputs, input_hash, idem_key, status, attempts, compensates, lease_until, at, \
+               at, decision FROM o RETURNING step_id, seq) \
+             SELECT d.step_id, s.seq FROM d LEFT JOIN s USING (step_id)",
+            columns,
+        )
+        .await?;
+    if written.len() != n {
+        return Err(StoreError::Bug(format!(
+            "writing {n} deferred steps answered for {}",
+            written.len()
+        )));
+    }
+    let mut numbered = Vec::with_capacity(n);
+    for r in written {
+        let Some(seq) = r.opt_i64("seq")? else {
+            return Err(StoreError::Contended(
+                "another transaction took a key this batch had read as free".into(),
+            ));
+        };
+        numbered.push((r.text("step_id")?, seq));
+    }
+    if let Some(d) = conn.deferred.as_mut() {
+        d.numbered.extend(numbered);
+    }
+    Ok(())
+}
+
 /// Opens a direct call's new step under its idempotency key: takes the key (in flight until
 /// `expires_at`, ms), makes the step's run if `new_run`, and inserts the step, numbered after
 /// its run's last. `None`, with nothing written, when another call holds the key.
@@ -208,6 +302,10 @@ fn step_args(s: &NewStep<'_>) -> Vec<crate::db::Arg> {
 /// foreign key to its run is checked at the statement's end, where the run is there). SQLite
 /// has no data-modifying `WITH`: the same three statements, one after another, in the caller's
 /// transaction.
+///
+/// In a batch that defers them ([`crate::db::Tx::defer_opens`]), the step is written with the
+/// batch's others before the transaction's next statement, and numbered [`NUMBERED_LATER`]
+/// until then.
 pub(crate) async fn open_keyed(
     tx: &mut Tx,
     step: &NewStep<'_>,
@@ -238,6 +336,12 @@ pub(crate) async fn open_keyed(
         RunState::Open.as_str(),
         i64::from(new_run)
     ]);
+    if let Tx::P(c) = tx
+        && let Some(deferred) = c.deferred.as_mut()
+    {
+        deferred.rows.push(args);
+        return Ok(Some(NUMBERED_LATER));
+    }
     let row = tx
         .opt(
             "WITH k AS ( \

@@ -30,7 +30,7 @@ mod reserve;
 mod settle;
 mod view;
 
-pub(crate) use view::LedgerView;
+pub(crate) use view::{BatchRead, LedgerView};
 
 use read::Unreserved;
 

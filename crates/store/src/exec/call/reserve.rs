@@ -134,7 +134,7 @@ impl Executor {
     ) -> Result<Option<Lost>> {
         let (chain, subject) = (&view.chain, view.subject.as_str());
         if let Some(lost) = self
-            .reserve_key_and_step(tx, p, decision, view, now)
+            .reserve_key_and_step(tx, p, decision, view, now, cache)
             .await?
         {
             return Ok(Some(lost));
@@ -156,6 +156,7 @@ impl Executor {
         decision: &Decision,
         view: &LedgerView,
         now: Timestamp,
+        cache: &mut BatchCache,
     ) -> Result<Option<Lost>> {
         let run_exists = view.run_exists;
         let reg: &Registry = &self.registry;
@@ -222,6 +223,11 @@ impl Executor {
             let Some(seq) = opened else {
                 return Ok(Some(Lost::InProgress));
             };
+            if seq == crate::ledger::steps::NUMBERED_LATER
+                && let Some(read) = cache.read.as_mut()
+            {
+                read.opened(tx.epoch(), &p.run_id, &p.tool, step.tier);
+            }
             p.attempts = 1;
             p.seq = seq;
             return Ok(None);

@@ -2,7 +2,10 @@
 //! itself, read inside the deciding transaction. A claimed batch reads each principal's budgets
 //! once ([`BatchCache`]) and keeps them current with its own reservations.
 
+use toolgate_core::{PriorCall, PriorCalls, PriorOutcome};
+
 use crate::exec::*;
+use crate::ledger::runs::{KeysRead, RunsRead};
 
 /// What the ledgers hold for one call, read once before it is decided.
 pub(crate) struct LedgerView {
@@ -36,6 +39,108 @@ pub(crate) struct LedgerView {
 /// the key.
 type ReadKey = Option<(Option<HeldKey>, Option<KeyStep>)>;
 
+/// What a reservation batch read of all its direct calls' runs and keys, in one statement
+/// before deciding the first ([`BatchRead::read`]). It is current while the batch's
+/// transaction sends no other statement: the calls decided on it whose steps are deferred
+/// ([`crate::ledger::steps::open_keyed`]) keep their runs' counts current here, as those steps
+/// will count once written. Any other statement (a refusal written, a budget read, a key read
+/// again) ends it, and the calls after it read their own runs and keys as usual.
+#[derive(Default)]
+pub(crate) struct BatchRead {
+    /// The transaction's statement count when read ([`Tx::epoch`]).
+    epoch: u64,
+    runs: RunsRead,
+    keys: KeysRead,
+}
+
+impl BatchRead {
+    /// Reads the runs of `calls` and the keys of those that replay (`(run, key)`, the key
+    /// `None` for a call that does not replay).
+    pub(crate) async fn read(
+        tx: &mut Tx,
+        calls: impl Iterator<Item = (String, Option<String>)>,
+    ) -> Result<BatchRead> {
+        let (mut runs, mut keys) = (Vec::new(), Vec::new());
+        for (run, key) in calls {
+            runs.push(run);
+            keys.extend(key);
+        }
+        for v in [&mut runs, &mut keys] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        let (runs, keys) = crate::ledger::runs::histories_and_keys(tx, &runs, &keys).await?;
+        Ok(BatchRead {
+            epoch: tx.epoch(),
+            runs,
+            keys,
+        })
+    }
+
+    /// `run`'s counts, whether it has steps, and `key`'s record (for a call that replays), as
+    /// read: `None` when either was not read, or the read is no longer current at `epoch`. A
+    /// key is handed out once, so a second call of the batch with the same key reads it again
+    /// (and finds the first's step, written before that read).
+    fn take(
+        &mut self,
+        epoch: u64,
+        run: &str,
+        key: Option<&str>,
+    ) -> Option<(RunHistory, bool, ReadKey)> {
+        if epoch != self.epoch {
+            *self = BatchRead::default();
+            return None;
+        }
+        let (history, exists) = self.runs.get(run)?.clone();
+        let key = match key {
+            Some(k) => Some(self.keys.remove(k)?),
+            None => None,
+        };
+        Some((history, exists, key))
+    }
+
+    /// Counts in `run` a step of `tool` opened (running, so allowed) and deferred by the
+    /// batch, as the step's trigger will count it once written.
+    pub(crate) fn opened(&mut self, epoch: u64, run: &str, tool: &str, tier: Tier) {
+        if epoch != self.epoch {
+            return;
+        }
+        if let Some((history, exists)) = self.runs.get_mut(run) {
+            history.counted.push(PriorCalls {
+                call: PriorCall {
+                    tool: tool.to_string(),
+                    tier,
+                    outcome: PriorOutcome::Allowed,
+                },
+                n: 1,
+            });
+            *exists = true;
+        }
+    }
+}
+
+impl Prepared {
+    /// A call whose step the batch wrote deferred learns its number in its run.
+    pub(crate) fn numbered(&mut self, numbered: &HashMap<String, i64>) {
+        if let Prepared::Call { p, .. } = self
+            && let Some(seq) = numbered.get(p.step_id.as_str())
+        {
+            p.seq = *seq;
+        }
+    }
+}
+
+impl Executor {
+    /// What [`BatchRead::read`] reads for direct call `p`: its run, and its key if it replays.
+    pub(crate) fn batch_read_of(&self, p: &Pending) -> (String, Option<String>) {
+        let replaying = self.registry.tool(&p.tool).is_none_or(replays);
+        (
+            p.run_id.to_string(),
+            replaying.then(|| p.idem_key.to_string()),
+        )
+    }
+}
+
 /// The call's idempotency key as the ledger holds it.
 pub(crate) struct KeyView {
     pub(crate) state: IdempotencyState,
@@ -59,7 +164,7 @@ impl Executor {
         now: Timestamp,
         cache: &mut BatchCache,
     ) -> Result<LedgerView> {
-        let (run, run_exists, read_key) = self.load_run(tx, p).await?;
+        let (run, run_exists, read_key) = self.load_run(tx, p, cache).await?;
         let chain = self.budget_chain(p);
         let budgets = self.load_budgets(tx, p, &chain, now, cache).await?;
         let key = self.load_key(tx, p, now, read_key).await?;
@@ -115,9 +220,24 @@ impl Executor {
     /// it), and the calls that hold no step row; and whether the run has steps (so its row
     /// exists). A direct call that replays also gets its key's record and the step that
     /// carries its key, read in the same statement (`None` for any other call).
-    async fn load_run(&self, tx: &mut Tx, p: &Pending) -> Result<(RunHistory, bool, ReadKey)> {
+    /// In a reservation batch that read its calls' runs and keys at its start, that read is
+    /// used while it is current ([`BatchRead`]).
+    async fn load_run(
+        &self,
+        tx: &mut Tx,
+        p: &Pending,
+        cache: &mut BatchCache,
+    ) -> Result<(RunHistory, bool, ReadKey)> {
+        let replaying = self.registry.tool(&p.tool).is_none_or(replays);
+        let read = cache.read.as_mut().filter(|_| p.kind == StepKind::Direct);
+        let key = replaying.then_some(p.idem_key.as_str());
+        if let Some((mut run, exists, key)) = read.and_then(|r| r.take(tx.epoch(), &p.run_id, key))
+        {
+            self.store.count_unrecorded(&p.run_id, None, &mut run);
+            return Ok((run, exists, key));
+        }
         let (mut run, exists, key) = match p.kind {
-            StepKind::Direct if self.registry.tool(&p.tool).is_none_or(replays) => {
+            StepKind::Direct if replaying => {
                 let (run, exists, held, step) =
                     crate::ledger::runs::history_and_key(tx, &p.run_id, p.idem_key.as_str())
                         .await?;
