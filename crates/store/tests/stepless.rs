@@ -309,3 +309,111 @@ async fn writes_reserved_together_each_see_the_ones_before(db: &TestDb) {
     let steps = store.steps(&"together".into()).await.unwrap();
     assert_eq!(steps.iter().map(|s| s.seq).collect::<Vec<_>>(), [1]);
 }
+
+/// A key another gateway takes after a reservation batch read it as free, and before the batch
+/// writes it, is never run twice: the batch's write finds it taken, and the call hears that its
+/// operation is in progress while the other calls of the batch run. PostgreSQL only: on SQLite
+/// the batch holds the store's only write lock from its read to its commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_taken_between_a_batchs_read_and_its_write_is_not_run_twice() {
+    use sqlx::Connection as _;
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store(StoreConfig::default()).await;
+    let fake = Recorder::new();
+    let ex = executor_with(&store, fake.clone());
+    let warm = ex.governed_call(write("warm-up", "D-100")).await.unwrap();
+    assert_eq!(warm.status, CallStatus::Done, "{warm:?}");
+    let schema = db.schema.clone().unwrap();
+    let lock_sql = format!(
+        "SET search_path TO \"{schema}\"; BEGIN; \
+         LOCK TABLE idempotency IN SHARE ROW EXCLUSIVE MODE"
+    );
+    let lock = || hold_idempotency(db.url.clone(), lock_sql.clone());
+    // Statements waiting for a lock on `idempotency`, and those of them that begin `start`.
+    let waiting = |start: &'static str| {
+        let (url, schema) = (db.url.clone(), schema.clone());
+        async move {
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE NOT l.granted AND l.relation = '\"{schema}\".idempotency'::regclass \
+                 AND a.query LIKE '{start}%'"
+            )))
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    let until = |what: &'static str, start: &'static str| {
+        let waiting = waiting.clone();
+        async move {
+            for _ in 0..250 {
+                if waiting(start).await >= 1 {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            panic!("never saw {what}");
+        }
+    };
+
+    // The first hold stops one write (the blocker) while the two others queue behind it.
+    let mut first = lock().await;
+    let call = |run: &'static str, doc: &'static str| {
+        let ex = ex.clone();
+        tokio::spawn(async move { ex.governed_call(write(run, doc)).await.unwrap() })
+    };
+    let blocker = call("blocker", "D-200");
+    until("the blocker waiting", "").await;
+    let (one, two) = (call("r-1", "D-1"), call("r-2", "D-2"));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // A second hold queues behind the blocker: it is granted when the blocker commits, before
+    // the next batch (the two) comes to write, so that batch reads and then waits for it.
+    let second = tokio::spawn(lock());
+    until("the second hold waiting", "SET search_path").await;
+    sqlx::raw_sql("COMMIT").execute(&mut first).await.unwrap();
+    let mut second = second.await.unwrap();
+    // The two's batch has read their keys as free, and waits to write its deferred steps.
+    until("the batch waiting to write", "WITH d AS").await;
+    // Another gateway takes the first one's key meanwhile.
+    let registry = run_count_registry();
+    let inputs = json!({"doc_id": "D-1", "title": "Q3 report"});
+    let key = registry.call_key("clerk", registry.tool("doc.write").unwrap(), &inputs);
+    sqlx::query(
+        "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, \
+         expires_at) VALUES ($1, $2, 'in_flight', NULL, 'elsewhere', 0, 9000000000000)",
+    )
+    .bind(key.as_str())
+    .bind(toolgate_core::InputHash::of(&inputs).as_str())
+    .execute(&mut second)
+    .await
+    .unwrap();
+    sqlx::raw_sql("COMMIT").execute(&mut second).await.unwrap();
+
+    assert_eq!(blocker.await.unwrap().status, CallStatus::Done);
+    let (one, two) = (one.await.unwrap(), two.await.unwrap());
+    assert_eq!(one.status, CallStatus::InProgress, "{one:?}");
+    assert_eq!(two.status, CallStatus::Done, "{two:?}");
+    assert_eq!(
+        fake.count("doc.write"),
+        3,
+        "warm-up, blocker and the second; the first not at all"
+    );
+    assert!(store.steps(&"r-1".into()).await.unwrap().is_empty());
+    assert_eq!(store.verify_chain().await.unwrap().broken, None);
+}
+
+/// A connection holding a lock on `idempotency` that lets reads through and stops inserts (`sql`
+/// names the schema and takes the lock).
+async fn hold_idempotency(url: String, sql: String) -> sqlx::PgConnection {
+    use sqlx::Connection as _;
+    let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&mut c)
+        .await
+        .unwrap();
+    c
+}
