@@ -347,17 +347,14 @@ async fn a_key_taken_between_a_batchs_read_and_its_write_is_not_run_twice() {
             n
         }
     };
-    let until = |what: &'static str, start: &'static str| {
-        let waiting = waiting.clone();
-        async move {
-            for _ in 0..250 {
-                if waiting(start).await >= 1 {
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let until = |what: &'static str, start: &'static str| async move {
+        for _ in 0..250 {
+            if waiting(start).await >= 1 {
+                return;
             }
-            panic!("never saw {what}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+        panic!("never saw {what}");
     };
 
     // The first hold stops one write (the blocker) while the two others queue behind it.
