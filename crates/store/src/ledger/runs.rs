@@ -135,6 +135,28 @@ pub(crate) async fn history_and_owner(
     counts(rows)
 }
 
+/// The row of each key in `q.k` (`$from` names `q`): the key's record with the step that holds
+/// it (as [`keys::held_and_step_of`] reads it), and the step row that carries the key in its
+/// key column; `src` = `key`, then `$tag` (columns to add, each followed by a comma), then
+/// NULL for the counts' columns.
+macro_rules! key_rows {
+    ($tag:literal, $from:literal) => {
+        concat!(
+            "SELECT 'key' AS src, ",
+            $tag,
+            "NULL AS tool, NULL AS tier, h.status, NULL AS n, \
+             i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, h.principal, \
+             h.created_at, s.step_id AS own_step, s.attempts AS own_attempts, \
+             s.principal AS own_principal, s.updated_at AS own_updated_at, \
+             s.run_id AS own_run_id FROM ",
+            $from,
+            " LEFT JOIN idempotency i ON i.idem_key = q.k \
+             LEFT JOIN steps h ON h.step_id = i.step_id \
+             LEFT JOIN steps s ON s.idem_key = q.k"
+        )
+    };
+}
+
 /// A direct call's run so far (as [`history`] reads it for a direct call) and its idempotency
 /// key as the ledger holds it (as [`keys::held_and_step_of`] reads it), in one statement: what
 /// deciding a direct call that replays needs of its run and its key, in one round trip (on
@@ -149,14 +171,8 @@ pub(crate) async fn history_and_key(
     let mut rows = db
         .rows(
             concat!(
-                "SELECT 'key' AS src, NULL AS tool, NULL AS tier, h.status, NULL AS n, \
-                 i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, h.principal, \
-                 h.created_at, s.step_id AS own_step, s.attempts AS own_attempts, \
-                 s.principal AS own_principal, s.updated_at AS own_updated_at, \
-                 s.run_id AS own_run_id \
-                 FROM (SELECT $2 AS k) q LEFT JOIN idempotency i ON i.idem_key = q.k \
-                 LEFT JOIN steps h ON h.step_id = i.step_id \
-                 LEFT JOIN steps s ON s.idem_key = q.k UNION ALL ",
+                key_rows!("", "(SELECT $2 AS k) q"),
+                " UNION ALL ",
                 step_counts!(
                     ", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
                 ),
@@ -188,22 +204,17 @@ pub(crate) async fn histories_and_keys(
 ) -> Result<(RunsRead, KeysRead)> {
     let rows = tx
         .rows(
-            "SELECT 'key' AS src, q.k AS tag, NULL AS tool, NULL AS tier, h.status, NULL AS n, \
-             i.input_hash, i.state, i.outcome, i.expires_at, i.step_id, h.principal, \
-             h.created_at, s.step_id AS own_step, s.attempts AS own_attempts, \
-             s.principal AS own_principal, s.updated_at AS own_updated_at, \
-             s.run_id AS own_run_id \
-             FROM unnest($2::text[]) AS q (k) LEFT JOIN idempotency i ON i.idem_key = q.k \
-             LEFT JOIN steps h ON h.step_id = i.step_id \
-             LEFT JOIN steps s ON s.idem_key = q.k \
-             UNION ALL \
+            concat!(
+                key_rows!("q.k AS tag, ", "unnest($2::text[]) AS q (k)"),
+                " UNION ALL \
              SELECT 'kept' AS src, run_id AS tag, tool, tier, outcome AS status, n, NULL, NULL, \
              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
              FROM step_tally WHERE run_id = ANY($1::text[]) AND n > 0 \
              UNION ALL \
              SELECT 'tally' AS src, run_id AS tag, tool, tier, status, n, NULL, NULL, NULL, \
              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
-             FROM run_tally WHERE run_id = ANY($1::text[])",
+             FROM run_tally WHERE run_id = ANY($1::text[])"
+            ),
             args![runs.to_vec(), keys.to_vec()],
         )
         .await?;

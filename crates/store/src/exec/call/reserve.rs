@@ -165,7 +165,7 @@ impl Executor {
         let expires = now.millis() + retention;
         // A direct read that does not replay takes no key: a new step every time, whose key
         // column is made unique with its id. Anything else takes the key.
-        let keyed = p.kind != StepKind::Direct || reg.tool(&p.tool).is_none_or(replays);
+        let keyed = p.kind != StepKind::Direct || self.replays(p);
         // A direct call's step: the one an earlier attempt of this operation left (to be
         // retried: it failed retryably), or a new one. Known before the key is taken, so the key
         // row names it from the start. An earlier step of another principal (a key shared

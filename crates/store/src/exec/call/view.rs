@@ -131,9 +131,14 @@ impl Prepared {
 }
 
 impl Executor {
+    /// Whether `p`'s tool replays a completed call (an unknown tool is treated as one that does).
+    pub(crate) fn replays(&self, p: &Pending) -> bool {
+        self.registry.tool(&p.tool).is_none_or(replays)
+    }
+
     /// What [`BatchRead::read`] reads for direct call `p`: its run, and its key if it replays.
     pub(crate) fn batch_read_of(&self, p: &Pending) -> (String, Option<String>) {
-        let replaying = self.registry.tool(&p.tool).is_none_or(replays);
+        let replaying = self.replays(p);
         (
             p.run_id.to_string(),
             replaying.then(|| p.idem_key.to_string()),
@@ -228,7 +233,7 @@ impl Executor {
         p: &Pending,
         cache: &mut BatchCache,
     ) -> Result<(RunHistory, bool, ReadKey)> {
-        let replaying = self.registry.tool(&p.tool).is_none_or(replays);
+        let replaying = self.replays(p);
         let read = cache.read.as_mut().filter(|_| p.kind == StepKind::Direct);
         let key = replaying.then_some(p.idem_key.as_str());
         if let Some((mut run, exists, key)) = read.and_then(|r| r.take(tx.epoch(), &p.run_id, key))
