@@ -758,3 +758,42 @@ async fn read_bounded(mut body: Incoming, limit: usize) -> Result<Vec<u8>, ReadE
     }
     Ok(out)
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Linux leaves quick-ACK mode as soon as a connection looks interactive (a send soon after
+    /// a receive): from then on each ACK waits for a reply to ride on or for the delayed-ACK
+    /// timer. A plain socket is out of it after its second exchange; a dialled one is back in
+    /// it after every read, and never waits on Nagle on its own writes.
+    #[tokio::test]
+    async fn a_dialled_connection_acknowledges_at_once_after_every_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let (dialled, accepted) = tokio::join!(
+            tower::Service::call(&mut Dialer, uri),
+            listener.accept()
+        );
+        let mut ours = dialled.unwrap().into_inner();
+        let (mut theirs, _) = accepted.unwrap();
+        assert!(ours.0.nodelay().unwrap(), "TCP_NODELAY on the hop's socket");
+
+        let mut buf = [0u8; 16];
+        for exchange in 1..=3 {
+            ours.write_all(b"request").await.unwrap();
+            let n = theirs.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"request");
+            theirs.write_all(b"answer").await.unwrap();
+            let n = ours.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"answer");
+            assert!(
+                ours.0.quickack().unwrap(),
+                "quick-ACK mode after the read of exchange {exchange}"
+            );
+        }
+    }
+}

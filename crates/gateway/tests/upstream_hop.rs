@@ -205,9 +205,12 @@ async fn an_expired_session_is_reopened_and_the_write_sent_once() {
 
 /// At an upstream that leaves Nagle's algorithm on, an event-stream answer is several small
 /// writes; on a reused connection each would wait for the client's delayed ACK (40 ms) unless
-/// the hop acknowledges at once. Sequential calls share kept connections and stay fast.
+/// the hop acknowledges at once. Sequential calls share kept connections, every one answered
+/// over the lean hop. That those sockets acknowledge at once is the hop's own unit test
+/// (`a_dialled_connection_acknowledges_at_once_after_every_read`), which reads the socket's
+/// state instead of timing calls on a machine that may be loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kept_connections_do_not_wait_on_nagle() {
+async fn kept_connections_serve_an_upstream_that_leaves_nagle_on() {
     const CALLS: usize = 12;
     let (h, fake) = harness(Shape {
         json: false,
@@ -217,19 +220,10 @@ async fn kept_connections_do_not_wait_on_nagle() {
     let client = h.client(WORKER_KEY).await;
     search(&client, "nagle-warm").await;
     let before = fake.accepted.load(Ordering::SeqCst);
-    let mut took = Vec::new();
     for i in 0..CALLS {
-        let at = Instant::now();
         search(&client, &format!("nagle-{i}")).await;
-        took.push(at.elapsed());
     }
     let opened = fake.accepted.load(Ordering::SeqCst) - before;
-    took.sort();
-    let median = took[CALLS / 2];
-    assert!(
-        median < Duration::from_millis(30),
-        "a call waited on delayed ACKs: median {median:?} ({took:?})"
-    );
     assert!(
         opened <= CALLS / 4,
         "calls share kept connections: {opened} opened for {CALLS} calls"
