@@ -774,10 +774,8 @@ mod tests {
         let uri: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
             .parse()
             .unwrap();
-        let (dialled, accepted) = tokio::join!(
-            tower::Service::call(&mut Dialer, uri),
-            listener.accept()
-        );
+        let (dialled, accepted) =
+            tokio::join!(tower::Service::call(&mut Dialer, uri), listener.accept());
         let mut ours = dialled.unwrap().into_inner();
         let (mut theirs, _) = accepted.unwrap();
         assert!(ours.0.nodelay().unwrap(), "TCP_NODELAY on the hop's socket");
