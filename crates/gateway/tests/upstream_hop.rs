@@ -1,7 +1,8 @@
 //! The lean upstream hop (`src/hop.rs`) against the finance fake, a real rmcp server over
 //! streamable HTTP that records every call it is asked: answers as JSON (a stateless server)
 //! and as an event stream, an expired session reopened with the call sent once, and kept
-//! connections that do not wait on Nagle's algorithm at an upstream that leaves it on. Each
+//! connections shared by calls at an upstream that leaves Nagle's algorithm on (that they do
+//! not wait on it is the hop's own unit test, which reads the sockets' state). Each
 //! call's `_meta.progressToken`, as the fake recorded it, says the lean hop carried it (its ids
 //! are `tg-N`; rmcp's are numbers).
 
