@@ -1,6 +1,6 @@
 //! The lean upstream hop: a governed `tools/call` to a streamable-HTTP upstream goes out as one
-//! HTTP POST on a kept-alive, pooled hyper connection, inside the MCP session rmcp's client
-//! opened. rmcp's client routes every request through a worker task, a channel and its own
+//! HTTP POST on a kept-alive connection that the call drives in its own task ([`crate::kept`]),
+//! inside the MCP session rmcp's client opened. rmcp's client routes every request through a worker task, a channel and its own
 //! serialisation, and by default a new TCP connection per request; measured, that was most of
 //! what toolgate added to a forwarded call. rmcp still does everything else on the upstream:
 //! `initialize`, `tools/list`, list-changed notifications, prompts and resources, reconnection.
@@ -27,7 +27,6 @@
 //!   timeout fired) sends `notifications/cancelled` for its id, as rmcp does for its requests.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -40,9 +39,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use rmcp::model::{CallToolResult, ClientJsonRpcMessage, ClientRequest, ProgressNotificationParam};
 use rmcp::transport::streamable_http_client::{
     SseError as RmcpSseError, StreamableHttpClient, StreamableHttpError,
@@ -52,6 +49,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::kept::{Conns, SendError};
 use crate::sse::{SseEvent, SseParser};
 
 /// The largest event or JSON answer read from an upstream (rmcp's own limit).
@@ -332,48 +330,25 @@ impl AsyncWrite for QuickAck {
     }
 }
 
-impl Connection for QuickAck {
-    fn connected(&self) -> Connected {
-        self.0.connected()
-    }
-}
-
-/// Opens plain TCP connections with `TCP_NODELAY`, wrapped in [`QuickAck`].
-#[derive(Clone, Copy, Default)]
-pub struct Dialer;
-
-type Dialing = Pin<Box<dyn Future<Output = io::Result<TokioIo<QuickAck>>> + Send>>;
-
-impl tower::Service<Uri> for Dialer {
-    type Response = TokioIo<QuickAck>;
-    type Error = io::Error;
-    type Future = Dialing;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Dialing {
-        Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host in the URL"))?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            let port = uri.port_u16().unwrap_or(80);
-            let tcp = TcpStream::connect((host.as_str(), port)).await?;
-            tcp.set_nodelay(true)?;
-            Ok(TokioIo::new(QuickAck(tcp)))
-        })
-    }
+/// Opens a plain TCP connection to the origin of `uri`, with `TCP_NODELAY`, wrapped in
+/// [`QuickAck`].
+pub(crate) async fn dial(uri: &Uri) -> io::Result<TokioIo<QuickAck>> {
+    let host = uri
+        .host()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host in the URL"))?
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let tcp = TcpStream::connect((host, port)).await?;
+    tcp.set_nodelay(true)?;
+    Ok(TokioIo::new(QuickAck(tcp)))
 }
 
 /// The lean hop to one upstream.
 pub struct LeanHop {
     name: String,
     uri: Uri,
-    client: Client<Dialer, Full<Bytes>>,
+    conns: Arc<Conns>,
     session: Arc<SessionCell>,
     next_id: AtomicU64,
 }
@@ -405,13 +380,11 @@ impl LeanHop {
         if uri.scheme_str() != Some("http") || uri.host().is_none() {
             return None;
         }
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
-            .build(Dialer);
+        let conns = Arc::new(Conns::new(&uri, POOL_IDLE)?);
         Some(LeanHop {
             name: name.to_string(),
             uri,
-            client,
+            conns,
             session,
             next_id: AtomicU64::new(1),
         })
@@ -448,18 +421,13 @@ impl LeanHop {
             id: id.clone(),
             answered: false,
         };
-        let response = self
-            .client
-            .request(self.request(&session, &body))
-            .await
-            .map_err(|e| {
-                flight.answered = true;
-                self.send_error(e)
-            })?;
-        let out = self.read_answer(&session, &id, response, listener).await;
-        // Whatever came back, the upstream is done with the request (or told us it never was).
+        let request = self.request(&session, &body);
+        let read = async |response| self.read_answer(&session, &id, response, listener).await;
+        let out = self.conns.exchange(request, read).await;
+        // Whatever came back, the upstream is done with the request (or told us it never was),
+        // or it never reached the upstream.
         flight.answered = true;
-        out
+        out.map_err(|e| self.send_error(e))?
     }
 
     fn request(&self, session: &Session, body: &Value) -> Request<Full<Bytes>> {
@@ -481,13 +449,12 @@ impl LeanHop {
             .expect("a request from checked parts")
     }
 
-    /// A request that could not be sent: never delivered only when no connection was made.
-    fn send_error(&self, e: hyper_util::client::legacy::Error) -> HopError {
+    /// A request that got no answer: never delivered only when no connection was made.
+    fn send_error(&self, e: SendError) -> HopError {
         let msg = format!("could not send the call to upstream '{}': {e}", self.name);
-        if e.is_connect() {
-            HopError::Refused(msg)
-        } else {
-            HopError::Lost(msg)
+        match e {
+            SendError::Connect(_) => HopError::Refused(msg),
+            SendError::Lost(_) => HopError::Lost(msg),
         }
     }
 
@@ -685,17 +652,15 @@ impl LeanHop {
     /// Posts a message that expects no answer (a reply, a notification), not waiting for it.
     fn post_aside(&self, session: &Arc<Session>, message: Value) {
         let request = self.request(session, &message);
-        let client = self.client.clone();
+        let conns = self.conns.clone();
         let name = self.name.clone();
         tokio::spawn(async move {
-            match client.request(request).await {
-                Ok(r) => {
-                    // Read to the end, so the connection can be kept.
-                    let _ = read_bounded(r.into_body(), MAX_ERROR_BODY).await;
-                }
-                Err(e) => {
-                    tracing::debug!(upstream = %name, error = %e, "a message to the upstream was not sent")
-                }
+            // Read to the end, so the connection can be kept.
+            let read = async |r: Response<Incoming>| {
+                let _ = read_bounded(r.into_body(), MAX_ERROR_BODY).await;
+            };
+            if let Err(e) = conns.exchange(request, read).await {
+                tracing::debug!(upstream = %name, error = %e, "a message to the upstream was not sent")
             }
         });
     }
@@ -774,8 +739,7 @@ mod tests {
         let uri: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
             .parse()
             .unwrap();
-        let (dialled, accepted) =
-            tokio::join!(tower::Service::call(&mut Dialer, uri), listener.accept());
+        let (dialled, accepted) = tokio::join!(dial(&uri), listener.accept());
         let mut ours = dialled.unwrap().into_inner();
         let (mut theirs, _) = accepted.unwrap();
         assert!(ours.0.nodelay().unwrap(), "TCP_NODELAY on the hop's socket");

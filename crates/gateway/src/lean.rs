@@ -25,11 +25,7 @@
 //! its own ([`RunToEnd`]), decided, forwarded and recorded as if the client had waited, and a
 //! retry finds it.
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -43,6 +39,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use toolgate_store::{Panicked, RunToEnd};
 
 use crate::auth::Caller;
 use crate::relay::ProgressSink;
@@ -110,64 +107,6 @@ pub(crate) async fn tools_call(
 }
 
 type CallOutcome = Result<Result<CallToolResult, ErrorData>, Panicked>;
-
-/// A call that panicked instead of answering.
-#[derive(Debug)]
-struct Panicked;
-
-impl std::fmt::Display for Panicked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the call panicked")
-    }
-}
-
-/// A call run in the request's own task that, if the request is dropped before it answers (the
-/// client hung up), goes on to its end in a task of its own. Spawning every call up front gave
-/// the same guarantee at the price of a task hand-off per call, which another worker thread
-/// was woken to take.
-struct RunToEnd<F: Future<Output: Send> + Send + 'static> {
-    call: Option<Pin<Box<F>>>,
-}
-
-impl<F: Future<Output: Send> + Send + 'static> RunToEnd<F> {
-    fn new(call: F) -> Self {
-        RunToEnd {
-            call: Some(Box::pin(call)),
-        }
-    }
-}
-
-impl<F: Future<Output: Send> + Send + 'static> Future for RunToEnd<F> {
-    type Output = Result<F::Output, Panicked>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(call) = self.call.as_mut() else {
-            panic!("RunToEnd polled after it answered");
-        };
-        // A panic is the call's answer (an internal error), as a spawned task's would be.
-        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(out)) => {
-                self.call = None;
-                Poll::Ready(Ok(out))
-            }
-            Err(_) => {
-                self.call = None;
-                Poll::Ready(Err(Panicked))
-            }
-        }
-    }
-}
-
-impl<F: Future<Output: Send> + Send + 'static> Drop for RunToEnd<F> {
-    fn drop(&mut self) {
-        if let Some(call) = self.call.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(call);
-        }
-    }
-}
 
 /// The JSON-RPC reply to the call `id`.
 fn reply(id: &Value, outcome: CallOutcome) -> Value {

@@ -22,6 +22,7 @@ mod hop;
 pub mod http;
 mod https;
 pub mod jwt;
+mod kept;
 pub mod keys;
 mod lean;
 mod logging;

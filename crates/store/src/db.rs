@@ -475,15 +475,6 @@ impl Pool {
         matches!(self, Pool::Postgres(..))
     }
 
-    /// Resolves when the pool is being closed (PostgreSQL; never on SQLite): a task that keeps
-    /// a connection between uses gives it back then, or closing would wait for it.
-    pub async fn closing(&self) {
-        match self {
-            Pool::Postgres(p, _) => p.close_event().await,
-            Pool::Sqlite(..) => std::future::pending().await,
-        }
-    }
-
     /// SQLite whose durable commits are fsync'd (`durability: fsync`): a relaxed commit that
     /// acknowledged something must be followed by one of those.
     pub fn is_fsyncd_sqlite(&self) -> bool {

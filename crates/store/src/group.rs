@@ -1,4 +1,4 @@
-//! A group commit on PostgreSQL in one round trip. The writer task (`store::writer_task`) folds
+//! A group commit on PostgreSQL in one round trip. The group commit ([`crate::combine`]) folds
 //! the records of calls that finished together into one commit; on PostgreSQL that commit is
 //! one statement: the chain head moved, the audit rows appended, the runs of stepless calls
 //! made, their counts added to `run_tally`, and the steps settled with their keys and budget

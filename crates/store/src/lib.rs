@@ -11,6 +11,7 @@
 
 pub mod audit;
 pub mod checkpoint;
+mod combine;
 mod db;
 pub mod error;
 pub mod exec;
@@ -41,6 +42,7 @@ pub use checkpoint::{
     CheckpointCheck, CheckpointFault, CheckpointOutcome, CheckpointPublicKey, CheckpointRefusal,
     CheckpointReport, CheckpointSigner, KeyId, SignedCheckpoint, read_checkpoints,
 };
+pub use combine::{Panicked, RunToEnd};
 pub use db::{ConnectOptions, SchemaProblem};
 pub use error::{Result, StoreError};
 pub use exec::{

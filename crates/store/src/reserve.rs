@@ -2,7 +2,8 @@
 //! reserves (idempotency key, step row, budgets, approval nonces) in a write transaction.
 //! Calls that arrive together are decided one after another in one transaction, so they
 //! share its `BEGIN`/`COMMIT` and, on SQLite, its single writer lock — the same shape as the
-//! planned-step claim in [`crate::Executor::run_batch`].
+//! planned-step claim in [`crate::Executor::run_batch`]. Whichever waiting call finds no batch
+//! under way runs the batch, in its own task ([`crate::combine`]).
 //!
 //! Durability. A reservation that only lets a call proceed is committed without waiting for
 //! an fsync: it survives the gateway being killed (SQLite WAL, `synchronous = NORMAL`;
@@ -15,7 +16,7 @@
 //! through the group-commit writer. With `durability: process` no commit waits for the
 //! disk, so neither of those flushes is made.
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use toolgate_core::{Effect, Timestamp};
 
 use crate::db::Pool;
@@ -39,25 +40,10 @@ impl ReserveJob {
     }
 }
 
-/// Starts the batcher; it ends when every sender is gone.
-pub(crate) fn spawn(pool: Pool, max: usize) -> mpsc::UnboundedSender<ReserveJob> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(task(pool, rx, max.max(1)));
-    tx
-}
-
-async fn task(pool: Pool, mut rx: mpsc::UnboundedReceiver<ReserveJob>, max: usize) {
-    let mut gather = crate::store::Gather::new(max);
-    while let Some(first) = rx.recv().await {
-        let jobs = gather.take(&mut rx, first).await;
-        run(&pool, jobs).await;
-    }
-}
-
 /// Decides and reserves a batch in one transaction and answers each caller. If the batch
 /// fails as a whole (one call's error rolls back all), each call is retried on its own, so
 /// one bad call cannot sink the others.
-async fn run(pool: &Pool, jobs: Vec<ReserveJob>) {
+pub(crate) async fn run(pool: &Pool, jobs: Vec<ReserveJob>) {
     let durable = jobs.iter().any(ReserveJob::irreversible);
     let inputs: Vec<Pending> = jobs.iter().map(|j| j.p.clone()).collect();
     match batch(pool, &jobs, inputs, durable).await {

@@ -1,13 +1,13 @@
 //! The [`Store`]: one handle over either backend, chosen by URL. It owns the state of runs and
-//! steps, the idempotency and budget ledgers, approvals and the audit chain, and it runs one
-//! writer task per process that folds concurrent outcome records into group commits, so an
-//! fsync is shared by every call that finished while the previous commit was in flight.
+//! steps, the idempotency and budget ledgers, approvals and the audit chain, and it folds the
+//! outcome records of concurrent calls into group commits ([`crate::combine`]), so an fsync is
+//! shared by every call that finished while the previous commit was in flight.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedMutexGuard, oneshot};
 use toolgate_core::config::Durability;
 use toolgate_core::{
     ApprovalId, Effect, IdempotencyKey, PrincipalId, Redactor, Registry, RunId, StepId, StepStatus,
@@ -15,6 +15,7 @@ use toolgate_core::{
 };
 
 use crate::audit::{self, AuditDraft, AuditRecord, ChainPoint, ChainReport};
+use crate::combine::Combiner;
 use crate::db::{ConnectOptions, Migrations, Pool, Tx};
 use crate::error::{Result, StoreError};
 use crate::exec::{Executor, Pending, Prepared};
@@ -103,8 +104,10 @@ pub struct Store {
 pub(crate) struct Inner {
     pub pool: Pool,
     pub cfg: StoreConfig,
-    writer: mpsc::UnboundedSender<WriteJob>,
-    reserver: mpsc::UnboundedSender<ReserveJob>,
+    /// The group commit, and the chain head it last wrote.
+    writer: Arc<Combiner<WriteJob, ChainWriter>>,
+    /// The reservation batch.
+    reserver: Arc<Combiner<ReserveJob, ()>>,
     /// Becomes true when the background WAL preallocation has finished (or was not asked for).
     wal_ready: tokio::sync::watch::Receiver<bool>,
     /// Each principal's current run (calls that name none), and when this process last told
@@ -251,15 +254,12 @@ impl Store {
                 wal_done.send_replace(true);
             });
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer_task(pool.clone(), rx, cfg.max_group_commit.max(1)));
-        let reserver = reserve::spawn(pool.clone(), cfg.claim_batch);
         Ok(Store {
             inner: Arc::new(Inner {
+                writer: Arc::new(Combiner::new(cfg.max_group_commit, ChainWriter::default())),
+                reserver: Arc::new(Combiner::new(cfg.claim_batch, ())),
                 pool,
                 cfg,
-                writer: tx,
-                reserver,
                 wal_ready,
                 current_runs: Default::default(),
                 refreshing_run: Default::default(),
@@ -356,8 +356,10 @@ impl Store {
         Ok(())
     }
 
-    /// Closes the pool. Pending group commits finish first.
+    /// Closes the pool. A group commit under way finishes first.
     pub async fn close(&self) {
+        // The group commit's connection goes back, or PostgreSQL's pool would wait for it.
+        self.inner.writer.state().await.release();
         self.inner.pool.close().await;
     }
 
@@ -386,14 +388,19 @@ impl Store {
         units: Vec<(Option<Ledger>, AuditDraft)>,
     ) -> Result<Vec<i64>> {
         let (reply, rx) = oneshot::channel();
-        self.inner
+        let pool = self.inner.pool.clone();
+        let answer = self
+            .inner
             .writer
-            .send(WriteJob { units, reply })
-            .map_err(|_| StoreError::WriterGone)?;
-        match rx.await {
-            Ok(Ok(seqs)) => Ok(seqs),
-            Ok(Err(e)) => Err(StoreError::Recording(Box::new(e))),
-            Err(_) => Err(StoreError::WriterGone),
+            .clone()
+            .submit(WriteJob { units, reply }, rx, move |chain, jobs| {
+                commit_batch(pool.clone(), chain, jobs)
+            })
+            .await;
+        match answer {
+            Some(Ok(seqs)) => Ok(seqs),
+            Some(Err(e)) => Err(StoreError::Recording(Box::new(e))),
+            None => Err(StoreError::WriterGone),
         }
     }
 
@@ -405,16 +412,25 @@ impl Store {
         now: Timestamp,
     ) -> Result<Prepared> {
         let (reply, rx) = oneshot::channel();
+        let job = ReserveJob {
+            exec,
+            p,
+            now,
+            reply,
+        };
+        let pool = self.inner.pool.clone();
         self.inner
             .reserver
-            .send(ReserveJob {
-                exec,
-                p,
-                now,
-                reply,
+            .clone()
+            .submit(job, rx, move |lead, jobs| {
+                let pool = pool.clone();
+                async move {
+                    reserve::run(&pool, jobs).await;
+                    drop(lead);
+                }
             })
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
+            .await
+            .ok_or(StoreError::WriterGone)?
     }
 
     /// Returns once everything committed before the call is fsync'd: a durable group commit
@@ -746,88 +762,32 @@ async fn apply_batch(pool: &Pool, chain: &mut ChainWriter, jobs: &[WriteJob]) ->
     chain.apply(pool, &drafts, &changes).await
 }
 
-/// The group-commit writer: takes every job waiting, applies them in one transaction, commits
-/// once, then answers each caller. A batch that fails is retried one job at a time so one bad
-/// record cannot sink the others. On PostgreSQL it keeps a connection between batches, and
-/// gives it back when the pool closes.
-async fn writer_task(pool: Pool, mut rx: mpsc::UnboundedReceiver<WriteJob>, max: usize) {
-    let mut gather = Gather::new(max);
-    let mut chain = ChainWriter::default();
-    loop {
-        let first = tokio::select! {
-            job = rx.recv() => job,
-            () = pool.closing() => {
-                chain.release();
-                rx.recv().await
+/// One group commit: applies `jobs` in one transaction, commits once, then answers each
+/// caller. A batch that fails is retried one job at a time so one bad record cannot sink the
+/// others. `chain` (the lead of the group commit) is let go after every answer is sent.
+async fn commit_batch(pool: Pool, mut chain: OwnedMutexGuard<ChainWriter>, jobs: Vec<WriteJob>) {
+    match apply_batch(&pool, &mut chain, &jobs).await {
+        Ok(seqs) => {
+            let mut seqs = seqs.into_iter();
+            for j in jobs {
+                let mine = seqs.by_ref().take(j.units.len()).collect();
+                let _ = j.reply.send(Ok(mine));
             }
-        };
-        let Some(first) = first else { break };
-        let jobs = gather.take(&mut rx, first).await;
-        match apply_batch(&pool, &mut chain, &jobs).await {
-            Ok(seqs) => {
-                let mut seqs = seqs.into_iter();
-                for j in jobs {
-                    let mine = seqs.by_ref().take(j.units.len()).collect();
-                    let _ = j.reply.send(Ok(mine));
-                }
-            }
-            Err(batch_err) => {
-                tracing::warn!(error = %batch_err, n = jobs.len(), "group commit failed; retrying one by one");
-                for j in jobs {
-                    let one = std::slice::from_ref(&j);
-                    let mut res = apply_batch(&pool, &mut chain, one).await;
-                    for _ in 1..3 {
-                        if res.is_ok() {
-                            break;
-                        }
-                        res = apply_batch(&pool, &mut chain, one).await;
+        }
+        Err(batch_err) => {
+            tracing::warn!(error = %batch_err, n = jobs.len(), "group commit failed; retrying one by one");
+            for j in jobs {
+                let one = std::slice::from_ref(&j);
+                let mut res = apply_batch(&pool, &mut chain, one).await;
+                for _ in 1..3 {
+                    if res.is_ok() {
+                        break;
                     }
-                    let _ = j.reply.send(res);
+                    res = apply_batch(&pool, &mut chain, one).await;
                 }
+                let _ = j.reply.send(res);
             }
         }
     }
-}
-
-/// How a group-commit task gathers its batches: `first`, then whatever else is waiting (up to
-/// `max`). While calls arrive together (the last batch held more than one), callers about to
-/// send are given a few turns to do so; a caller alone is not kept waiting for company (three
-/// empty turns of the scheduler were a measurable part of a lone call's latency). Under load
-/// batches form anyway: what arrives while one commits is the next.
-pub(crate) struct Gather {
-    max: usize,
-    together: bool,
-}
-
-impl Gather {
-    pub(crate) fn new(max: usize) -> Self {
-        Gather {
-            max: max.max(1),
-            together: false,
-        }
-    }
-
-    pub(crate) async fn take<T>(
-        &mut self,
-        rx: &mut mpsc::UnboundedReceiver<T>,
-        first: T,
-    ) -> Vec<T> {
-        let mut jobs = vec![first];
-        let mut idle_turns = if self.together { 0 } else { 3 };
-        while jobs.len() < self.max {
-            match rx.try_recv() {
-                Ok(j) => {
-                    jobs.push(j);
-                    idle_turns = 0;
-                }
-                Err(_) if idle_turns < 3 => {
-                    idle_turns += 1;
-                    tokio::task::yield_now().await;
-                }
-                Err(_) => break,
-            }
-        }
-        self.together = jobs.len() > 1;
-        jobs
-    }
+    drop(chain);
 }

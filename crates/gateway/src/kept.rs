@@ -1,0 +1,224 @@
+//! Kept-alive HTTP/1.1 connections to one upstream, each driven by the call that uses it.
+//!
+//! A pooled client (hyper's own) runs every connection in a task of its own: a call hands its
+//! request to that task and is woken when the answer has been read, two thread hand-offs per
+//! call, which measured more than the writing and reading they carry. Here the call that checks
+//! a connection out polls it itself while it waits for its answer, so the request is written
+//! and the answer read in the call's own task. Between calls a connection waits in the pool,
+//! polled by no one; at check-out it is polled once, so a close by the upstream (or the rest of
+//! an answer's body) is seen before it is used, and a connection that is not ready at once is
+//! closed rather than waited for.
+//!
+//! A request that found its connection closed before a byte of it was written is sent again
+//! on a new connection (as hyper's pooled client does): the upstream cannot have seen it. Once
+//! written, it is never sent again here; what the caller makes of a lost answer is its own.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper::header::{HOST, HeaderValue};
+use hyper::{Request, Response, Uri};
+use hyper_util::rt::TokioIo;
+
+use crate::hop::{QuickAck, dial};
+
+type Conn = Connection<TokioIo<QuickAck>, Full<Bytes>>;
+
+/// Connections kept idle at most; more are closed when their call is done.
+const MAX_IDLE: usize = 256;
+
+/// Why a request got no response.
+#[derive(Debug)]
+pub(crate) enum SendError {
+    /// No connection could be made: nothing was sent.
+    Connect(String),
+    /// The request was (or may have been) written, and the connection failed before its answer.
+    Lost(hyper::Error),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Connect(e) => write!(f, "{e}"),
+            SendError::Lost(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A connection and its sending half.
+struct Kept {
+    send: SendRequest<Full<Bytes>>,
+    /// `None` once it has ended.
+    conn: Option<Pin<Box<Conn>>>,
+}
+
+/// The kept connections to one upstream (`http` only).
+pub(crate) struct Conns {
+    uri: Uri,
+    host: HeaderValue,
+    idle_for: Duration,
+    idle: Mutex<Vec<(Kept, Instant)>>,
+}
+
+impl Conns {
+    /// Connections to the origin of `uri`, each kept at most `idle_for` between calls.
+    pub(crate) fn new(uri: &Uri, idle_for: Duration) -> Option<Conns> {
+        let authority = uri.authority()?;
+        Some(Conns {
+            uri: uri.clone(),
+            host: HeaderValue::from_str(authority.as_str()).ok()?,
+            idle_for,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Sends `req` (whose URI is the upstream's, as rmcp posts to it) and gives its response to
+    /// `read`, driving the connection until `read` is done; then keeps the connection for the
+    /// next call if it can serve one.
+    pub(crate) async fn exchange<T>(
+        &self,
+        mut req: Request<Full<Bytes>>,
+        read: impl AsyncFnOnce(Response<Incoming>) -> T,
+    ) -> Result<T, SendError> {
+        let path = self
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .parse::<Uri>()
+            .expect("a path from a parsed URI");
+        *req.uri_mut() = path;
+        req.headers_mut().insert(HOST, self.host.clone());
+        let (mut kept, response) = match self.checkout().await {
+            Some(mut kept) => match send(&mut kept, req).await {
+                Ok(r) => (kept, r),
+                Err(Unsent(req)) => {
+                    // Closed by the upstream before a byte was written: a new connection.
+                    let mut kept = self.dial().await?;
+                    match send(&mut kept, req).await {
+                        Ok(r) => (kept, r),
+                        Err(Unsent(_)) => {
+                            return Err(SendError::Connect(
+                                "a new connection closed before the request was written".into(),
+                            ));
+                        }
+                    }
+                }
+            },
+            None => {
+                let mut kept = self.dial().await?;
+                match send(&mut kept, req).await {
+                    Ok(r) => (kept, r),
+                    Err(Unsent(_)) => {
+                        return Err(SendError::Connect(
+                            "a new connection closed before the request was written".into(),
+                        ));
+                    }
+                }
+            }
+        };
+        let response = response.map_err(SendError::Lost)?;
+        let out = drive(&mut kept.conn, read(response)).await;
+        self.check_in(kept).await;
+        Ok(out)
+    }
+
+    /// An idle connection ready for a request, if one is kept.
+    async fn checkout(&self) -> Option<Kept> {
+        loop {
+            let (mut kept, since) = self.idle.lock().expect("idle connections").pop()?;
+            if since.elapsed() >= self.idle_for {
+                continue;
+            }
+            if ready_now(&mut kept).await {
+                return Some(kept);
+            }
+        }
+    }
+
+    /// A new connection to the upstream.
+    async fn dial(&self) -> Result<Kept, SendError> {
+        let io = dial(&self.uri)
+            .await
+            .map_err(|e| SendError::Connect(e.to_string()))?;
+        let (send, conn) = http1::handshake(io)
+            .await
+            .map_err(|e| SendError::Connect(e.to_string()))?;
+        Ok(Kept {
+            send,
+            conn: Some(Box::pin(conn)),
+        })
+    }
+
+    /// Keeps `kept` for the next call if it is still open (it is polled once first, so the end
+    /// of the answer just read is taken in).
+    async fn check_in(&self, mut kept: Kept) {
+        let open = poll_fn(|cx| {
+            Poll::Ready(match kept.conn.as_mut() {
+                Some(conn) => conn.as_mut().poll(cx).is_pending(),
+                None => false,
+            })
+        })
+        .await;
+        let mut idle = self.idle.lock().expect("idle connections");
+        if open && !kept.send.is_closed() && idle.len() < MAX_IDLE {
+            idle.push((kept, Instant::now()));
+        }
+    }
+}
+
+/// A request handed back because its connection could not take it (nothing was written).
+struct Unsent(Request<Full<Bytes>>);
+
+/// Sends `req` on `kept` and waits for the response's head, driving the connection.
+async fn send(
+    kept: &mut Kept,
+    req: Request<Full<Bytes>>,
+) -> Result<Result<Response<Incoming>, hyper::Error>, Unsent> {
+    let Kept { send, conn } = kept;
+    match drive(conn, send.try_send_request(req)).await {
+        Ok(response) => Ok(Ok(response)),
+        Err(mut e) => match e.take_message() {
+            Some(req) => Err(Unsent(req)),
+            None => Ok(Err(e.into_error())),
+        },
+    }
+}
+
+/// Whether `kept` can take a request now: its connection polled once (it takes in whatever
+/// the upstream sent meanwhile, a close included) and found open and idle.
+async fn ready_now(kept: &mut Kept) -> bool {
+    let Kept { send, conn } = kept;
+    poll_fn(|cx| {
+        let open = match conn.as_mut() {
+            Some(c) => c.as_mut().poll(cx).is_pending(),
+            None => false,
+        };
+        Poll::Ready(open && matches!(send.poll_ready(cx), Poll::Ready(Ok(()))))
+    })
+    .await
+}
+
+/// Runs `work`, polling the connection beside it (first, so what it reads is there for `work`
+/// in the same turn). A connection that ends is let go; `work` then learns of it from hyper.
+async fn drive<T>(conn: &mut Option<Pin<Box<Conn>>>, work: impl Future<Output = T>) -> T {
+    let mut work = std::pin::pin!(work);
+    if let Some(c) = conn.as_mut() {
+        tokio::select! {
+            biased;
+            ended = c.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "an upstream connection ended");
+                }
+                *conn = None;
+            }
+            out = work.as_mut() => return out,
+        }
+    }
+    work.await
+}
