@@ -13,10 +13,12 @@
 //! on a new connection (as hyper's pooled client does): the upstream cannot have seen it. Once
 //! written, it is never sent again here; what the caller makes of a lost answer is its own.
 
+use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::Poll;
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use http_body_util::Full;
@@ -30,7 +32,7 @@ use crate::hop::{QuickAck, dial};
 
 type Conn = Connection<TokioIo<QuickAck>, Full<Bytes>>;
 
-/// Connections kept idle at most; more are closed when their call is done.
+/// Connections kept idle per thread at most; more are closed when their call is done.
 const MAX_IDLE: usize = 256;
 
 /// Why a request got no response.
@@ -63,7 +65,10 @@ pub(crate) struct Conns {
     uri: Uri,
     host: HeaderValue,
     idle_for: Duration,
-    idle: Mutex<Vec<(Kept, Instant)>>,
+    /// Idle connections by the thread that dialled them: a connection is registered with
+    /// that thread's runtime, which is told when it can be read, so a call on another thread
+    /// would be woken through it (see `crate::lanes`).
+    idle: Mutex<HashMap<ThreadId, Vec<(Kept, Instant)>>>,
 }
 
 impl Conns {
@@ -74,7 +79,7 @@ impl Conns {
             uri: uri.clone(),
             host: HeaderValue::from_str(authority.as_str()).ok()?,
             idle_for,
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(HashMap::new()),
         })
     }
 
@@ -131,7 +136,12 @@ impl Conns {
     /// An idle connection ready for a request, if one is kept.
     async fn checkout(&self) -> Option<Kept> {
         loop {
-            let (mut kept, since) = self.idle.lock().expect("idle connections").pop()?;
+            let (mut kept, since) = self
+                .idle
+                .lock()
+                .expect("idle connections")
+                .get_mut(&std::thread::current().id())?
+                .pop()?;
             if since.elapsed() >= self.idle_for {
                 continue;
             }
@@ -165,9 +175,13 @@ impl Conns {
             })
         })
         .await;
+        if !open || kept.send.is_closed() {
+            return;
+        }
         let mut idle = self.idle.lock().expect("idle connections");
-        if open && !kept.send.is_closed() && idle.len() < MAX_IDLE {
-            idle.push((kept, Instant::now()));
+        let mine = idle.entry(std::thread::current().id()).or_default();
+        if mine.len() < MAX_IDLE {
+            mine.push((kept, Instant::now()));
         }
     }
 }

@@ -24,6 +24,7 @@ mod https;
 pub mod jwt;
 mod kept;
 pub mod keys;
+mod lanes;
 mod lean;
 mod logging;
 mod meta;

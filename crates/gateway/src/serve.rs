@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::config::Durability;
 use toolgate_core::{Clock, Redactor, Registry, SystemClock};
@@ -291,25 +290,16 @@ impl Gateway {
         let local = listener.local_addr()?;
         let app = self.http_app(local, shutdown.clone());
         tracing::info!(addr = %local, "serving MCP over streamable HTTP at http://{local}/mcp");
-        // TCP_NODELAY on every connection: an SSE response goes out in several small writes
+        // TCP_NODELAY on every connection (`crate::lanes` sets it): an SSE response goes out in several small writes
         // (the stream's first event, then the JSON-RPC response), and with Nagle's algorithm
         // the second waits for the client's delayed ACK. A client that keeps its connection
         // alive (the official Python and TypeScript SDKs do) waited 40 ms on every call
         // after its first (measured with curl over one connection: 1 ms, then 43 ms).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY on a connection");
-            }
-        });
-        let fut = async move {
-            // The peer's address: /metrics answers loopback peers only, sign-in throttles per source.
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
-        };
+        // Connections are served on threads of their own (`crate::lanes`), one for each worker
+        // thread of this runtime. Each request carries its peer's address: /metrics answers
+        // loopback peers only, sign-in throttles per source.
+        let threads = tokio::runtime::Handle::current().metrics().num_workers();
+        let fut = crate::lanes::serve(listener, app, shutdown, threads);
         Ok((local, fut))
     }
 
