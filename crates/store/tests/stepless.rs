@@ -314,6 +314,13 @@ async fn writes_reserved_together_each_see_the_ones_before(db: &TestDb) {
 /// writes it, is never run twice: the batch's write finds it taken, and the call hears that its
 /// operation is in progress while the other calls of the batch run. PostgreSQL only: on SQLite
 /// the batch holds the store's only write lock from its read to its commit.
+///
+/// How the batch is stopped between its read and its write: a first call (the blocker) waits
+/// on its own key, which another transaction has written and not committed, while two calls
+/// queue behind its batch; a lock that lets reads through and stops inserts is asked for
+/// meanwhile, and is granted once the blocker's batch commits (the first transaction gives the
+/// key up), so the two's batch reads and then waits to write. Each wait is on one holder only,
+/// so nothing depends on the order PostgreSQL grants the waiters of one lock in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_taken_between_a_batchs_read_and_its_write_is_not_run_twice() {
     use sqlx::Connection as _;
@@ -331,15 +338,19 @@ async fn a_key_taken_between_a_batchs_read_and_its_write_is_not_run_twice() {
          LOCK TABLE idempotency IN SHARE ROW EXCLUSIVE MODE"
     );
     let lock = || hold_idempotency(db.url.clone(), lock_sql.clone());
-    // Statements waiting for a lock on `idempotency`, and those of them that begin `start`.
-    let waiting = |start: &'static str| {
+    // Statements that begin `start` waiting for a lock on `idempotency`, or (`behind: Some`)
+    // for that connection's transaction.
+    let waiting = |start: &'static str, behind: Option<i32>| {
         let (url, schema) = (db.url.clone(), schema.clone());
         async move {
             let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let on = match behind {
+                Some(pid) => format!("{pid} = ANY(pg_blocking_pids(a.pid))"),
+                None => format!("l.relation = '\"{schema}\".idempotency'::regclass"),
+            };
             let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                 WHERE NOT l.granted AND l.relation = '\"{schema}\".idempotency'::regclass \
-                 AND a.query LIKE '{start}%'"
+                 WHERE NOT l.granted AND a.query LIKE '{start}%' AND {on}"
             )))
             .fetch_one(&mut c)
             .await
@@ -347,9 +358,9 @@ async fn a_key_taken_between_a_batchs_read_and_its_write_is_not_run_twice() {
             n
         }
     };
-    let until = |what: &'static str, start: &'static str| async move {
+    let until = |what: &'static str, start: &'static str, behind: Option<i32>| async move {
         for _ in 0..250 {
-            if waiting(start).await >= 1 {
+            if waiting(start, behind).await >= 1 {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -357,34 +368,62 @@ async fn a_key_taken_between_a_batchs_read_and_its_write_is_not_run_twice() {
         panic!("never saw {what}");
     };
 
-    // The first hold stops one write (the blocker) while the two others queue behind it.
-    let mut first = lock().await;
+    let registry = run_count_registry();
+    let key_of = |doc: &str| {
+        let inputs = json!({"doc_id": doc, "title": "Q3 report"});
+        let key = registry.call_key("clerk", registry.tool("doc.write").unwrap(), &inputs);
+        (key, toolgate_core::InputHash::of(&inputs))
+    };
+    // The blocker's key, written by a transaction that stays open: the blocker's batch waits on
+    // it while the two others queue behind that batch.
+    let mut first = {
+        let (key, hash) = key_of("D-200");
+        let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET search_path TO \"{schema}\"; BEGIN; \
+             INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, \
+             expires_at) VALUES ('{}', '{}', 'in_flight', NULL, 'elsewhere', 0, 9000000000000)",
+            key.as_str(),
+            hash.as_str()
+        )))
+        .execute(&mut c)
+        .await
+        .unwrap();
+        c
+    };
+    let first_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut first)
+        .await
+        .unwrap();
     let call = |run: &'static str, doc: &'static str| {
         let ex = ex.clone();
         tokio::spawn(async move { ex.governed_call(write(run, doc)).await.unwrap() })
     };
     let blocker = call("blocker", "D-200");
-    until("the blocker waiting", "").await;
+    until(
+        "the blocker waiting on its key",
+        "WITH k AS",
+        Some(first_pid),
+    )
+    .await;
     let (one, two) = (call("r-1", "D-1"), call("r-2", "D-2"));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    // A second hold queues behind the blocker: it is granted when the blocker commits, before
-    // the next batch (the two) comes to write, so that batch reads and then waits for it.
+    // The lock waits for the blocker's batch (and the first transaction) to end. Then the next
+    // batch (the two) reads, and waits for the lock to write.
     let second = tokio::spawn(lock());
-    until("the second hold waiting", "SET search_path").await;
-    sqlx::raw_sql("COMMIT").execute(&mut first).await.unwrap();
+    until("the second hold waiting", "SET search_path", None).await;
+    sqlx::raw_sql("ROLLBACK").execute(&mut first).await.unwrap();
     let mut second = second.await.unwrap();
     // The two's batch has read their keys as free, and waits to write its deferred steps.
-    until("the batch waiting to write", "WITH d AS").await;
+    until("the batch waiting to write", "WITH d AS", None).await;
     // Another gateway takes the first one's key meanwhile.
-    let registry = run_count_registry();
-    let inputs = json!({"doc_id": "D-1", "title": "Q3 report"});
-    let key = registry.call_key("clerk", registry.tool("doc.write").unwrap(), &inputs);
+    let (key, hash) = key_of("D-1");
     sqlx::query(
         "INSERT INTO idempotency (idem_key, input_hash, state, outcome, step_id, created_at, \
          expires_at) VALUES ($1, $2, 'in_flight', NULL, 'elsewhere', 0, 9000000000000)",
     )
     .bind(key.as_str())
-    .bind(toolgate_core::InputHash::of(&inputs).as_str())
+    .bind(hash.as_str())
     .execute(&mut second)
     .await
     .unwrap();
