@@ -236,3 +236,130 @@ async fn drive<T>(conn: &mut Option<Pin<Box<Conn>>>, work: impl Future<Output = 
     }
     work.await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A plain HTTP/1.1 server that answers every request with its body, counting connections
+    /// and requests; with `close_after_each`, it closes each connection after its answer (as
+    /// an upstream whose keep-alive timeout has passed does).
+    async fn echo_server(close_after_each: bool) -> (Uri, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let (conns, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (c, r) = (conns.clone(), requests.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                c.fetch_add(1, Ordering::SeqCst);
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let Some(body) = read_request(&mut tcp, &mut buf).await else {
+                            return;
+                        };
+                        r.fetch_add(1, Ordering::SeqCst);
+                        let head =
+                            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                        tcp.write_all(head.as_bytes()).await.unwrap();
+                        tcp.write_all(&body).await.unwrap();
+                        if close_after_each {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (uri, conns, requests)
+    }
+
+    /// One request's body, read from `tcp` (`None`: the connection closed).
+    async fn read_request(tcp: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                if buf.len() >= end + 4 + len {
+                    let body = buf[end + 4..end + 4 + len].to_vec();
+                    buf.drain(..end + 4 + len);
+                    return Some(body);
+                }
+            }
+            let n = tcp.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    async fn post(conns: &Conns, uri: &Uri, body: &'static str) -> String {
+        let req = Request::post(uri.clone())
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap();
+        let read = async |r: Response<Incoming>| r.into_body().collect().await.unwrap().to_bytes();
+        let bytes = conns.exchange(req, read).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn calls_one_after_another_share_one_connection() {
+        let (uri, opened, requests) = echo_server(false).await;
+        let conns = Conns::new(&uri, Duration::from_secs(60)).unwrap();
+        for body in ["one", "two", "three"] {
+            assert_eq!(post(&conns, &uri, body).await, body);
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 1, "one kept connection");
+        assert_eq!(requests.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_upstream_closed_is_replaced_and_each_call_sent_once() {
+        let (uri, opened, requests) = echo_server(true).await;
+        let conns = Conns::new(&uri, Duration::from_secs(60)).unwrap();
+        assert_eq!(post(&conns, &uri, "one").await, "one");
+        // Give the close time to arrive before the next call checks the connection out.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(post(&conns, &uri, "two").await, "two");
+        assert_eq!(
+            opened.load(Ordering::SeqCst),
+            2,
+            "a new connection for the second call"
+        );
+        assert_eq!(
+            requests.load(Ordering::SeqCst),
+            2,
+            "each call reached the upstream once"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_upstream_nobody_listens_on_is_a_connect_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let uri: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        drop(listener);
+        let conns = Conns::new(&uri, Duration::from_secs(60)).unwrap();
+        let req = Request::post(uri.clone())
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let read = async |_: Response<Incoming>| ();
+        assert!(matches!(
+            conns.exchange(req, read).await,
+            Err(SendError::Connect(_))
+        ));
+    }
+}

@@ -192,3 +192,112 @@ impl<F: Future<Output: Send> + Send + 'static> Drop for RunToEnd<F> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A job: its number, and where its answer goes.
+    type Job = (u32, oneshot::Sender<Vec<u32>>);
+
+    /// Answers every job of a batch with the whole batch's numbers, after `pause`, and notes
+    /// the batch in `seen`.
+    fn batch(
+        seen: Arc<Mutex<Vec<Vec<u32>>>>,
+        pause: Duration,
+    ) -> impl Fn(OwnedMutexGuard<()>, Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + Send>>
+    + Send
+    + 'static {
+        move |lead, jobs| {
+            let seen = seen.clone();
+            Box::pin(async move {
+                tokio::time::sleep(pause).await;
+                let numbers: Vec<u32> = jobs.iter().map(|j| j.0).collect();
+                seen.lock().unwrap().push(numbers.clone());
+                for (_, answer) in jobs {
+                    let _ = answer.send(numbers.clone());
+                }
+                drop(lead);
+            })
+        }
+    }
+
+    fn submit(
+        combiner: &Arc<Combiner<Job, ()>>,
+        n: u32,
+        seen: &Arc<Mutex<Vec<Vec<u32>>>>,
+        pause: Duration,
+    ) -> impl Future<Output = Option<Vec<u32>>> + use<> {
+        let (tx, rx) = oneshot::channel();
+        combiner
+            .clone()
+            .submit((n, tx), rx, batch(seen.clone(), pause))
+    }
+
+    #[tokio::test]
+    async fn a_lone_job_is_its_own_batch_and_jobs_queued_meanwhile_are_the_next() {
+        let combiner = Arc::new(Combiner::new(64, ()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let pause = Duration::from_millis(50);
+        let first = tokio::spawn(submit(&combiner, 1, &seen, pause));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let later: Vec<_> = (2..=4)
+            .map(|n| tokio::spawn(submit(&combiner, n, &seen, pause)))
+            .collect();
+        assert_eq!(first.await.unwrap(), Some(vec![1]));
+        for l in later {
+            assert_eq!(l.await.unwrap(), Some(vec![2, 3, 4]));
+        }
+        assert_eq!(*seen.lock().unwrap(), vec![vec![1], vec![2, 3, 4]]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_whose_leader_goes_away_still_answers_the_others() {
+        let combiner = Arc::new(Combiner::new(64, ()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let pause = Duration::from_millis(50);
+        // The first leads a batch of one; the second and third queue, and the second leads
+        // their batch, then is dropped while it sleeps in it.
+        let first = tokio::spawn(submit(&combiner, 1, &seen, pause));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let leader = tokio::spawn(submit(&combiner, 2, &seen, pause));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let follower = tokio::spawn(submit(&combiner, 3, &seen, pause));
+        assert_eq!(first.await.unwrap(), Some(vec![1]));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        leader.abort();
+        assert!(leader.await.unwrap_err().is_cancelled());
+        assert_eq!(follower.await.unwrap(), Some(vec![2, 3]));
+        assert_eq!(*seen.lock().unwrap(), vec![vec![1], vec![2, 3]]);
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_caller_left_before_it_led_is_still_done() {
+        let combiner = Arc::new(Combiner::new(64, ()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let pause = Duration::from_millis(30);
+        let first = tokio::spawn(submit(&combiner, 1, &seen, pause));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Queued behind the first, then its caller goes away before anyone takes it.
+        let gone = tokio::spawn(submit(&combiner, 2, &seen, pause));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        gone.abort();
+        assert_eq!(first.await.unwrap(), Some(vec![1]));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(*seen.lock().unwrap(), vec![vec![1], vec![2]]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_panics_answers_its_jobs_none_and_the_next_runs() {
+        let combiner: Arc<Combiner<Job, ()>> = Arc::new(Combiner::new(64, ()));
+        let (tx, rx) = oneshot::channel();
+        let panicking = |_lead: OwnedMutexGuard<()>, _jobs: Vec<Job>| async move {
+            panic!("a batch that fails");
+        };
+        assert_eq!(combiner.clone().submit((1, tx), rx, panicking).await, None);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let next = submit(&combiner, 2, &seen, Duration::ZERO).await;
+        assert_eq!(next, Some(vec![2]));
+    }
+}
