@@ -102,35 +102,29 @@ impl Conns {
         let (mut kept, response) = match self.checkout().await {
             Some(mut kept) => match send(&mut kept, req).await {
                 Ok(r) => (kept, r),
-                Err(Unsent(req)) => {
-                    // Closed by the upstream before a byte was written: a new connection.
-                    let mut kept = self.dial().await?;
-                    match send(&mut kept, req).await {
-                        Ok(r) => (kept, r),
-                        Err(Unsent(_)) => {
-                            return Err(SendError::Connect(
-                                "a new connection closed before the request was written".into(),
-                            ));
-                        }
-                    }
-                }
+                // Closed by the upstream before a byte was written: a new connection.
+                Err(Unsent(req)) => self.send_on_new(req).await?,
             },
-            None => {
-                let mut kept = self.dial().await?;
-                match send(&mut kept, req).await {
-                    Ok(r) => (kept, r),
-                    Err(Unsent(_)) => {
-                        return Err(SendError::Connect(
-                            "a new connection closed before the request was written".into(),
-                        ));
-                    }
-                }
-            }
+            None => self.send_on_new(req).await?,
         };
         let response = response.map_err(SendError::Lost)?;
         let out = drive(&mut kept.conn, read(response)).await;
         self.check_in(kept).await;
         Ok(out)
+    }
+
+    /// Sends `req` on a new connection and waits for the response's head.
+    async fn send_on_new(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(Kept, Result<Response<Incoming>, hyper::Error>), SendError> {
+        let mut kept = self.dial().await?;
+        match send(&mut kept, req).await {
+            Ok(r) => Ok((kept, r)),
+            Err(Unsent(_)) => Err(SendError::Connect(
+                "a new connection closed before the request was written".into(),
+            )),
+        }
     }
 
     /// An idle connection ready for a request, if one is kept.
