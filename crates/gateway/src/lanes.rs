@@ -57,8 +57,11 @@ pub(crate) async fn serve(
             },
             () = shutdown.cancelled() => break,
         };
-        // An SSE response goes out in several small writes; with Nagle's algorithm on, the
-        // second waits for the client's delayed ACK (40 ms on every call of a kept connection).
+        // An SSE response goes out in several small writes (the stream's first event, then the
+        // JSON-RPC response), and with Nagle's algorithm the second waits for the client's
+        // delayed ACK: a client that keeps its connection alive (the official Python and
+        // TypeScript SDKs do) waited 40 ms on every call after its first (measured with curl
+        // over one connection: 1 ms, then 43 ms).
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY on a connection");
         }

@@ -290,11 +290,6 @@ impl Gateway {
         let local = listener.local_addr()?;
         let app = self.http_app(local, shutdown.clone());
         tracing::info!(addr = %local, "serving MCP over streamable HTTP at http://{local}/mcp");
-        // TCP_NODELAY on every connection (`crate::lanes` sets it): an SSE response goes out in several small writes
-        // (the stream's first event, then the JSON-RPC response), and with Nagle's algorithm
-        // the second waits for the client's delayed ACK. A client that keeps its connection
-        // alive (the official Python and TypeScript SDKs do) waited 40 ms on every call
-        // after its first (measured with curl over one connection: 1 ms, then 43 ms).
         // Connections are served on threads of their own (`crate::lanes`), one for each worker
         // thread of this runtime. Each request carries its peer's address: /metrics answers
         // loopback peers only, sign-in throttles per source.
